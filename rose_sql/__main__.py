@@ -1,0 +1,3 @@
+from rose_sql.cli import main
+
+main()

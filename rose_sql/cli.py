@@ -1,0 +1,173 @@
+"""The ``rose`` command: the only place where exceptions become messages and exit codes."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rose_sql import __version__
+from rose_sql.config import Config
+from rose_sql.errors import RoseError
+from rose_sql.items import FORMATS, load_items
+from rose_sql.record import Record
+from rose_sql.report import Summary
+from rose_sql.run import plan, run
+
+DEFAULTS = Config()
+console = Console(stderr=False)
+err = Console(stderr=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rose")
+def main() -> None:
+    """ROSE-SQL: judge whether predicted SQL answers the question, not whether it equals one gold query."""
+
+
+def _fail(e: RoseError) -> None:
+    err.print(f"[bold red]error:[/] {e}", highlight=False)
+    sys.exit(2)
+
+
+@main.command("run")
+@click.argument("preds", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--gold", type=click.Path(path_type=Path), help="Gold file: BIRD/Spider dev.json or dev_gold.sql.")
+@click.option(
+    "--db-root", required=True, type=click.Path(path_type=Path), help="Folder holding <db_id>/<db_id>.sqlite."
+)
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Output folder; each prediction file gets OUT/<file name>/.",
+)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Input format (default: detected).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run: skip items already recorded.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=DEFAULTS.timeout_s,
+    show_default=True,
+    help="Seconds one query may run before SQLite interrupts it.",
+)
+@click.option("--workers", type=int, default=None, help="Concurrent items (default: 2 x cores).")
+@click.option(
+    "--max-rows",
+    type=int,
+    default=DEFAULTS.max_rows,
+    show_default=True,
+    help="Rows kept per result; larger results are marked truncated.",
+)
+def run_cmd(
+    preds: tuple[Path, ...],
+    gold: Path | None,
+    db_root: Path,
+    out: Path,
+    fmt: str | None,
+    resume: bool,
+    timeout: float,
+    workers: int | None,
+    max_rows: int,
+) -> None:
+    """Evaluate one or more prediction files against the gold and the databases.
+
+    Writes OUT/<name>/records.jsonl (one line per item, appended as items finish) and
+    OUT/<name>/summary.json for each prediction file. Exit status 0 when the run completed,
+    whatever the scores; 2 for unusable input.
+    """
+    config = Config(timeout_s=timeout, max_rows=max_rows)
+    if workers:
+        config = config.with_(workers=workers)
+    try:
+        if not db_root.is_dir():
+            raise RoseError(f"--db-root {db_root} is not a folder")
+        loaded = [load_items(p, gold, fmt) for p in preds]
+        systems = plan(loaded, out, resume=resume)
+    except RoseError as e:
+        _fail(e)
+        return
+    for lf in loaded:
+        for w in lf.warnings:
+            err.print(f"[yellow]warning:[/] {w}", highlight=False)
+    for s in systems:
+        if s.resumed:
+            console.print(f"{s.name}: resuming, {s.resumed} items already recorded, {len(s.todo)} to go")
+    total = sum(len(s.todo) for s in systems)
+    summaries = _run_with_progress(systems, db_root, config, total)
+    print_summaries(summaries)
+
+
+def _run_with_progress(systems: Sequence[object], db_root: Path, config: Config, total: int) -> list[Summary]:
+    from rose_sql.run import SystemRun
+
+    assert all(isinstance(s, SystemRun) for s in systems)
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, disable=total < 50 or not err.is_terminal) as bar:
+        task = bar.add_task("evaluating", total=total)
+
+        def tick(name: str, record: Record) -> None:
+            bar.advance(task)
+
+        return run(systems, db_root, config, progress=tick)  # type: ignore[arg-type]
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f}"
+
+
+def print_summaries(summaries: Sequence[Summary]) -> None:
+    """The terminal summary of a run."""
+    table = Table(title="ROSE-SQL run", title_justify="left")
+    for col in ("system", "items", "scored", "ROSE", "BIRD EX", "TS EX", "TS EX keep-distinct", "Soft-F1"):
+        table.add_column(col, justify="left" if col == "system" else "right")
+    for s in summaries:
+        table.add_row(
+            s.system,
+            str(s.n),
+            f"{s.scored} ({100 * s.coverage:.1f}%)",
+            _pct(s.rose),
+            _pct(s.bird_ex),
+            _pct(s.ts_ex),
+            _pct(s.ts_ex_keep_distinct),
+            _pct(s.soft_f1),
+        )
+    console.print(table)
+    waiting = sum(s.unscored.get("awaiting_judge", 0) for s in summaries)
+    if waiting:
+        console.print(
+            f"[bold]No judge is configured:[/] {waiting} items await a judge (score null, reason awaiting_judge). "
+            "Only predictions that fail to execute are scored (0); ROSE covers scored items only."
+        )
+    for s in summaries:
+        other = {k: v for k, v in s.unscored.items() if k != "awaiting_judge"}
+        if other:
+            console.print(f"{s.system}: unscored " + ", ".join(f"{v} {k}" for k, v in sorted(other.items())))
+
+
+@main.command("demo")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("rose-demo-out"),
+    show_default=True,
+    help="Where the demo database, items and results go.",
+)
+def demo_cmd(out: Path) -> None:
+    """Build the bundled demo database and run ROSE-SQL on its questions."""
+    from rose_sql.demo import run_demo
+
+    try:
+        run_demo(out, console)
+    except RoseError as e:
+        _fail(e)

@@ -1,0 +1,239 @@
+"""Our typed result comparator: does the prediction return the gold's rows, and if not, why.
+
+Rules (each is a deliberate choice, see the README):
+
+- rows are a multiset: duplicates count, and row order counts only when the gold's outermost
+  query has an ORDER BY;
+- column order and names are free, but a row stays a row: columns are matched as whole aligned
+  vectors, never one by one;
+- numbers compare by value: ``1 == 1.0 == Decimal('1')``, floats rounded to
+  ``Config.float_digits`` significant digits; ``True`` is 1 (SQLite has no booleans);
+- NULL is neither 0 nor ``''``; the text ``'1'`` is not the number 1 (reported as a *type* mismatch).
+
+Every comparison carries a reason code and a one-line explanation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from itertools import islice
+from typing import Any, Literal
+
+from rose_sql.execute import ResultSet
+
+Reason = Literal[
+    "same",  # equal, possibly up to tolerated representation differences (see notes)
+    "order",  # the same rows in another order, and the gold is ordered
+    "multiplicity",  # the same distinct rows, duplicated differently
+    "extra_columns",  # the gold's columns are all in the prediction, rows aligned, plus others
+    "missing_columns",  # the prediction's columns are all in the gold, rows aligned, but some are missing
+    "column_count",  # different numbers of columns, and neither is a projection of the other
+    "type",  # equal only if numeric text is read as numbers ('1' vs 1)
+    "values",  # different rows
+    "truncated",  # a result was cut by the row cap, so equality cannot be decided
+]
+
+_SEARCH_LIMIT = 20_000
+
+
+class _Null:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = _Null()
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """The outcome of comparing a prediction's result with the gold's."""
+
+    equal: bool | None
+    """True or False; None when undecidable (a truncated result)."""
+    reason: Reason
+    """Why: ``same`` when equal, otherwise the kind of mismatch."""
+    detail: str
+    """One line a person can read."""
+    notes: tuple[str, ...] = ()
+    """Representation differences that were tolerated (column order, 1 vs 1.0, names)."""
+    column_map: tuple[int, ...] | None = None
+    """For each gold column, the prediction column it matched (when columns could be matched)."""
+    pred_only: int = 0
+    """Rows (with multiplicity) in the prediction but not in the gold."""
+    gold_only: int = 0
+    """Rows (with multiplicity) in the gold but not in the prediction."""
+
+
+def canon(value: Any, digits: int = 12) -> Any:
+    """A hashable key under which values that are equal by our rules coincide."""
+    if value is None:
+        return NULL
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float | Decimal):
+        f = float(value)
+        if not math.isfinite(f):
+            return f
+        if f == int(f) and abs(f) < 2**63:
+            return int(f)
+        r = float(f"{f:.{digits}g}")
+        return int(r) if r == int(r) else r
+    return value
+
+
+def _numeric_text(value: Any, digits: int) -> Any:
+    if isinstance(value, str):
+        try:
+            return canon(float(value.strip()), digits) if value.strip() else value
+        except ValueError:
+            return value
+    return canon(value, digits)
+
+
+def _rows(res: ResultSet, digits: int, key: Any = canon) -> list[tuple[Any, ...]]:
+    return [tuple(key(v, digits) for v in row) for row in res.rows]
+
+
+def _column_maps(
+    gold: list[tuple[Any, ...]], pred: list[tuple[Any, ...]], ng: int, np_: int
+) -> Iterator[tuple[int, ...]]:
+    """Injective maps gold column -> prediction column whose columns hold the same values.
+
+    Candidates are pruned by comparing each column's value multiset (or value set when the
+    prediction has extra columns, since projecting may merge rows); callers confirm whole rows.
+    """
+    same_len = len(gold) == len(pred)
+
+    def sig(rows: list[tuple[Any, ...]], j: int) -> Any:
+        col = [r[j] for r in rows]
+        return Counter(col) if same_len and ng == np_ else frozenset(col)
+
+    gsig = [sig(gold, i) for i in range(ng)]
+    psig = [sig(pred, j) for j in range(np_)]
+    cands = [[j for j in range(np_) if psig[j] == gsig[i]] for i in range(ng)]
+    order = sorted(range(ng), key=lambda i: len(cands[i]))
+    chosen: dict[int, int] = {}
+    used: set[int] = set()
+
+    def walk(k: int) -> Iterator[tuple[int, ...]]:
+        if k == ng:
+            yield tuple(chosen[i] for i in range(ng))
+            return
+        i = order[k]
+        for j in cands[i]:
+            if j not in used:
+                chosen[i] = j
+                used.add(j)
+                yield from walk(k + 1)
+                used.discard(j)
+        chosen.pop(i, None)
+
+    yield from islice(walk(0), _SEARCH_LIMIT)
+
+
+def _project(rows: list[tuple[Any, ...]], cols: Sequence[int]) -> list[tuple[Any, ...]]:
+    return [tuple(r[j] for j in cols) for r in rows]
+
+
+def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12) -> Comparison:
+    """Compare a prediction's result with the gold's; ``ordered``: the gold has a top-level ORDER BY."""
+    if pred.truncated or gold.truncated:
+        which = (
+            "both results were"
+            if pred.truncated and gold.truncated
+            else ("the prediction's result was" if pred.truncated else "the gold's result was")
+        )
+        return Comparison(None, "truncated", f"{which} cut at the row cap; equality cannot be decided")
+    g, p = _rows(gold, digits), _rows(pred, digits)
+    ng, np_ = len(gold.columns), len(pred.columns)
+    notes: list[str] = []
+    if gold.rows == pred.rows and ng == np_:
+        if tuple(gold.columns) != tuple(pred.columns):
+            notes.append("column names differ")
+        return Comparison(True, "same", _same_detail(len(g)), tuple(notes), tuple(range(ng)))
+    if not g and not p:
+        return Comparison(True, "same", "both results are empty", column_map=tuple(range(ng)) if ng == np_ else None)
+    if ng == np_:
+        found = _equal_up_to_columns(g, p, ng, ordered)
+        if found is not None:
+            cmap, in_order = found
+            if cmap != tuple(range(ng)):
+                notes.append("columns in another order")
+            if any(
+                type(a) is not type(b)
+                for gr, pr in zip(gold.rows, pred.rows, strict=False)
+                for a, b in zip(gr, (pr[j] for j in cmap), strict=False)
+            ):
+                notes.append("numbers equal by value with different types or rounding (e.g. 1 vs 1.0)")
+            if [gold.columns[i] for i in range(ng)] != [pred.columns[j] for j in cmap]:
+                notes.append("column names differ")
+            if in_order:
+                return Comparison(True, "same", _same_detail(len(g)), tuple(notes), cmap)
+            return Comparison(
+                False, "order", "the same rows in another order, and the gold is ordered", tuple(notes), cmap
+            )
+        if Counter(g) != Counter(p) and set(g) == set(p):
+            return _diff(g, p, "multiplicity", "the same distinct rows, duplicated differently")
+        if Counter(_rows(gold, digits, _numeric_text)) == Counter(_rows(pred, digits, _numeric_text)):
+            return _diff(g, p, "type", "equal only if numbers stored as text are read as numbers")
+        return _diff(g, p, "values", f"{_count(p)} predicted vs {_count(g)} gold rows; the rows differ")
+    if np_ > ng:
+        for cmap in _column_maps(g, p, ng, np_):
+            proj = _project(p, cmap)
+            if Counter(proj) == Counter(g) or set(proj) == set(g):
+                extra = np_ - ng
+                return Comparison(
+                    False,
+                    "extra_columns",
+                    f"the prediction returns the gold's columns plus {extra} more, rows aligned",
+                    column_map=cmap,
+                )
+    else:
+        for cmap in _column_maps(p, g, np_, ng):
+            proj = _project(g, cmap)
+            if Counter(proj) == Counter(p) or set(proj) == set(p):
+                return Comparison(
+                    False, "missing_columns", f"the prediction returns {np_} of the gold's {ng} columns, rows aligned"
+                )
+    return _diff(g, p, "column_count", f"{np_} predicted vs {ng} gold columns; no column alignment fits")
+
+
+def _equal_up_to_columns(
+    g: list[tuple[Any, ...]], p: list[tuple[Any, ...]], n: int, ordered: bool
+) -> tuple[tuple[int, ...], bool] | None:
+    """A column permutation under which the row multisets agree, and whether the order agrees too."""
+    if len(g) != len(p):
+        return None
+    gbag = Counter(g)
+    first: tuple[int, ...] | None = None
+    identity = tuple(range(n))
+    maps = _column_maps(g, p, n, n)
+    for cmap in maps:
+        perm = p if cmap == identity else _project(p, cmap)
+        if Counter(perm) != gbag:
+            continue
+        if not ordered or perm == g:
+            return cmap, True
+        first = first or cmap
+    return (first, False) if first is not None else None
+
+
+def _diff(g: list[tuple[Any, ...]], p: list[tuple[Any, ...]], reason: Reason, detail: str) -> Comparison:
+    gc, pc = Counter(g), Counter(p)
+    return Comparison(False, reason, detail, pred_only=sum((pc - gc).values()), gold_only=sum((gc - pc).values()))
+
+
+def _count(rows: list[tuple[Any, ...]]) -> str:
+    return f"{len(rows)}"
+
+
+def _same_detail(n: int) -> str:
+    return "identical results" if n else "both results are empty"

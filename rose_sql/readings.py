@@ -1,0 +1,175 @@
+"""The official readings, reproduced item for item with their quirks.
+
+``bird_ex``
+    BIRD's execution accuracy (bird-bench/mini_dev ``evaluation_ex.py``): 1 iff
+    ``set(pred_rows) == set(gold_rows)`` on ``fetchall()`` tuples. Row order and duplicates are
+    ignored, column order matters, Python equality (``507 == 507.0``). Text that is not valid
+    UTF-8 makes its query fail there (default ``text_factory``), so it scores 0 here too.
+``ts_ex`` / ``ts_ex_keep_distinct``
+    Spider test-suite execution match (taoyds/test-suite-sql-eval ``evaluation.py --etype exec``):
+    the prediction is cut at its first tab and ``value`` is replaced by ``1`` everywhere in it;
+    ``> =`` / ``< =`` / ``! =`` are glued; by default every ``DISTINCT`` token (sqlparse's
+    tokenization, also inside ``COUNT(DISTINCT x)``) is deleted from both queries
+    (``ts_ex_keep_distinct`` keeps them); results are bags of rows, equal up to a column
+    permutation, ordered iff the string ``order by`` occurs anywhere in the gold; a quick
+    rejection compares rows sorted by ``str(value) + str(type(value))``; both empty is a match.
+``soft_f1``
+    BIRD mini-dev's Soft-F1 (``evaluation_f1.py``): rows de-duplicated in order, gold row *i*
+    compared with predicted row *i* by cell membership, precision/recall over the summed
+    per-row fractions; both empty is 1.
+
+Where a reading cannot be computed honestly (a gold that fails, a truncated result) it is None.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import sqlparse
+
+from rose_sql.execute import Row
+
+_PERMUTATION_BUDGET = 100_000
+"""Column permutations tried at most (the official search can run for hours on wide results)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Readings:
+    """The official metrics for one item (None where they do not apply)."""
+
+    bird_ex: int | None = None
+    """BIRD EX: 1 or 0."""
+    ts_ex: int | None = None
+    """Spider test-suite EX with its defaults (DISTINCT removed): 1 or 0."""
+    ts_ex_keep_distinct: int | None = None
+    """Spider test-suite EX with ``--keep_distinct``: 1 or 0."""
+    soft_f1: float | None = None
+    """BIRD mini-dev Soft-F1 in [0, 1]."""
+
+
+# --------------------------------------------------------------------------- BIRD
+
+
+def bird_ex(pred: Sequence[Row], gold: Sequence[Row]) -> int:
+    """BIRD EX on two fetched results."""
+    return int(set(pred) == set(gold))
+
+
+def _row_match(pred_row: Row, gold_row: Row) -> tuple[float, float, float]:
+    total = len(gold_row)
+    matches = sum(1 for v in pred_row if v in gold_row)
+    pred_only = len(pred_row) - matches
+    gold_only = sum(1 for v in gold_row if v not in pred_row)
+    return matches / total, pred_only / total, gold_only / total
+
+
+def soft_f1(pred: Sequence[Row], gold: Sequence[Row]) -> float:
+    """BIRD mini-dev Soft-F1 on two fetched results."""
+    if not pred and not gold:
+        return 1.0
+    p = list(dict.fromkeys(pred))
+    g = list(dict.fromkeys(gold))
+    match: list[float] = []
+    pred_only: list[float] = []
+    gold_only: list[float] = []
+    for i, g_row in enumerate(g):
+        if i >= len(p):
+            match.append(0)
+            gold_only.append(1)
+            continue
+        m, po, go = _row_match(p[i], g_row)
+        match.append(m)
+        pred_only.append(po)
+        gold_only.append(go)
+    for _ in range(len(p) - len(g)):
+        match.append(0)
+        pred_only.append(1)
+        gold_only.append(0)
+    tp, fp, fn = sum(match), sum(pred_only), sum(gold_only)
+    precision = tp / (tp + fp) if tp + fp > 0 else 0
+    recall = tp / (tp + fn) if tp + fn > 0 else 0
+    return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0
+
+
+# --------------------------------------------------------------------------- Spider test suite
+
+
+def _glue_operators(sql: str) -> str:
+    return sql.replace("> =", ">=").replace("< =", "<=").replace("! =", "!=")
+
+
+@lru_cache(maxsize=65536)
+def _remove_distinct(sql: str) -> str:
+    if "distinct" not in sql.lower():
+        return sql
+    tokens = [t.value for t in sqlparse.parse(sql)[0].flatten()]
+    return "".join(t for t in tokens if t.lower() != "distinct")
+
+
+def ts_pred_sql(pred: str, *, keep_distinct: bool = False) -> str:
+    """The prediction as the test suite executes it."""
+    sql = _glue_operators(pred.split("\t", 1)[0].replace("value", "1"))
+    return sql if keep_distinct else _remove_distinct(sql)
+
+
+def ts_gold_sql(gold: str, *, keep_distinct: bool = False) -> str:
+    """The gold as the test suite executes it."""
+    sql = _glue_operators(gold)
+    return sql if keep_distinct else _remove_distinct(sql)
+
+
+def ts_order_matters(gold: str) -> bool:
+    """The test suite's order rule: the text ``order by`` anywhere in the gold."""
+    return "order by" in gold.lower()
+
+
+def _unorder_row(row: Row) -> tuple[Any, ...]:
+    return tuple(sorted(row, key=lambda x: str(x) + str(type(x))))
+
+
+def _quick_reject(gold: Sequence[Row], pred: Sequence[Row], ordered: bool) -> bool:
+    g = [_unorder_row(r) for r in gold]
+    p = [_unorder_row(r) for r in pred]
+    return g != p if ordered else set(g) != set(p)
+
+
+def ts_equal(gold: Sequence[Row], pred: Sequence[Row], ordered: bool) -> bool:
+    """Test-suite result equality: bags (or lists) of rows up to one column permutation."""
+    if not gold and not pred:
+        return True
+    if len(gold) != len(pred):
+        return False
+    n = len(gold[0])
+    if len(pred[0]) != n:
+        return False
+    if _quick_reject(gold, pred, ordered):
+        return False
+    gold_cols = [{row[i] for row in gold} for i in range(n)]
+    pred_cols = [{row[j] for row in pred} for j in range(n)]
+    cands = [[j for j in range(n) if pred_cols[j] <= gold_cols[i]] for i in range(n)]
+    gbag = None if ordered else Counter(gold)
+    perm: list[int] = []
+    used: set[int] = set()
+    budget = [_PERMUTATION_BUDGET]
+
+    def search(i: int) -> bool:
+        if i == n:
+            budget[0] -= 1
+            permuted = [tuple(row[j] for j in perm) for row in pred]
+            return list(gold) == permuted if gbag is None else gbag == Counter(permuted)
+        for j in cands[i]:
+            if j in used or budget[0] <= 0:
+                continue
+            perm.append(j)
+            used.add(j)
+            if search(i + 1):
+                return True
+            perm.pop()
+            used.discard(j)
+        return False
+
+    return search(0)
