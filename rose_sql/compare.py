@@ -23,7 +23,7 @@ from decimal import Decimal
 from itertools import islice
 from typing import Any, Literal
 
-from rose_sql.execute import ResultSet
+from rose_sql.execute import ResultSet, Row
 
 Reason = Literal[
     "same",  # equal, possibly up to tolerated representation differences (see notes)
@@ -156,8 +156,7 @@ def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12
     ng, np_ = len(gold.columns), len(pred.columns)
     notes: list[str] = []
     if gold.rows == pred.rows and ng == np_:
-        if tuple(gold.columns) != tuple(pred.columns):
-            notes.append("column names differ")
+        notes += _representation_notes(gold, pred, tuple(range(ng)))
         return Comparison(True, "same", _same_detail(len(g)), tuple(notes), tuple(range(ng)))
     if not g and not p:
         return Comparison(True, "same", "both results are empty", column_map=tuple(range(ng)) if ng == np_ else None)
@@ -167,14 +166,7 @@ def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12
             cmap, in_order = found
             if cmap != tuple(range(ng)):
                 notes.append("columns in another order")
-            if any(
-                type(a) is not type(b)
-                for gr, pr in zip(gold.rows, pred.rows, strict=False)
-                for a, b in zip(gr, (pr[j] for j in cmap), strict=False)
-            ):
-                notes.append("numbers equal by value with different types or rounding (e.g. 1 vs 1.0)")
-            if [gold.columns[i] for i in range(ng)] != [pred.columns[j] for j in cmap]:
-                notes.append("column names differ")
+            notes += _representation_notes(gold, pred, cmap)
             if in_order:
                 return Comparison(True, "same", _same_detail(len(g)), tuple(notes), cmap)
             return Comparison(
@@ -224,6 +216,20 @@ def _equal_up_to_columns(
             return cmap, True
         first = first or cmap
     return (first, False) if first is not None else None
+
+
+def _representation_notes(gold: ResultSet, pred: ResultSet, cmap: tuple[int, ...]) -> list[str]:
+    """Differences that equality tolerated: value types or rounding, column names."""
+    notes = []
+
+    def typed(rows: Sequence[Row], cols: Sequence[int]) -> Counter[tuple[Any, ...]]:
+        return Counter(tuple((type(r[j]).__name__, r[j]) for j in cols) for r in rows)
+
+    if typed(gold.rows, range(len(gold.columns))) != typed(pred.rows, cmap):
+        notes.append("numbers equal by value with different types or rounding (e.g. 1 vs 1.0)")
+    if [c.lower() for c in gold.columns] != [pred.columns[j].lower() for j in cmap]:
+        notes.append("column names differ")
+    return notes
 
 
 def _diff(g: list[tuple[Any, ...]], p: list[tuple[Any, ...]], reason: Reason, detail: str) -> Comparison:

@@ -1,0 +1,60 @@
+"""Our comparator, driven by tests/cases/compare.json: both sides are real SQLite results."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rose_sql.compare import canon, compare
+from rose_sql.config import Config
+from rose_sql.execute import Executor, ResultSet
+from rose_sql.sql import has_top_level_order_by
+
+CASES = json.loads((Path(__file__).parent / "cases" / "compare.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def executor() -> Executor:
+    return Executor(Config(workers=1))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_compare_case(case: dict[str, Any], make_db: Callable[..., Path], executor: Executor) -> None:
+    db = make_db("CREATE TABLE unused (x);")
+    gold, pred = executor.run(db, case["gold"]), executor.run(db, case["pred"])
+    assert gold.result is not None and pred.result is not None, (gold.error, pred.error)
+    c = compare(pred.result, gold.result, ordered=has_top_level_order_by(case["gold"]))
+    assert (c.equal, c.reason) == (case["equal"], case["reason"]), c.detail
+    if "note" in case:
+        assert any(case["note"] in n for n in c.notes), c.notes
+
+
+def rs(rows: list[tuple[Any, ...]], cols: int | None = None, truncated: bool = False) -> ResultSet:
+    n = cols if cols is not None else (len(rows[0]) if rows else 1)
+    return ResultSet(tuple(f"c{i}" for i in range(n)), tuple(rows), len(rows), truncated)
+
+
+def test_truncated_results_are_undecidable() -> None:
+    c = compare(rs([(1,)], truncated=True), rs([(1,)]), ordered=False)
+    assert c.equal is None and c.reason == "truncated"
+
+
+def test_decimal_and_bool_are_numbers() -> None:
+    assert compare(rs([(Decimal("2.50"), True)]), rs([(2.5, 1)]), ordered=False).equal is True
+    assert canon(Decimal("3")) == canon(3.0) == 3
+
+
+def test_mismatch_counts_rows_on_each_side() -> None:
+    c = compare(rs([(1,), (2,), (2,)]), rs([(1,), (3,)]), ordered=False)
+    assert (c.equal, c.reason, c.pred_only, c.gold_only) == (False, "values", 2, 1)
+
+
+def test_wide_results_with_many_equal_columns_stay_fast() -> None:
+    row = tuple([7] * 26)
+    c = compare(rs([row] * 50), rs([row] * 49 + [(*row[:-1], 8)]), ordered=False)
+    assert c.equal is False

@@ -1,0 +1,187 @@
+"""Loaders: every format yields the same items, paired by key or line, and bad input names its place."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rose_sql.errors import InputError, UsageError
+from rose_sql.items import detect_format, load_items
+
+BIRD_GOLD = [
+    {"question_id": 0, "db_id": "a", "question": "q0", "evidence": "e0", "SQL": "SELECT 0", "difficulty": "simple"},
+    {"question_id": 1, "db_id": "a", "question": "q1", "evidence": "", "SQL": "SELECT 1", "difficulty": "moderate"},
+    {"question_id": 2, "db_id": "b", "question": "q2", "evidence": "e2", "SQL": "SELECT 2", "difficulty": "simple"},
+]
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def bird_pred(sql: str, db: str) -> str:
+    return f"{sql}\t----- bird -----\t{db}"
+
+
+def test_bird_pairs_by_key_not_position(tmp_path: Path) -> None:
+    gold = write(tmp_path / "dev.json", json.dumps(BIRD_GOLD))
+    preds = {"2": bird_pred("SELECT 'two'", "b"), "0": bird_pred("SELECT 'zero'", "a"), "1": bird_pred("x", "a")}
+    loaded = load_items(write(tmp_path / "p.json", json.dumps(preds)), gold)
+    assert loaded.format == "bird"
+    by_id = {it.id: it for it in loaded.items}
+    assert by_id[2].pred_sql == "SELECT 'two'" and by_id[2].gold_sql == "SELECT 2" and by_id[2].db_id == "b"
+    assert by_id[0].evidence == "e0" and by_id[1].evidence is None and by_id[0].difficulty == "simple"
+    assert any("not in order" in w for w in loaded.warnings)
+
+
+def test_bird_missing_keys_warn(tmp_path: Path) -> None:
+    gold = write(tmp_path / "dev.json", json.dumps(BIRD_GOLD))
+    loaded = load_items(write(tmp_path / "p.json", json.dumps({"0": bird_pred("SELECT 1", "a")})), gold)
+    assert [it.id for it in loaded.items] == [0]
+    assert any("2 of 3 questions" in w for w in loaded.warnings)
+
+
+@pytest.mark.parametrize(
+    ("preds", "message"),
+    [
+        ({"zero": bird_pred("SELECT 1", "a")}, "'zero'"),
+        ({"7": bird_pred("SELECT 1", "a")}, "out of range"),
+        ({"0": bird_pred("SELECT 1", "b")}, "db_id 'b'"),
+        ({"0": 5}, "must be a string"),
+    ],
+)
+def test_bird_bad_keys_name_the_key(tmp_path: Path, preds: dict[str, object], message: str) -> None:
+    gold = write(tmp_path / "dev.json", json.dumps(BIRD_GOLD))
+    with pytest.raises(InputError, match=message) as e:
+        load_items(write(tmp_path / "p.json", json.dumps(preds)), gold)
+    assert "p.json" in str(e.value)
+
+
+def test_bird_needs_gold(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--gold"):
+        load_items(write(tmp_path / "p.json", json.dumps({"0": bird_pred("SELECT 1", "a")})))
+
+
+def test_malformed_json_names_line(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"p\.json:3: invalid JSON"):
+        load_items(write(tmp_path / "p.json", '{\n"0": "a",\n"1" "b"\n}'), tmp_path / "dev.json")
+
+
+def test_spider_lines_tabs_and_db_ids(tmp_path: Path) -> None:
+    gold = write(tmp_path / "gold.sql", "SELECT 1\tdb1\nSELECT 2\tdb2\nSELECT 3\tdb1\n")
+    preds = write(tmp_path / "p.txt", "SELECT a\tFROM t\nSELECT b\tdb2\n\n")
+    loaded = load_items(preds, gold)
+    assert loaded.format == "spider"
+    assert [(it.id, it.db_id, it.pred_sql) for it in loaded.items] == [
+        (0, "db1", "SELECT a\tFROM t"),  # a tab inside the SQL is kept (the test suite cuts there)
+        (1, "db2", "SELECT b"),
+        (2, "db1", ""),  # an empty line is an empty prediction, never a shift of later lines
+    ]
+
+
+def test_spider_line_count_mismatch_is_an_error(tmp_path: Path) -> None:
+    gold = write(tmp_path / "gold.sql", "SELECT 1\tdb1\nSELECT 2\tdb2\n")
+    with pytest.raises(InputError, match="1 prediction lines but 2 gold"):
+        load_items(write(tmp_path / "p.txt", "SELECT 1\n"), gold)
+
+
+def test_spider_wrong_db_id_names_line(tmp_path: Path) -> None:
+    gold = write(tmp_path / "gold.sql", "SELECT 1\tdb1\nSELECT 2\tdb2\n")
+    with pytest.raises(InputError, match=r"p\.sql:2: db_id 'db1'"):
+        load_items(write(tmp_path / "p.sql", "SELECT 1\tdb1\nSELECT 2\tdb1\n"), gold)
+
+
+def test_sqlexam_keeps_ids_as_given(tmp_path: Path) -> None:
+    data = [
+        {
+            "question_id": "q-7",
+            "db_id": "a",
+            "question": "q",
+            "evidence": "",
+            "predicted_sql": "SELECT 1",
+            "gold_sql": "SELECT 1",
+            "difficulty": "simple",
+        },
+        {
+            "question_id": 12,
+            "db_id": "a",
+            "question": "q",
+            "evidence": "e",
+            "predicted_sql": None,
+            "gold_sql": "SELECT 2",
+            "difficulty": "moderate",
+        },
+    ]
+    loaded = load_items(write(tmp_path / "r.json", json.dumps(data)))
+    assert loaded.format == "sqlexam"
+    assert [it.id for it in loaded.items] == ["q-7", 12]
+    assert loaded.items[1].pred_sql == "" and loaded.items[1].evidence == "e"
+
+
+def test_duplicate_ids_rejected(tmp_path: Path) -> None:
+    rows = [{"id": 1, "db_id": "a", "pred_sql": "SELECT 1"}, {"id": 1, "db_id": "a", "pred_sql": "SELECT 2"}]
+    with pytest.raises(InputError, match="occurs more than once"):
+        load_items(write(tmp_path / "g.jsonl", "\n".join(json.dumps(r) for r in rows)))
+
+
+def test_generic_jsonl_and_csv(tmp_path: Path) -> None:
+    row = {"id": "x1", "db_id": "a", "question": "q", "evidence": "", "gold_sql": "SELECT 1", "pred_sql": "SELECT 2"}
+    j = load_items(write(tmp_path / "g.jsonl", json.dumps(row) + "\n\n"))
+    c = load_items(
+        write(tmp_path / "g.csv", "id,db_id,question,evidence,gold_sql,pred_sql\nx1,a,q,,SELECT 1,SELECT 2\n")
+    )
+    for loaded in (j, c):
+        it = loaded.items[0]
+        assert (it.id, it.db_id, it.gold_sql, it.pred_sql, it.evidence) == ("x1", "a", "SELECT 1", "SELECT 2", None)
+
+
+def test_generic_jsonl_bad_line_named(tmp_path: Path) -> None:
+    good = json.dumps({"id": 1, "db_id": "a", "pred_sql": "SELECT 1"})
+    with pytest.raises(InputError, match=r"g\.jsonl:2"):
+        load_items(write(tmp_path / "g.jsonl", good + "\n{not json\n"))
+    with pytest.raises(InputError, match=r"g\.jsonl:1: missing field 'db_id'"):
+        load_items(write(tmp_path / "g.jsonl", json.dumps({"id": 1, "pred_sql": "x"})))
+
+
+def test_dincsv(tmp_path: Path) -> None:
+    text = (
+        'NLQ,PREDICTED SQL,GOLD SQL,DATABASE\n"How many, really?",SELECT COUNT(*) FROM t,SELECT count(*) FROM t,db1\n'
+    )
+    loaded = load_items(write(tmp_path / "d.csv", text))
+    assert loaded.format == "dincsv"
+    it = loaded.items[0]
+    assert (it.id, it.question, it.db_id, it.pred_sql) == (0, "How many, really?", "db1", "SELECT COUNT(*) FROM t")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="file not found"):
+        load_items(tmp_path / "nope.jsonl")
+
+
+# --------------------------------------------------------------------------- real files
+
+
+def test_real_spider_files_pair_with_gold(shared: Path) -> None:
+    gold = shared / "spider" / "dev_gold.sql"
+    for name in ("c3sql.txt", "dail-sql-gpt4.txt", "ta-sql.sql", "din-sql-gpt4.csv"):
+        loaded = load_items(shared / "preds" / "spider" / name, gold)
+        assert len(loaded.items) == 1034, name
+        assert loaded.items[0].db_id == "concert_singer"
+        assert loaded.items[-1].gold_sql is not None
+
+
+def test_real_bird_official_format(shared: Path) -> None:
+    loaded = load_items(shared / "preds" / "bird-dev-official-format" / "ta-sql.json", shared / "bird" / "dev.json")
+    assert detect_format(shared / "preds" / "bird-dev-official-format" / "ta-sql.json") == "bird"
+    assert len(loaded.items) == 1534 and not loaded.warnings
+    first = loaded.items[0]
+    assert first.db_id == "california_schools" and first.difficulty == "simple" and first.evidence
+
+
+def test_real_sqlexam(shared: Path) -> None:
+    loaded = load_items(shared / "preds" / "bird-dev" / "c3-result.json")
+    assert loaded.format == "sqlexam" and len(loaded.items) == 1534
+    assert sum(it.db_id == "superhero" for it in loaded.items) == 129
