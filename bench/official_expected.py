@@ -34,6 +34,7 @@ psycopg2, pymysql).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import multiprocessing as mp
@@ -58,16 +59,17 @@ _OFFICIAL: dict[str, Any] = {}
 def _import_official(mini_dev: str, test_suite: str) -> None:
     sys.path.insert(0, os.path.join(os.path.abspath(mini_dev), "evaluation"))
     sys.path.insert(0, os.path.abspath(test_suite))  # its parse.py must win over any PyPI "parse"
-    import evaluation_ex  # noqa: PLC0415  (official mini_dev)
-    import evaluation_f1  # noqa: PLC0415  (official mini_dev)
-    import exec_eval  # noqa: PLC0415  (official test-suite-sql-eval)
+    # the official modules (mini_dev: evaluation_ex, evaluation_f1; test-suite-sql-eval: exec_eval)
+    import evaluation_ex
+    import evaluation_f1
+    import exec_eval
 
     _OFFICIAL.update(evaluation_ex=evaluation_ex, evaluation_f1=evaluation_f1, exec_eval=exec_eval)
 
 
 def _gold_ok(gold: str, db: str, timeout: float) -> bool:
     """Does the gold run (plain sqlite3, default text_factory, as mini_dev connects)?"""
-    import sqlite3  # noqa: PLC0415
+    import sqlite3
 
     deadline = time.monotonic() + timeout
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -75,7 +77,7 @@ def _gold_ok(gold: str, db: str, timeout: float) -> bool:
     try:
         conn.execute(gold).fetchall()
         return True
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
     finally:
         conn.close()
@@ -104,7 +106,7 @@ def _run_phase(task: dict[str, Any]) -> dict[str, Any]:
                 progress_bar_for_each_datapoint=False,
             )
             return {"value": v}
-        except Exception as e:  # noqa: BLE001  (the official evaluation.py would crash here)
+        except Exception as e:  # the official evaluation.py has no handler: its whole run would stop here
             return {"value": None, "error": f"{type(e).__name__}: {e}"}
     if kind == "gold":
         return {"gold_ok": _gold_ok(task["gold"], task["db"], task["timeout"])}
@@ -183,7 +185,7 @@ class Pool:
             for c in wait(conns, timeout=max(0.0, min(1.0, nearest - now))):
                 s = next(x for x in self.slots if x.conn is c)
                 try:
-                    key, res = c.recv()
+                    key, res = s.conn.recv()
                 except EOFError:  # worker died unexpectedly
                     if s.task is not None:
                         results[s.key] = {"harness_error": "worker died"}
@@ -215,10 +217,8 @@ class Pool:
 
     def close(self) -> None:
         for s in self.slots:
-            try:
+            with contextlib.suppress(BrokenPipeError, OSError):
                 s.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
             s.proc.join(timeout=5)
             if s.proc.is_alive():
                 s.proc.kill()
@@ -347,20 +347,52 @@ def bird_items(data: Path, pred_file: Path, notes: dict[str, Any], db_id: str) -
 # --------------------------------------------------------------------------------------------------
 
 
-def evaluate(pool: Pool, items: list[Item], gold_cache: dict[tuple[str, str], bool], args: Any,
-             label: str) -> dict[str, dict[str, Any]]:
+def evaluate(
+    pool: Pool, items: list[Item], gold_cache: dict[tuple[str, str], bool], args: Any, label: str
+) -> dict[str, dict[str, Any]]:
     tasks: list[tuple[Any, dict[str, Any]]] = []
     for it in items:
-        tasks.append(((it.id, "bird"), {"kind": "bird", "pred": it.bird_pred, "gold": it.bird_gold, "db": it.db,
-                                        "timeout": args.timeout, "deadline": 2 * args.timeout + 30}))
+        tasks.append(
+            (
+                (it.id, "bird"),
+                {
+                    "kind": "bird",
+                    "pred": it.bird_pred,
+                    "gold": it.bird_gold,
+                    "db": it.db,
+                    "timeout": args.timeout,
+                    "deadline": 2 * args.timeout + 30,
+                },
+            )
+        )
         for kd in (False, True):
-            tasks.append(((it.id, "ts", kd), {"kind": "ts", "pred": it.ts_pred, "gold": it.ts_gold, "db": it.db,
-                                              "keep_distinct": kd, "deadline": args.ts_timeout}))
+            tasks.append(
+                (
+                    (it.id, "ts", kd),
+                    {
+                        "kind": "ts",
+                        "pred": it.ts_pred,
+                        "gold": it.ts_gold,
+                        "db": it.db,
+                        "keep_distinct": kd,
+                        "deadline": args.ts_timeout,
+                    },
+                )
+            )
         if (it.db, it.bird_gold) not in gold_cache:
             gold_cache[(it.db, it.bird_gold)] = None  # type: ignore[assignment]
-            tasks.append((("gold", it.db, it.bird_gold), {"kind": "gold", "gold": it.bird_gold, "db": it.db,
-                                                           "timeout": args.timeout,
-                                                           "deadline": args.timeout + 30}))
+            tasks.append(
+                (
+                    ("gold", it.db, it.bird_gold),
+                    {
+                        "kind": "gold",
+                        "gold": it.bird_gold,
+                        "db": it.db,
+                        "timeout": args.timeout,
+                        "deadline": args.timeout + 30,
+                    },
+                )
+            )
     res = pool.run(tasks, progress=label)
     for key, r in res.items():
         if key[0] == "gold":
@@ -380,8 +412,10 @@ def evaluate(pool: Pool, items: list[Item], gold_cache: dict[tuple[str, str], bo
             err_name = "ts_error" if not kd else "ts_error_keep_distinct"
             if "harness_timeout" in t:
                 rec[name] = None
-                rec[err_name] = (f"harness timeout: still running after {t['harness_timeout']} s "
-                                 "(official exec_eval has no effective timeout)")
+                rec[err_name] = (
+                    f"harness timeout: still running after {t['harness_timeout']} s "
+                    "(official exec_eval has no effective timeout)"
+                )
             elif "harness_error" in t:
                 rec[name] = None
                 rec[err_name] = t["harness_error"]
@@ -399,8 +433,9 @@ def _commit(path: str, override: str | None) -> str:
     if override:
         return override
     try:
-        return subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (subprocess.CalledProcessError, FileNotFoundError):
         pass
     commit_file = Path(path) / "COMMIT"
@@ -410,8 +445,10 @@ def _commit(path: str, override: str | None) -> str:
 
 
 def _versions() -> dict[str, str]:
-    code = ("import sys, sqlite3, importlib.metadata as m; "
-            "print(sys.version.split()[0], sqlite3.sqlite_version, m.version('sqlparse'), m.version('func_timeout'))")
+    code = (
+        "import sys, sqlite3, importlib.metadata as m; "
+        "print(sys.version.split()[0], sqlite3.sqlite_version, m.version('sqlparse'), m.version('func_timeout'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     return {"python": out[0], "sqlite": out[1], "sqlparse": out[2], "func_timeout": out[3]}
 
@@ -458,8 +495,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default="../shared/data", help="shared data folder (default ../shared/data)")
     ap.add_argument("--out", default="tests/data/official", help="output folder")
     ap.add_argument("--timeout", type=float, default=30.0, help="mini_dev meta_time_out (official default 30)")
-    ap.add_argument("--ts-timeout", type=float, default=120.0,
-                    help="hard limit for one eval_exec_match call (the official code has none)")
+    ap.add_argument(
+        "--ts-timeout",
+        type=float,
+        default=120.0,
+        help="hard limit for one eval_exec_match call (the official code has none)",
+    )
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--bird-db", default="superhero")
     ap.add_argument("--only", nargs="*", help="only these prediction file names")
@@ -468,10 +509,12 @@ def main(argv: list[str] | None = None) -> int:
     data, out = Path(args.data), Path(args.out)
     md_commit = _commit(args.mini_dev, args.mini_dev_commit)
     ts_commit = _commit(args.test_suite, args.test_suite_commit)
-    source = (f"bird-bench/mini_dev@{md_commit} evaluation/evaluation_ex.py execute_model+calculate_ex, "
-              f"evaluation/evaluation_f1.py execute_model+calculate_f1_score (SQLite); "
-              f"taoyds/test-suite-sql-eval@{ts_commit} exec_eval.py eval_exec_match (plug_value=False) "
-              f"after evaluation.py's prediction-line handling")
+    source = (
+        f"bird-bench/mini_dev@{md_commit} evaluation/evaluation_ex.py execute_model+calculate_ex, "
+        f"evaluation/evaluation_f1.py execute_model+calculate_f1_score (SQLite); "
+        f"taoyds/test-suite-sql-eval@{ts_commit} exec_eval.py eval_exec_match (plug_value=False) "
+        f"after evaluation.py's prediction-line handling"
+    )
     env = _versions()
     params = {"mini_dev_meta_time_out": args.timeout, "ts_harness_timeout": args.ts_timeout}
 
@@ -508,9 +551,8 @@ def main(argv: list[str] | None = None) -> int:
                 "notes": notes,
                 "summary": summary,
             }
-            write_json(out / dataset / f"{pred_file.name}.json", header, results)
-            print(f"{dataset}/{pred_file.name}: {json.dumps(summary)} ({time.monotonic() - t0:.0f} s)",
-                  flush=True)
+            write_json(out / dataset / f"{pred_file.name}.json", header, results)  # <prediction file name>.json
+            print(f"{dataset}/{pred_file.name}: {json.dumps(summary)} ({time.monotonic() - t0:.0f} s)", flush=True)
     finally:
         pool.close()
     print(f"done in {time.monotonic() - t_start:.0f} s, worker restarts: {pool.restarts}", flush=True)

@@ -16,7 +16,7 @@ from rose_sql.compare import Comparison, compare
 from rose_sql.config import Config
 from rose_sql.decide import Decision, decide
 from rose_sql.errors import UsageError
-from rose_sql.execute import Execution, Executor
+from rose_sql.execute import Execution, Executor, ResultSet
 from rose_sql.items import Item, Loaded
 from rose_sql.readings import (
     Readings,
@@ -30,6 +30,9 @@ from rose_sql.readings import (
 from rose_sql.record import ExecutionInfo, Record, RecordWriter, comparison_dict, id_key, read_records
 from rose_sql.report import Summary, summarize, write_summary
 from rose_sql.sql import has_top_level_order_by
+
+
+_EMPTY_SQL = ("empty SQL", "SQL is only comments")  # the gate's reasons for SQL with no statement
 
 
 def db_path(db_root: Path, db_id: str) -> Path:
@@ -67,6 +70,8 @@ def _evaluate(item: Item, db_root: Path, executor: Executor) -> Record:
 def _readings(item: Item, db: Path, gold: Execution, pred: Execution, executor: Executor) -> Readings:
     g, p = gold.result, pred.result
     assert g is not None and item.gold_sql is not None
+    if p is None and pred.status == "rejected" and pred.error in _EMPTY_SQL:
+        p = ResultSet((), (), 0)  # Python's sqlite3 runs an empty or comment-only string as "no rows"
     if p is None:
         b, f1 = 0, 0.0
     elif g.truncated or p.truncated:
