@@ -6,11 +6,11 @@ The public API is small: load items, evaluate them, read the records.
 from rose_sql.compare import Comparison, compare
 from rose_sql.config import Config
 from rose_sql.errors import InputError, RoseError, UsageError
+from rose_sql.evaluate import evaluate_item
 from rose_sql.execute import Execution, Executor, ResultSet
 from rose_sql.items import Item, Loaded, load_items
 from rose_sql.readings import Readings
 from rose_sql.record import Record
-from rose_sql.run import evaluate_item
 
 __version__ = "0.1.0"
 

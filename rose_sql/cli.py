@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -12,12 +13,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rose_sql import __version__
-from rose_sql.config import Config
-from rose_sql.errors import RoseError
+from rose_sql.config import Config, JudgeConfig
+from rose_sql.errors import RoseError, UsageError
 from rose_sql.items import FORMATS, load_items
+from rose_sql.judges.llm import Ledger
 from rose_sql.record import Record
 from rose_sql.report import Summary
-from rose_sql.run import plan, run
+from rose_sql.run import SystemRun, plan, run
 
 DEFAULTS = Config()
 console = Console(stderr=False)
@@ -56,13 +58,39 @@ def _fail(e: RoseError) -> None:
     show_default=True,
     help="Seconds one query may run before SQLite interrupts it.",
 )
-@click.option("--workers", type=int, default=None, help="Concurrent items (default: 2 x cores).")
+@click.option("--workers", type=int, default=None, help="Concurrent executions (default: 2 x cores).")
 @click.option(
     "--max-rows",
     type=int,
     default=DEFAULTS.max_rows,
     show_default=True,
     help="Rows kept per result; larger results are marked truncated.",
+)
+@click.option("--judge-model", help="Model of the LLM judges; without it only the deterministic stages run.")
+@click.option("--judge-base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI).")
+@click.option("--concurrency", type=int, default=16, show_default=True, help="LLM calls in flight at once.")
+@click.option(
+    "--policy",
+    type=click.Choice(["rose", "paper"]),
+    default="rose",
+    show_default=True,
+    help="'paper' reproduces the ROSE paper's flow exactly (Refuter on every matching result).",
+)
+@click.option(
+    "--matched-refuter",
+    type=click.Choice(["always", "evidence", "never"]),
+    default="evidence",
+    show_default=True,
+    help="When results match: ask the Refuter always, only on doubtful evidence, never.",
+)
+@click.option("--budget", type=float, help="Stop starting LLM calls once this many USD are spent.")
+@click.option("--prices", type=click.Path(path_type=Path), help="JSON price table to extend the bundled one.")
+@click.option("--no-cache", is_flag=True, help="Do not read or write the LLM cache.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), help="LLM cache folder (default: ~/.cache/rose-sql).")
+@click.option("--judge-timeout", type=float, default=180.0, show_default=True, help="Seconds per LLM call.")
+@click.option("--max-retries", type=int, default=5, show_default=True, help="Retries per LLM call.")
+@click.option(
+    "--dry-run", is_flag=True, help="Build every prompt, estimate calls and cost; call nothing, write nothing."
 )
 def run_cmd(
     preds: tuple[Path, ...],
@@ -74,6 +102,18 @@ def run_cmd(
     timeout: float,
     workers: int | None,
     max_rows: int,
+    judge_model: str | None,
+    judge_base_url: str | None,
+    concurrency: int,
+    policy: str,
+    matched_refuter: str,
+    budget: float | None,
+    prices: Path | None,
+    no_cache: bool,
+    cache_dir: Path | None,
+    judge_timeout: float,
+    max_retries: int,
+    dry_run: bool,
 ) -> None:
     """Evaluate one or more prediction files against the gold and the databases.
 
@@ -84,10 +124,34 @@ def run_cmd(
     config = Config(timeout_s=timeout, max_rows=max_rows)
     if workers:
         config = config.with_(workers=workers)
+    if judge_model:
+        judge = JudgeConfig(
+            model=judge_model,
+            base_url=judge_base_url,
+            concurrency=concurrency,
+            policy=policy,  # type: ignore[arg-type]
+            matched_refuter=matched_refuter,  # type: ignore[arg-type]
+            budget_usd=budget,
+            prices_path=prices,
+            timeout_s=judge_timeout,
+            max_retries=max_retries,
+        )
+        if no_cache:
+            judge = replace(judge, cache_dir=None)
+        elif cache_dir is not None:
+            judge = replace(judge, cache_dir=cache_dir)
+        config = config.with_(judge=judge)
     try:
         if not db_root.is_dir():
-            raise RoseError(f"--db-root {db_root} is not a folder")
+            raise UsageError(f"--db-root {db_root} is not a folder")
+        if dry_run and config.judge is None:
+            raise UsageError("--dry-run estimates LLM calls and needs --judge-model")
         loaded = [load_items(p, gold, fmt) for p in preds]
+        if dry_run:
+            from rose_sql.estimate import estimate, print_estimate
+
+            print_estimate(estimate(loaded, db_root, config), console)
+            return
         systems = plan(loaded, out, resume=resume)
     except RoseError as e:
         _fail(e)
@@ -98,28 +162,28 @@ def run_cmd(
     for s in systems:
         if s.resumed:
             console.print(f"{s.name}: resuming, {s.resumed} items already recorded, {len(s.todo)} to go")
-    total = sum(len(s.todo) for s in systems)
-    summaries = _run_with_progress(systems, db_root, config, total)
+    summaries = _run_with_progress(systems, db_root, config)
     print_summaries(summaries)
+    console.print(f"records: {', '.join(str(s.out_dir / 'records.jsonl') for s in systems)}", highlight=False)
 
 
-def _run_with_progress(systems: Sequence[object], db_root: Path, config: Config, total: int) -> list[Summary]:
-    from rose_sql.run import SystemRun
-
-    assert all(isinstance(s, SystemRun) for s in systems)
+def _run_with_progress(systems: Sequence[SystemRun], db_root: Path, config: Config) -> list[Summary]:
+    total = sum(len(s.todo) for s in systems)
     columns = (
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("{task.fields[llm]}"),
     )
-    with Progress(*columns, console=err, disable=total < 50 or not err.is_terminal) as bar:
-        task = bar.add_task("evaluating", total=total)
+    with Progress(*columns, console=err, disable=total < 20 or not err.is_terminal) as bar:
+        task = bar.add_task("evaluating", total=total, llm="")
 
-        def tick(name: str, record: Record) -> None:
-            bar.advance(task)
+        def tick(name: str, record: Record, ledger: Ledger | None) -> None:
+            llm = f"LLM {ledger.calls} calls, {ledger.cached} cached, ${ledger.cost_usd:.4f}" if ledger else ""
+            bar.update(task, advance=1, llm=llm)
 
-        return run(systems, db_root, config, progress=tick)  # type: ignore[arg-type]
+        return run(systems, db_root, config, progress=tick)
 
 
 def _pct(x: float | None) -> str:
@@ -143,6 +207,13 @@ def print_summaries(summaries: Sequence[Summary]) -> None:
             _pct(s.soft_f1),
         )
     console.print(table)
+    for s in summaries:
+        if s.llm.get("calls") or s.llm.get("cached"):
+            llm = s.llm
+            console.print(
+                f"{s.system}: LLM {llm['calls']} calls + {llm['cached']} cached ({llm['calls_per_item']} per item), "
+                f"{llm['prompt_tokens']} + {llm['completion_tokens']} tokens, ${llm['cost_usd']:.4f}"
+            )
     waiting = sum(s.unscored.get("awaiting_judge", 0) for s in summaries)
     if waiting:
         console.print(

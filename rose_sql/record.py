@@ -102,7 +102,13 @@ class Record:
     labels: dict[str, Any] = field(default_factory=lambda: {"goldx": None, "ambq": None})
     """Dataset labels (GoldX, AmbQ); None until a Refuter has looked."""
     judges: list[dict[str, Any]] = field(default_factory=list)
-    """LLM calls in order (none until a judge is configured)."""
+    """LLM calls in order: stage, model, validated reply, raw reply, cached, tokens, cost."""
+    llm_calls: int = 0
+    """Calls made to the endpoint for this item (cached replies not counted)."""
+    cost_usd: float = 0.0
+    """What those calls cost."""
+    evidence: dict[str, Any] | None = None
+    """Deterministic evidence (witness, distinguishing rows, gold smells) when that stage ran."""
     schema: int = SCHEMA_VERSION
     """Version of this record layout."""
 

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rose_sql.config import Config
 from rose_sql.items import Loaded
 from rose_sql.record import SCHEMA_VERSION, read_records
 
@@ -50,6 +51,10 @@ class Summary:
     """How many items each reading is defined on."""
     by_difficulty: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The same means per difficulty label, where the data has them."""
+    llm: dict[str, Any] = field(default_factory=dict)
+    """LLM calls, cached replies, tokens and cost: totals and per stage (from the records)."""
+    judge: dict[str, Any] | None = None
+    """The judge configuration that produced the scores (model, endpoint, parameters, prompt hashes)."""
     format: str = ""
     """Input format the predictions were read as."""
     warnings: list[str] = field(default_factory=list)
@@ -70,7 +75,53 @@ def _block(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def summarize(records_path: Path, loaded: Loaded | None = None) -> Summary:
+def _llm(records: list[dict[str, Any]]) -> dict[str, Any]:
+    stages: dict[str, dict[str, float]] = {}
+    for r in records:
+        for c in r.get("judges") or []:
+            s = stages.setdefault(
+                c["stage"], {"calls": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+            )
+            key = "cached" if c.get("cached") else "calls"
+            s[key] += 1
+            if not c.get("cached"):
+                s["prompt_tokens"] += c.get("prompt_tokens") or 0
+                s["completion_tokens"] += c.get("completion_tokens") or 0
+                s["cost_usd"] = round(s["cost_usd"] + (c.get("cost_usd") or 0.0), 8)
+    n = len(records) or 1
+    total_calls = sum(int(s["calls"] + s["cached"]) for s in stages.values())
+    return {
+        "calls": sum(int(s["calls"]) for s in stages.values()),
+        "cached": sum(int(s["cached"]) for s in stages.values()),
+        "calls_per_item": round(total_calls / n, 4),
+        "prompt_tokens": sum(int(s["prompt_tokens"]) for s in stages.values()),
+        "completion_tokens": sum(int(s["completion_tokens"]) for s in stages.values()),
+        "cost_usd": round(sum(s["cost_usd"] for s in stages.values()), 6),
+        "by_stage": stages,
+    }
+
+
+def judge_info(config: Config | None) -> dict[str, Any] | None:
+    """What identifies the judge that produced the scores (no secrets)."""
+    if config is None or config.judge is None:
+        return None
+    from rose_sql.judges.cascade import prompt_hashes
+
+    j = config.judge
+    return {
+        "model": j.model,
+        "base_url": j.base_url,
+        "temperature": j.temperature,
+        "seed": j.seed,
+        "max_tokens": j.max_tokens,
+        "policy": j.policy,
+        "matched_refuter": j.effective_matched_refuter,
+        "reask": j.reask,
+        "prompts": prompt_hashes(),
+    }
+
+
+def summarize(records_path: Path, loaded: Loaded | None = None, config: Config | None = None) -> Summary:
     """Summarise a ``records.jsonl`` (deduplicated by id, the last record of an id winning)."""
     by_id = {json.dumps(r["id"]): r for r in read_records(records_path)}
     records = list(by_id.values())
@@ -92,6 +143,8 @@ def summarize(records_path: Path, loaded: Loaded | None = None) -> Summary:
         comparison=dict(Counter((r["comparison"] or {}).get("reason", "not_compared") for r in records)),
         readings_n={k: sum(1 for r in records if r["readings"].get(k) is not None) for k in READINGS},
         by_difficulty={d: _block([r for r in records if r.get("difficulty") == d]) for d in difficulties},
+        llm=_llm(records),
+        judge=judge_info(config),
         format=loaded.format if loaded else "",
         warnings=list(loaded.warnings) if loaded else [],
     )

@@ -1,42 +1,73 @@
-"""The decision table, row by row."""
+"""The decision table, row by row: every path of the cascade, including the judges' failures."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from rose_sql.decide import decide
+from rose_sql.decide import Decision, Facts, decide
 from rose_sql.execute import Execution, ResultSet
+from rose_sql.judges.replies import ProverReply, RefuterReply
 
 OK = Execution("ok", 0.01, result=ResultSet(("x",), ((1,),), 1))
 ERROR = Execution("error", 0.01, error="no such column: y")
 REJECTED = Execution("rejected", 0.0, error="not a SELECT statement")
 TIMEOUT = Execution("timeout", 30.0, error="timed out after 30 s")
+PASS = ProverReply(expected_answer="e", sql_behaviour="b", reasoning="r", answers_question=True)
+FAIL = ProverReply(expected_answer="e", sql_behaviour="b", reasoning="r", answers_question=False)
+UPHOLD = RefuterReply(reasoning="r", overturn=False, ambiguity="none", gold_correct=True)
+OVERTURN = RefuterReply(reasoning="r", overturn=True, ambiguity="none", gold_correct=True, label="missing_filter")
 
-TABLE = [
-    # db found, gold, pred -> score, unscored_reason, decided_by
-    (False, None, None, None, "db_missing", None),
-    (True, OK, ERROR, 0, None, "execution"),
-    (True, OK, REJECTED, 0, None, "execution"),
-    (True, OK, TIMEOUT, 0, None, "execution"),
-    (True, ERROR, OK, None, "gold_error", None),
-    (True, TIMEOUT, OK, None, "gold_error", None),
-    (True, TIMEOUT, TIMEOUT, None, "gold_error", None),  # a slow machine must not punish the prediction
-    (True, ERROR, ERROR, 0, None, "execution"),  # a prediction that cannot run is wrong whatever the gold
-    (True, OK, OK, None, "awaiting_judge", None),
-    (True, None, OK, None, "no_gold", None),
-    (True, None, ERROR, 0, None, "execution"),
+# (facts, expected): expected is a step name or (score, unscored_reason, decided_by)
+TABLE: list[tuple[str, Facts, Any]] = [
+    ("db missing", Facts(False, None, None), (None, "db_missing", None)),
+    ("pred error", Facts(True, OK, ERROR), (0, None, "execution")),
+    ("pred rejected", Facts(True, OK, REJECTED, judge=True), (0, None, "execution")),
+    ("pred timeout, gold ok", Facts(True, OK, TIMEOUT), (0, None, "execution")),
+    ("gold error", Facts(True, ERROR, OK, judge=True), (None, "gold_error", None)),
+    ("both time out: machine too slow, not the prediction's fault", Facts(True, TIMEOUT, TIMEOUT),
+     (None, "gold_error", None)),
+    ("pred cannot run whatever the gold", Facts(True, ERROR, ERROR), (0, None, "execution")),
+    ("no judge", Facts(True, OK, OK, equal=True), (None, "awaiting_judge", None)),
+    ("no gold, no judge", Facts(True, None, OK), (None, "no_gold", None)),
+    ("no gold, pred fails", Facts(True, None, ERROR), (0, None, "execution")),
+    # results match
+    ("match, paper: refuter", Facts(True, OK, OK, equal=True, judge=True, matched_refuter="always"),
+     "refuter_matched"),
+    ("match, never", Facts(True, OK, OK, equal=True, judge=True, matched_refuter="never"), (1, None, "execution")),
+    ("match, evidence, none", Facts(True, OK, OK, equal=True, judge=True, matched_refuter="evidence"),
+     (1, None, "execution")),
+    ("match, evidence, doubt", Facts(True, OK, OK, equal=True, judge=True, matched_refuter="evidence",
+                                     evidence_questions_match=True), "refuter_matched"),
+    ("match, overturned", Facts(True, OK, OK, equal=True, judge=True, refuter=OVERTURN), (0, None, "refuter")),
+    ("match, upheld", Facts(True, OK, OK, equal=True, judge=True, refuter=UPHOLD), (1, None, "refuter")),
+    # results differ
+    ("differ: prover first", Facts(True, OK, OK, equal=False, judge=True), "prover"),
+    ("undecidable: prover first", Facts(True, OK, OK, equal=None, judge=True), "prover"),
+    ("prover false", Facts(True, OK, OK, equal=False, judge=True, prover=FAIL), (0, None, "prover")),
+    ("prover true: refuter", Facts(True, OK, OK, equal=False, judge=True, prover=PASS), "refuter"),
+    ("refuter overturns", Facts(True, OK, OK, equal=False, judge=True, prover=PASS, refuter=OVERTURN),
+     (0, None, "refuter")),
+    ("refuter upholds", Facts(True, OK, OK, equal=False, judge=True, prover=PASS, refuter=UPHOLD),
+     (1, None, "refuter")),
+    ("no gold: prover alone", Facts(True, None, OK, judge=True), "prover"),
+    ("no gold: prover pass stands", Facts(True, None, OK, judge=True, prover=PASS), (1, None, "prover")),
+    # judges failing
+    ("prover invalid", Facts(True, OK, OK, equal=False, judge=True, prover="failed"), (None, "judge_error", None)),
+    ("refuter invalid", Facts(True, OK, OK, equal=False, judge=True, prover=PASS, refuter="failed"),
+     (None, "judge_error", None)),
+    ("budget gone", Facts(True, OK, OK, equal=False, judge=True, prover="no_budget"),
+     (None, "budget_exhausted", None)),
 ]
 
 
-@pytest.mark.parametrize(("db_found", "gold", "pred", "score", "unscored", "decided_by"), TABLE)
-def test_decision_table(
-    db_found: bool,
-    gold: Execution | None,
-    pred: Execution | None,
-    score: int | None,
-    unscored: str | None,
-    decided_by: str | None,
-) -> None:
-    d = decide(db_found=db_found, gold=gold, pred=pred)
-    assert (d.score, d.unscored_reason, d.decided_by) == (score, unscored, decided_by)
-    assert d.why
+@pytest.mark.parametrize(("facts", "expected"), [(f, e) for _, f, e in TABLE], ids=[n for n, _, _ in TABLE])
+def test_decision_table(facts: Facts, expected: Any) -> None:
+    got = decide(facts)
+    if isinstance(expected, str):
+        assert got == expected
+    else:
+        assert isinstance(got, Decision)
+        assert (got.score, got.unscored_reason, got.decided_by) == expected
+        assert got.why

@@ -1,0 +1,226 @@
+"""One item, start to finish: execute, compare, read the official metrics, ask the judges, decide.
+
+:func:`execute_item` is the deterministic part (runs in a worker thread); :func:`judge_item` walks
+the decision table, asking the Prover and the Refuter as :func:`rose_sql.decide.decide` requires;
+:func:`evaluate_item` is the synchronous, judge-free path for scripts and tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rose_sql.compare import Comparison, compare
+from rose_sql.decide import Decision, Facts, JudgeOutcome, decide
+from rose_sql.execute import Execution, Executor, ResultSet
+from rose_sql.items import Item
+from rose_sql.judges.cascade import Call, Case, JudgeFailed, OutOfBudget, ask, prover_messages, refuter_messages
+from rose_sql.judges.context import Schemas
+from rose_sql.judges.llm import LLM
+from rose_sql.judges.replies import ProverReply, RefuterReply
+from rose_sql.readings import Readings, bird_ex, soft_f1, ts_equal, ts_gold_sql, ts_order_matters, ts_pred_sql
+from rose_sql.record import ExecutionInfo, Record, comparison_dict
+from rose_sql.sql import has_top_level_order_by
+
+_EMPTY_SQL = ("empty SQL", "SQL is only comments")  # the gate's reasons for SQL with no statement
+
+
+def db_path(db_root: Path, db_id: str) -> Path:
+    """Where a database lives: ``<db_root>/<db_id>/<db_id>.sqlite``."""
+    return db_root / db_id / f"{db_id}.sqlite"
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """An item after the deterministic stages."""
+
+    item: Item
+    db: Path
+    db_found: bool
+    gold: Execution | None = None
+    pred: Execution | None = None
+    comparison: Comparison | None = None
+    readings: Readings = field(default_factory=Readings)
+
+    def facts(self, *, judge: bool = False, matched_refuter: Any = "always") -> Facts:
+        return Facts(
+            db_found=self.db_found,
+            gold=self.gold,
+            pred=self.pred,
+            equal=self.comparison.equal if self.comparison else None,
+            judge=judge,
+            matched_refuter=matched_refuter,
+        )
+
+
+def execute_item(item: Item, db_root: Path, executor: Executor) -> Executed:
+    """Run gold and prediction, compare them and compute the official readings."""
+    db = db_path(db_root, item.db_id)
+    if not db.is_file():
+        return Executed(item, db, db_found=False)
+    gold = executor.run(db, item.gold_sql, role="gold") if item.gold_sql is not None else None
+    pred = executor.run(db, item.pred_sql, role="pred")
+    comparison = None
+    if gold is not None and gold.result is not None and pred.result is not None:
+        ordered = has_top_level_order_by(item.gold_sql or "")
+        comparison = compare(pred.result, gold.result, ordered=ordered, digits=executor.config.float_digits)
+    readings = _readings(item, db, gold, pred, executor) if gold is not None and gold.ok else Readings()
+    return Executed(item, db, True, gold, pred, comparison, readings)
+
+
+def _readings(item: Item, db: Path, gold: Execution, pred: Execution, executor: Executor) -> Readings:
+    g, p = gold.result, pred.result
+    assert g is not None and item.gold_sql is not None
+    if p is None and pred.status == "rejected" and pred.error in _EMPTY_SQL:
+        p = ResultSet((), (), 0)  # Python's sqlite3 runs an empty or comment-only string as "no rows"
+    b: int | None
+    f1: float | None
+    if p is None:
+        b, f1 = 0, 0.0
+    elif g.truncated or p.truncated:
+        b, f1 = None, None
+    elif g.decode_errors or p.decode_errors:
+        b, f1 = 0, 0.0  # BIRD's default text decoding raises on such text: the query "fails"
+    else:
+        b, f1 = bird_ex(p.rows, g.rows), soft_f1(p.rows, g.rows)
+    return Readings(
+        bird_ex=b,
+        soft_f1=f1,
+        ts_ex=_ts(item, db, gold, pred, executor, False),
+        ts_ex_keep_distinct=_ts(item, db, gold, pred, executor, True),
+    )
+
+
+def _ts(item: Item, db: Path, gold: Execution, pred: Execution, executor: Executor, keep: bool) -> int | None:
+    assert item.gold_sql is not None
+    g_sql = ts_gold_sql(item.gold_sql, keep_distinct=keep)
+    p_sql = ts_pred_sql(item.pred_sql, keep_distinct=keep)
+    g = gold if g_sql == item.gold_sql else executor.run(db, g_sql, role="gold")
+    p = pred if p_sql == item.pred_sql else executor.run(db, p_sql, role="pred")
+    if g.result is None:
+        return None  # the official script aborts the whole run here
+    if p.result is None:
+        return 0
+    if g.result.truncated or p.result.truncated:
+        return None
+    return int(ts_equal(g.result.rows, p.result.rows, ts_order_matters(g_sql)))
+
+
+# --------------------------------------------------------------------------- judging
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """The judges' part of a record."""
+
+    decision: Decision
+    calls: list[Call] = field(default_factory=list)
+    labels: dict[str, Any] = field(default_factory=lambda: {"goldx": None, "ambq": None})
+
+
+async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched_refuter: Any) -> Judged:
+    """Walk the decision table, asking each judge it calls for, and return the decision with the calls."""
+    facts = ex.facts(judge=llm is not None, matched_refuter=matched_refuter)
+    calls: list[Call] = []
+    while True:
+        step = decide(facts)
+        if isinstance(step, Decision):
+            return Judged(step, calls, _labels(facts.refuter))
+        assert llm is not None and ex.pred is not None
+        schema = await asyncio.to_thread(schemas.get, ex.db)
+        case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison)
+        try:
+            if step == "prover":
+                prover, made = await ask(llm, step, prover_messages(case, schema), ProverReply)
+                facts = replace(facts, prover=prover)
+            else:
+                passed = facts.prover if isinstance(facts.prover, ProverReply) else None
+                msgs = refuter_messages(case, schema, passed, matched=step == "refuter_matched")
+                refuter, made = await ask(llm, step, msgs, RefuterReply)
+                facts = replace(facts, refuter=refuter)
+        except (JudgeFailed, OutOfBudget) as e:
+            made = e.calls
+            outcome: JudgeOutcome = "failed" if isinstance(e, JudgeFailed) else "no_budget"
+            facts = replace(facts, prover=outcome) if step == "prover" else replace(facts, refuter=outcome)
+        calls.extend(made)
+
+
+def _labels(refuter: object) -> dict[str, Any]:
+    if not isinstance(refuter, RefuterReply):
+        return {"goldx": None, "ambq": None}
+    return {
+        "goldx": not refuter.gold_correct,
+        "goldx_confidence": refuter.gold_confidence,
+        "ambq": refuter.ambiguity != "none",
+        "ambiguity": refuter.ambiguity,
+        "diagnostic": refuter.label,
+    }
+
+
+# --------------------------------------------------------------------------- records
+
+
+def to_record(ex: Executed, judged: Judged) -> Record:
+    """The on-disk record of an item."""
+    it, d = ex.item, judged.decision
+    calls = [_call_dict(c) for c in judged.calls]
+    return Record(
+        id=it.id,
+        db_id=it.db_id,
+        score=d.score,
+        unscored_reason=d.unscored_reason,
+        decided_by=d.decided_by,
+        why=d.why,
+        readings=ex.readings,
+        comparison=comparison_dict(ex.comparison),
+        pred=ExecutionInfo.of(ex.pred),
+        gold=ExecutionInfo.of(ex.gold),
+        difficulty=it.difficulty,
+        question=it.question,
+        pred_sql=it.pred_sql,
+        gold_sql=it.gold_sql,
+        source=it.source,
+        labels=judged.labels,
+        judges=calls,
+        llm_calls=sum(1 for c in judged.calls if not c.cached),
+        cost_usd=round(sum(c.cost_usd or 0.0 for c in judged.calls if not c.cached), 8),
+    )
+
+
+def _call_dict(c: Call) -> dict[str, Any]:
+    return {
+        "stage": c.stage,
+        "model": c.model,
+        "reply": c.reply,
+        "raw": c.raw,
+        "reasoning": c.reasoning,
+        "cached": c.cached,
+        "prompt_tokens": c.prompt_tokens,
+        "completion_tokens": c.completion_tokens,
+        "reasoning_tokens": c.reasoning_tokens,
+        "cost_usd": c.cost_usd,
+        "seconds": c.seconds,
+        "prompt_sha256": c.prompt_sha256,
+        "params": c.params,
+        "error": c.error,
+    }
+
+
+def failed_record(item: Item, error: BaseException) -> Record:
+    """The record of an item whose evaluation hit a bug of ours: unscored, and the run goes on."""
+    why = f"internal error while evaluating: {type(error).__name__}: {error}"
+    ex = Executed(item, Path(), db_found=True)
+    return to_record(ex, Judged(Decision(None, "internal_error", None, why)))
+
+
+def evaluate_item(item: Item, db_root: Path, executor: Executor) -> Record:
+    """Execute, compare and decide one item without judges. Never raises: a failure is data on the record."""
+    try:
+        ex = execute_item(item, db_root, executor)
+        decision = decide(ex.facts())
+        assert isinstance(decision, Decision)
+        return to_record(ex, Judged(decision))
+    except Exception as e:  # a bug of ours must not take the other items down
+        return failed_record(item, e)

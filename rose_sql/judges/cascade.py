@@ -1,0 +1,204 @@
+"""The two judges: build their messages, call the model, validate the reply (one re-ask).
+
+What a judge sees is assembled here from fenced blocks; which judge runs when is decided by
+:func:`rose_sql.decide.decide`, and :mod:`rose_sql.run` alternates the two.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from string import Template
+from typing import Any, Literal, TypeVar
+
+import openai
+
+from rose_sql.compare import Comparison
+from rose_sql.execute import Execution
+from rose_sql.items import Item
+from rose_sql.judges.context import Schema, fence, render_result, tables_in
+from rose_sql.judges.llm import LLM, BudgetExhausted, Completion, Message
+from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyError, parse_reply
+from rose_sql.sql import strip_comments
+
+Stage = Literal["prover", "refuter", "refuter_matched"]
+R = TypeVar("R", ProverReply, RefuterReply)
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """Everything the judges may be shown about one item."""
+
+    item: Item
+    """The question, evidence and both SQL texts."""
+    db: Path
+    """The database file."""
+    gold: Execution | None
+    """The gold's execution (None without gold SQL)."""
+    pred: Execution
+    """The prediction's execution."""
+    comparison: Comparison | None
+    """Our comparator's outcome."""
+    evidence: str | None = None
+    """Deterministic evidence, already rendered for the judges (witnesses, smells, diffs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One judge call as the record keeps it."""
+
+    stage: str
+    model: str
+    reply: dict[str, Any] | None
+    raw: str
+    reasoning: str | None
+    cached: bool
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int | None
+    cost_usd: float | None
+    seconds: float
+    prompt_sha256: str
+    params: dict[str, Any]
+    error: str | None = None
+
+
+class JudgeFailed(Exception):
+    """A judge gave no valid reply (after the re-ask) or the endpoint kept failing."""
+
+    def __init__(self, message: str, calls: list[Call]) -> None:
+        super().__init__(message)
+        self.calls = calls
+
+
+class OutOfBudget(Exception):
+    """The budget does not allow the next call."""
+
+    def __init__(self, calls: list[Call]) -> None:
+        super().__init__("budget exhausted")
+        self.calls = calls
+
+
+@cache
+def prompt(name: str) -> str:
+    """A system prompt from the package's ``prompts/`` folder with the shared criteria filled in."""
+    folder = resources.files("rose_sql.judges").joinpath("prompts")
+    criteria = folder.joinpath("criteria.md").read_text(encoding="utf-8")
+    return Template(folder.joinpath(f"{name}.md").read_text(encoding="utf-8")).substitute(criteria=criteria)
+
+
+def prompt_hashes() -> dict[str, str]:
+    """sha256 of every system prompt, as recorded in summaries and judge cards."""
+    return {n: hashlib.sha256(prompt(n).encode()).hexdigest()[:16] for n in ("prover", "refuter", "refuter_matched")}
+
+
+def _question_blocks(case: Case, schema: Schema) -> list[str]:
+    it = case.item
+    blocks = [
+        "## Database schema (with column descriptions and example values)\n"
+        + fence("schema", schema.render(tables_in(it.pred_sql, it.gold_sql))),
+        "## Question\n" + fence("question", it.question or "(no question text was given)"),
+    ]
+    if it.evidence:
+        blocks.append("## External knowledge given with the question\n" + fence("evidence", it.evidence))
+    return blocks
+
+
+def _sql(sql: str | None) -> str:
+    return strip_comments(sql or "").strip()
+
+
+def prover_messages(case: Case, schema: Schema) -> list[Message]:
+    """The Prover's messages: no gold anywhere."""
+    blocks = _question_blocks(case, schema)
+    blocks.append("## Predicted SQL\n" + fence("predicted_sql", _sql(case.item.pred_sql)))
+    blocks.append("## Its result on the database\n" + fence("predicted_result", render_result(case.pred)))
+    blocks.append("Judge the predicted SQL now. Reply with the JSON object only.")
+    return [{"role": "system", "content": prompt("prover")}, {"role": "user", "content": "\n\n".join(blocks)}]
+
+
+def refuter_messages(case: Case, schema: Schema, prover: ProverReply | None, *, matched: bool) -> list[Message]:
+    """The Refuter's messages: the gold as counter-evidence, the Prover's reasoning when it ran."""
+    blocks = _question_blocks(case, schema)
+    blocks.append("## Predicted SQL\n" + fence("predicted_sql", _sql(case.item.pred_sql)))
+    blocks.append("## Reference SQL (noisy)\n" + fence("reference_sql", _sql(case.item.gold_sql)))
+    if matched:
+        blocks.append("## Results\nBoth queries returned the same result on the database (" + _shape(case.pred) + ").")
+    else:
+        blocks.append("## Result of the predicted SQL\n" + fence("predicted_result", render_result(case.pred)))
+        blocks.append("## Result of the reference SQL\n" + fence("reference_result", render_result(case.gold)))
+        if case.comparison is not None:
+            blocks.append(f"## How the results differ (computed by the evaluator)\n{case.comparison.detail}")
+    if case.evidence:
+        blocks.append("## Deterministic evidence (computed by the evaluator)\n" + fence("evidence", case.evidence))
+    if prover is not None:
+        blocks.append(
+            "## The Prover's judgement (it passed the prediction)\n" + fence("prover", prover.model_dump_json(indent=1))
+        )
+    blocks.append("Decide now whether to overturn. Reply with the JSON object only.")
+    name = "refuter_matched" if matched else "refuter"
+    return [{"role": "system", "content": prompt(name)}, {"role": "user", "content": "\n\n".join(blocks)}]
+
+
+def _shape(e: Execution) -> str:
+    r = e.result
+    return "no result" if r is None else f"{r.row_count} rows x {len(r.columns)} columns"
+
+
+def _call(stage: str, llm: LLM, messages: list[Message], c: Completion | None, reply: Any, error: str | None) -> Call:
+    digest = hashlib.sha256(messages[0]["content"].encode()).hexdigest()[:16]
+    return Call(
+        stage=stage,
+        model=llm.cfg.model,
+        reply=reply.model_dump() if reply is not None else None,
+        raw=c.content if c else "",
+        reasoning=c.reasoning if c else None,
+        cached=c.cached if c else False,
+        prompt_tokens=c.prompt_tokens if c else 0,
+        completion_tokens=c.completion_tokens if c else 0,
+        reasoning_tokens=c.reasoning_tokens if c else None,
+        cost_usd=c.cost_usd if c else None,
+        seconds=c.seconds if c else 0.0,
+        prompt_sha256=digest,
+        params=c.params if c else {},
+        error=error,
+    )
+
+
+async def ask(llm: LLM, stage: Stage, messages: list[Message], kind: type[R]) -> tuple[R, list[Call]]:
+    """Call a judge and validate its reply; re-ask once (by default) when the reply is invalid.
+
+    Raises :class:`JudgeFailed` (with the calls made, raw replies included) when no valid reply
+    came, and :class:`OutOfBudget` when the budget forbids the call.
+    """
+    record_stage = "refuter" if stage == "refuter_matched" else stage
+    calls: list[Call] = []
+    convo: list[Message] = list(messages)
+    for _attempt in range(1 + llm.cfg.reask):
+        try:
+            c = await llm.complete(convo, stage=record_stage)
+        except BudgetExhausted:
+            raise OutOfBudget(calls) from None
+        except openai.APIError as e:
+            calls.append(_call(record_stage, llm, convo, None, None, f"{type(e).__name__}: {e}"))
+            raise JudgeFailed(f"the endpoint failed after retries: {type(e).__name__}: {e}", calls) from None
+        try:
+            reply = parse_reply(kind, c.content, c.reasoning)
+        except ReplyError as e:
+            calls.append(_call(record_stage, llm, convo, c, None, str(e)))
+            convo = [
+                *convo,
+                {"role": "assistant", "content": c.content},
+                {
+                    "role": "user",
+                    "content": f"That reply could not be used: {e}. Reply again with only "
+                    "the JSON object, with every field present and JSON true/false for the booleans.",
+                },
+            ]
+            continue
+        calls.append(_call(record_stage, llm, convo, c, reply, None))
+        return reply, calls
+    raise JudgeFailed(f"no valid {record_stage} reply after {1 + llm.cfg.reask} attempts: {calls[-1].error}", calls)

@@ -1,0 +1,211 @@
+"""What the judges are shown: schema, column descriptions, example values, SQL and results.
+
+Faithful and bounded: the whole schema for small databases, else the tables the queries touch and
+their foreign-key neighbours; BIRD column descriptions where the database folder has them; a few
+example values per column; SQL with comments stripped; results with column names, the total row
+count, the first rows with long cells cut, and an explicit note of what was left out. Everything
+that comes from a prediction or from the data is fenced as data, so it cannot pose as instructions.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from rose_sql.execute import Execution
+
+SMALL_SCHEMA_CHARS = 12_000
+EXAMPLES_PER_COLUMN = 3
+RESULT_ROWS = 20
+CELL_CHARS = 200
+
+
+def fence(name: str, text: str) -> str:
+    """Wrap untrusted text in markers it cannot forge (their nonce is a hash of the text itself)."""
+    nonce = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"<<<DATA {name} {nonce}>>>\n{text}\n<<<END {name} {nonce}>>>"
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """One table as the judges see it."""
+
+    name: str
+    ddl: str
+    columns: tuple[str, ...]
+    foreign: tuple[str, ...]  # tables this one references
+    examples: dict[str, list[Any]]
+    descriptions: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Schema:
+    """A database's tables, read once and shared by every item on it."""
+
+    tables: dict[str, Table]
+
+    def render(self, touched: set[str]) -> str:
+        """The schema text: whole when small, else the touched tables and their FK neighbours."""
+        names = list(self.tables)
+        full = "\n\n".join(self._table_text(self.tables[n]) for n in names)
+        if len(full) <= SMALL_SCHEMA_CHARS or not touched:
+            return full
+        keep = {n for n in names if n.lower() in touched}
+        for n in list(keep):
+            keep |= {f for f in self.tables[n].foreign if f in self.tables}
+        keep |= {n for n in names if any(f in keep for f in self.tables[n].foreign) and n.lower() in touched}
+        shown = [n for n in names if n in keep]
+        left = [n for n in names if n not in keep]
+        text = "\n\n".join(self._table_text(self.tables[n]) for n in shown)
+        return text + f"\n\n-- {len(left)} other tables not shown: {', '.join(left)}"
+
+    @staticmethod
+    def _table_text(t: Table) -> str:
+        lines = [t.ddl.strip().rstrip(";") + ";"]
+        for col in t.columns:
+            bits = []
+            if col in t.descriptions:
+                bits.append(t.descriptions[col])
+            if t.examples.get(col):
+                bits.append("e.g. " + ", ".join(json.dumps(v, ensure_ascii=False) for v in t.examples[col]))
+            if bits:
+                lines.append(f"--   {col}: " + " | ".join(bits))
+        return "\n".join(lines)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _short(v: Any, limit: int = 60) -> Any:
+    if isinstance(v, bytes):
+        return f"<{len(v)} bytes>"
+    if isinstance(v, str) and len(v) > limit:
+        return v[:limit] + "…"
+    return v
+
+
+def _descriptions(db_dir: Path, table: str) -> dict[str, str]:
+    """BIRD's ``database_description/<table>.csv``: column -> description (empty when absent)."""
+    path = db_dir / "database_description" / f"{table}.csv"
+    if not path.is_file():
+        return {}
+    raw = path.read_bytes()
+    text = raw.decode("utf-8-sig", errors="replace") if raw[:3] == b"\xef\xbb\xbf" else raw.decode("latin-1")
+    out = {}
+    for row in csv.DictReader(text.splitlines()):
+        row = {(k or "").strip().lower(): (v or "").strip() for k, v in row.items()}
+        col = row.get("original_column_name", "")
+        parts = [row.get("column_description", ""), row.get("value_description", "")]
+        if row.get("column_name") and row.get("column_name", "").lower() != col.lower():
+            parts.insert(0, f"({row['column_name']})")
+        desc = " ".join(" ".join(p.split()) for p in parts if p)
+        if col and desc:
+            out[col] = desc[:400]
+    return out
+
+
+def read_schema(db: Path, *, deadline_s: float = 2.0) -> Schema:
+    """Read a database's tables, keys and example values (trusted, fixed queries; read-only)."""
+    conn = sqlite3.connect("file:" + urllib.parse.quote(str(db)) + "?mode=ro", uri=True)
+    conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
+    stop = time.monotonic() + deadline_s
+    conn.set_progress_handler(lambda: time.monotonic() > stop, 10_000)
+    try:
+        rows = conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
+        ).fetchall()
+        tables = {}
+        for name, ddl in rows:
+            cols = tuple(r[1] for r in conn.execute(f"PRAGMA table_info({_quote(name)})"))
+            foreign = tuple(sorted({r[2] for r in conn.execute(f"PRAGMA foreign_key_list({_quote(name)})")}))
+            examples: dict[str, list[Any]] = {}
+            for col in cols:
+                try:
+                    sample = conn.execute(
+                        f"SELECT {_quote(col)} FROM {_quote(name)} WHERE {_quote(col)} IS NOT NULL LIMIT 50"
+                    ).fetchall()
+                except sqlite3.Error:
+                    continue
+                seen: list[Any] = []
+                for (v,) in sample:
+                    v = _short(v)
+                    if v not in seen:
+                        seen.append(v)
+                    if len(seen) == EXAMPLES_PER_COLUMN:
+                        break
+                examples[col] = seen
+            tables[name] = Table(name, ddl or "", cols, foreign, examples, _descriptions(db.parent, name))
+        return Schema(tables)
+    finally:
+        conn.close()
+
+
+class Schemas:
+    """Schemas read once per database file, shared across items and threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._schemas: dict[Path, Schema] = {}
+
+    def get(self, db: Path) -> Schema:
+        with self._lock:
+            if db not in self._schemas:
+                self._schemas[db] = read_schema(db)
+            return self._schemas[db]
+
+
+def tables_in(*sqls: str | None) -> set[str]:
+    """Lower-cased names of the tables the queries read (empty when they do not parse)."""
+    names: set[str] = set()
+    for sql in sqls:
+        if not sql:
+            continue
+        try:
+            for tree in sqlglot.parse(sql, read="sqlite"):
+                if tree is not None:
+                    names |= {t.name.lower() for t in tree.find_all(exp.Table)}
+        except (sqlglot.errors.SqlglotError, RecursionError):
+            continue
+    return names
+
+
+def render_result(e: Execution | None) -> str:
+    """A result as the judges see it: status, columns, total rows, the first rows, what was cut."""
+    if e is None:
+        return "(not executed)"
+    if not e.ok or e.result is None:
+        return f"(the query failed: {e.status}: {e.error})"
+    r = e.result
+    lines = [f"columns: {json.dumps(list(r.columns), ensure_ascii=False)}"]
+    count = f"{r.row_count}" + ("" if r.count_exact else "+")
+    shown = r.rows[:RESULT_ROWS]
+    lines.append(
+        f"rows: {count} in total" + (f"; the first {len(shown)} are shown" if len(shown) < r.row_count else "")
+    )
+    cut = False
+    for row in shown:
+        cells = []
+        for v in row:
+            if isinstance(v, str) and len(v) > CELL_CHARS:
+                v, cut = v[:CELL_CHARS] + f"…(+{len(v) - CELL_CHARS} chars)", True
+            elif isinstance(v, bytes):
+                v = f"<blob of {len(v)} bytes>"
+            cells.append(v)
+        lines.append(json.dumps(cells, ensure_ascii=False, default=str))
+    if cut:
+        lines.append(f"(cells longer than {CELL_CHARS} characters are cut)")
+    if r.truncated:
+        lines.append("(the result was cut at the evaluator's row cap; the total above was counted separately)")
+    return "\n".join(lines)
