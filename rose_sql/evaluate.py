@@ -17,7 +17,7 @@ from rose_sql.decide import Decision, Facts, JudgeOutcome, decide
 from rose_sql.execute import Execution, Executor, ResultSet
 from rose_sql.items import Item
 from rose_sql.judges.cascade import Call, Case, JudgeFailed, OutOfBudget, ask, prover_messages, refuter_messages
-from rose_sql.judges.context import Schemas
+from rose_sql.judges.context import Schemas, tables_in
 from rose_sql.judges.llm import LLM
 from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.readings import Readings, bird_ex, soft_f1, ts_equal, ts_gold_sql, ts_order_matters, ts_pred_sql
@@ -52,7 +52,19 @@ class Executed:
             equal=self.comparison.equal if self.comparison else None,
             judge=judge,
             matched_refuter=matched_refuter,
+            evidence_questions_match=bool(self.doubts()),
         )
+
+    def doubts(self) -> list[str]:
+        """Cheap, deterministic reasons to doubt a match (the Refuter is asked about these)."""
+        if self.comparison is None or self.comparison.equal is not True:
+            return []
+        out = []
+        if self.gold is not None and self.gold.result is not None and self.gold.result.row_count == 0:
+            out.append("Both results are empty: any query that selects nothing would match.")
+        if tables_in(self.item.pred_sql) != tables_in(self.item.gold_sql):
+            out.append("The two queries read different tables, yet return the same result on this database.")
+        return out
 
 
 def execute_item(item: Item, db_root: Path, executor: Executor) -> Executed:
@@ -130,7 +142,7 @@ async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched
             return Judged(step, calls, _labels(facts.refuter))
         assert llm is not None and ex.pred is not None
         schema = await asyncio.to_thread(schemas.get, ex.db)
-        case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison)
+        case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence="\n".join(ex.doubts()) or None)
         try:
             if step == "prover":
                 prover, made = await ask(llm, step, prover_messages(case, schema), ProverReply)

@@ -1,0 +1,37 @@
+"""Test support shipped with ROSE-SQL: a scripted OpenAI-compatible server for the LLM judge stages."""
+
+from __future__ import annotations
+
+from rose_sql.testing.openai_server import (
+    DEFAULT_FAULT_KINDS,
+    FaultInjector,
+    RecordedRequest,
+    Reply,
+    Responder,
+    ScriptedOpenAI,
+    by_content,
+    default_responder,
+    estimate_tokens,
+    latency,
+    request_key,
+    script,
+    user_text,
+    with_faults,
+)
+
+__all__ = [
+    "DEFAULT_FAULT_KINDS",
+    "FaultInjector",
+    "RecordedRequest",
+    "Reply",
+    "Responder",
+    "ScriptedOpenAI",
+    "by_content",
+    "default_responder",
+    "estimate_tokens",
+    "latency",
+    "request_key",
+    "script",
+    "user_text",
+    "with_faults",
+]

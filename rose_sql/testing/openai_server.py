@@ -1,0 +1,799 @@
+"""A scripted OpenAI-compatible chat-completions server on loopback, for tests.
+
+No real LLM endpoint is reachable from the test machines, so the LLM judge stages are tested
+against :class:`ScriptedOpenAI`: a real HTTP/1.1 server (stdlib ``http.server``, one thread per
+connection, keep-alive) that speaks enough of the chat-completions protocol for the official
+``openai`` SDK. The real client, its request building, retries and response parsing all run
+over real sockets; only the model is replaced by a *responder*::
+
+    responder(request: dict, index: int) -> Reply
+
+``request`` is the parsed JSON body, ``index`` the 0-based arrival number of the request at
+the server. Helpers build responders: :func:`script` (replies in order), :func:`by_content`
+(decide from the user text, whatever the arrival order), :func:`latency` (add a delay) and
+:func:`with_faults` (deterministic transient 429/5xx/timeout/dropped-connection faults that a
+client with bounded retries always gets through).
+
+Example::
+
+    with ScriptedOpenAI(by_content(lambda text: Reply(content=text.upper()))) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=2)
+        out = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert out.choices[0].message.content == "HI" and srv.calls == 1
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socketserver import BaseServer, TCPServer
+from types import TracebackType
+from typing import Any, Self
+
+__all__ = [
+    "DEFAULT_FAULT_KINDS",
+    "FaultInjector",
+    "RecordedRequest",
+    "Reply",
+    "Responder",
+    "ScriptedOpenAI",
+    "by_content",
+    "default_responder",
+    "estimate_tokens",
+    "latency",
+    "request_key",
+    "script",
+    "user_text",
+    "with_faults",
+]
+
+CHAT_PATH = "/v1/chat/completions"
+MODELS_PATH = "/v1/models"
+MAX_BODY_BYTES = 32 * 1024 * 1024
+DEFAULT_FAULT_KINDS: tuple[str, ...] = ("429", "500", "timeout", "drop")
+_FAULT_KINDS = frozenset({"429", "500", "502", "503", "timeout", "drop"})
+_SERVER_ERRORS = ("500", "502", "503")
+
+
+# --------------------------------------------------------------------------- replies
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the server answers to one chat-completions request.
+
+    A 2xx ``status`` answers a ``chat.completion`` carrying ``content`` (and
+    ``message.reasoning_content`` when ``reasoning_content`` is set, as DeepSeek and vLLM do).
+    Any other status answers an OpenAI-style ``{"error": {...}}`` body with ``error`` as its
+    message. ``delay_s`` waits before answering; ``drop`` closes the connection without
+    answering (after the delay). Token counts left as ``None`` are estimated from the text
+    (about 4 characters a token), so accounting tests see plausible, non-zero numbers.
+    """
+
+    content: str | None = ""
+    reasoning_content: str | None = None
+    status: int = 200
+    error: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    drop: bool = False
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    finish_reason: str = "stop"
+
+    def __post_init__(self) -> None:
+        if not 200 <= self.status <= 599:
+            raise ValueError(f"Reply.status must be an HTTP status in 200..599, got {self.status}")
+        if self.ok and self.error is not None:
+            raise ValueError("Reply.error is only for non-2xx statuses")
+        if self.delay_s < 0:
+            raise ValueError(f"Reply.delay_s must be >= 0, got {self.delay_s}")
+        for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"Reply.{name} must be >= 0, got {value}")
+
+    @property
+    def ok(self) -> bool:
+        """Whether this reply is a successful (2xx) completion."""
+        return 200 <= self.status < 300
+
+
+Responder = Callable[[dict[str, Any], int], Reply]
+"""Decides the reply to a request: ``(parsed JSON body, 0-based arrival index) -> Reply``."""
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One chat-completions request as the server received it.
+
+    ``headers`` have lower-case names (the SDK's ``x-stainless-retry-count`` tells which attempt
+    this was); ``arrived_at`` is a :func:`time.monotonic` reading, comparable between requests.
+    """
+
+    index: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+    arrived_at: float
+
+    @property
+    def model(self) -> str:
+        """The requested model name."""
+        return str(self.body.get("model", ""))
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The request's messages, as sent."""
+        messages = self.body.get("messages", [])
+        return messages if isinstance(messages, list) else []
+
+    @property
+    def user_text(self) -> str:
+        """The concatenated text of the user messages (see :func:`user_text`)."""
+        return user_text(self.body)
+
+
+# --------------------------------------------------------------------------- request helpers
+
+
+def _content_text(content: object) -> str:
+    """Text of a message's ``content``: a string, or a list of parts with ``text``."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+def _messages(request: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        return []
+    return [m for m in messages if isinstance(m, Mapping)]
+
+
+def user_text(request: Mapping[str, Any]) -> str:
+    """The text of the request's user messages, joined by newlines."""
+    return "\n".join(_content_text(m.get("content")) for m in _messages(request) if m.get("role") == "user")
+
+
+def _all_text(request: Mapping[str, Any]) -> str:
+    return "\n".join(_content_text(m.get("content")) for m in _messages(request))
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count: one token per 4 characters, rounded up."""
+    return (len(text) + 3) // 4
+
+
+def request_key(request: Mapping[str, Any]) -> str:
+    """A stable hash of the request's messages: identifies "the same request" across retries."""
+    canonical = json.dumps(request.get("messages"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------- responders
+
+
+def default_responder(request: dict[str, Any], index: int) -> Reply:
+    """The default responder: always the same valid reply, ``"OK"``."""
+    return Reply(content="OK")
+
+
+def script(replies: Sequence[Reply | Responder]) -> Responder:
+    """Answer the n-th call with ``replies[n]`` (the last one repeats).
+
+    An entry may itself be a responder, called with the request and its index. The count is
+    the number of calls to *this* responder, so wrapping it in :func:`with_faults` does not
+    consume entries on injected faults.
+    """
+    items = list(replies)
+    if not items:
+        raise ValueError("script() needs at least one reply")
+    lock = threading.Lock()
+    calls = 0
+
+    def responder(request: dict[str, Any], index: int) -> Reply:
+        nonlocal calls
+        with lock:
+            item = items[min(calls, len(items) - 1)]
+            calls += 1
+        return item if isinstance(item, Reply) else item(request, index)
+
+    return responder
+
+
+def by_content(fn: Callable[[str], Reply]) -> Responder:
+    """Decide each reply from the request's user text (see :func:`user_text`) alone.
+
+    Lets a test script per item whatever order concurrent requests arrive in.
+    """
+
+    def responder(request: dict[str, Any], index: int) -> Reply:
+        return fn(user_text(request))
+
+    return responder
+
+
+def latency(responder: Responder, seconds: float) -> Responder:
+    """Wrap ``responder`` so every reply waits ``seconds`` more before being sent."""
+    if seconds < 0:
+        raise ValueError(f"latency must be >= 0, got {seconds}")
+
+    def slow(request: dict[str, Any], index: int) -> Reply:
+        reply = responder(request, index)
+        return replace(reply, delay_s=reply.delay_s + seconds)
+
+    return slow
+
+
+class FaultInjector:
+    """A responder that fails each distinct request a few times, deterministically, then passes it on.
+
+    Requests are identified by :func:`request_key` (a hash of their messages), so a retry is
+    recognised as the same request. Each request independently fails its first attempt with
+    probability ``rate``, its second (if the first failed) with the same probability, and so on
+    up to ``max_faults`` failures; then it reaches the wrapped responder. A client that retries
+    at least ``max_faults`` times therefore always gets through. Which requests fail, how often
+    and how, depends only on ``seed`` and the messages: see :meth:`plan`.
+
+    Fault kinds: ``"429"`` (rate limit, ``retry-after: 0``), ``"500"`` (one of 500/502/503;
+    ``"502"``/``"503"`` pin one), ``"timeout"`` (answers only after ``timeout_delay_s``, which
+    must exceed the client's timeout, and then with a 504) and ``"drop"`` (connection closed
+    without an answer). Injected faults never call the wrapped responder.
+    """
+
+    def __init__(
+        self,
+        responder: Responder,
+        *,
+        rate: float,
+        seed: int = 0,
+        kinds: Iterable[str] = DEFAULT_FAULT_KINDS,
+        timeout_delay_s: float = 3.0,
+        max_faults: int = 2,
+    ) -> None:
+        self._kinds = tuple(kinds)
+        _check_fault_args(rate, self._kinds, timeout_delay_s, max_faults)
+        self._responder = responder
+        self._rate = rate
+        self._seed = seed
+        self._timeout_delay_s = timeout_delay_s
+        self._max_faults = max_faults
+        self._lock = threading.Lock()
+        self._attempts: dict[str, int] = {}
+        self._injected: list[str] = []
+
+    def plan(self, request: Mapping[str, Any]) -> tuple[str, ...]:
+        """The faults this request meets on its first attempts, in order (empty: none)."""
+        rng = random.Random(f"{self._seed}:{request_key(request)}")
+        faults: list[str] = []
+        while len(faults) < self._max_faults and rng.random() < self._rate:
+            kind = rng.choice(self._kinds)
+            faults.append(rng.choice(_SERVER_ERRORS) if kind == "500" else kind)
+        return tuple(faults)
+
+    @property
+    def injected(self) -> int:
+        """How many faults were injected so far."""
+        with self._lock:
+            return len(self._injected)
+
+    @property
+    def injected_kinds(self) -> list[str]:
+        """The faults injected so far, in injection order (``"429"``, ``"502"``, ``"drop"``...)."""
+        with self._lock:
+            return list(self._injected)
+
+    def __call__(self, request: dict[str, Any], index: int) -> Reply:
+        """Answer a fault if this attempt of the request is planned to fail, else delegate."""
+        key = request_key(request)
+        with self._lock:
+            attempt = self._attempts.get(key, 0)
+            self._attempts[key] = attempt + 1
+        faults = self.plan(request)
+        if attempt >= len(faults):
+            return self._responder(request, index)
+        with self._lock:
+            self._injected.append(faults[attempt])
+        return self._fault_reply(faults[attempt])
+
+    def _fault_reply(self, kind: str) -> Reply:
+        if kind == "429":
+            return Reply(status=429, error="Rate limit reached (scripted fault)", headers={"retry-after": "0"})
+        if kind == "timeout":
+            return Reply(status=504, error="Upstream timed out (scripted fault)", delay_s=self._timeout_delay_s)
+        if kind == "drop":
+            return Reply(drop=True)
+        return Reply(status=int(kind), error=f"Scripted transient server error {kind}")
+
+
+def _check_fault_args(rate: float, kinds: tuple[str, ...], timeout_delay_s: float, max_faults: int) -> None:
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"fault rate must be within [0, 1], got {rate}")
+    if not kinds:
+        raise ValueError("at least one fault kind is needed")
+    unknown = sorted(set(kinds) - _FAULT_KINDS)
+    if unknown:
+        raise ValueError(f"unknown fault kinds {unknown}; known: {sorted(_FAULT_KINDS)}")
+    if timeout_delay_s <= 0:
+        raise ValueError(f"timeout_delay_s must be > 0, got {timeout_delay_s}")
+    if max_faults < 0:
+        raise ValueError(f"max_faults must be >= 0, got {max_faults}")
+
+
+def with_faults(
+    responder: Responder,
+    *,
+    rate: float,
+    seed: int = 0,
+    kinds: Iterable[str] = DEFAULT_FAULT_KINDS,
+    timeout_delay_s: float = 3.0,
+    max_faults: int = 2,
+) -> FaultInjector:
+    """Wrap ``responder`` with deterministic transient faults (see :class:`FaultInjector`)."""
+    return FaultInjector(
+        responder, rate=rate, seed=seed, kinds=kinds, timeout_delay_s=timeout_delay_s, max_faults=max_faults
+    )
+
+
+# --------------------------------------------------------------------------- response bodies
+
+
+def _error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """An OpenAI-style error body; ``type`` and a default ``code`` follow the status."""
+    if status == 429:
+        kind, default_code = "requests", "rate_limit_exceeded"
+    elif status == 401:
+        kind, default_code = "invalid_request_error", "invalid_api_key"
+    elif status >= 500:
+        kind, default_code = "server_error", None
+    else:
+        kind, default_code = "invalid_request_error", None
+    return {"error": {"message": message, "type": kind, "param": param, "code": code or default_code}}
+
+
+def _usage(reply: Reply, request: Mapping[str, Any]) -> dict[str, Any]:
+    prompt = reply.prompt_tokens if reply.prompt_tokens is not None else estimate_tokens(_all_text(request))
+    reasoning = reply.reasoning_tokens
+    if reasoning is None and reply.reasoning_content:
+        reasoning = estimate_tokens(reply.reasoning_content)
+    completion = reply.completion_tokens
+    if completion is None:
+        completion = estimate_tokens(reply.content or "") + (reasoning or 0)
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if reasoning is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return usage
+
+
+def _completion_body(reply: Reply, request: Mapping[str, Any], fingerprint: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
+    if reply.reasoning_content is not None:
+        message["reasoning_content"] = reply.reasoning_content
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.get("model"),
+        "system_fingerprint": fingerprint,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finish_reason}],
+        "usage": _usage(reply, request),
+    }
+
+
+class _BadRequest(Exception):
+    """A request the server refuses with an OpenAI-style error."""
+
+    def __init__(
+        self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None, close: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = _error_body(status, message, param=param, code=code)
+        self.close = close
+
+
+def _validate_chat(body: object) -> dict[str, Any]:
+    """The body as a chat-completions request, or :class:`_BadRequest`."""
+    if not isinstance(body, dict):
+        raise _BadRequest("We could not parse the JSON body of your request: expected a JSON object.")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise _BadRequest("you must provide a model parameter", param="model", code="missing_required_parameter")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise _BadRequest(
+            "Missing required parameter: 'messages' (a non-empty list of objects).",
+            param="messages",
+            code="missing_required_parameter",
+        )
+    if body.get("stream") is True:
+        raise _BadRequest("Streaming is not supported by ScriptedOpenAI.", param="stream", code="unsupported_parameter")
+    return body
+
+
+# --------------------------------------------------------------------------- HTTP plumbing
+
+
+class _Server(ThreadingHTTPServer):
+    """A threading HTTP server that knows its :class:`ScriptedOpenAI` and never prints."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 1024
+
+    def __init__(self, owner: ScriptedOpenAI, address: tuple[str, int]) -> None:
+        self.owner = owner
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        """Bind without :meth:`HTTPServer.server_bind`'s reverse DNS lookup (slow offline)."""
+        TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Swallow errors of a connection (a client that went away): tests must stay quiet."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One connection: HTTP/1.1 with keep-alive, JSON in, JSON out."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "rose-scripted-openai/1"
+    sys_version = ""
+    timeout = 120  # idle keep-alive connections; stop() closes them sooner
+    server: _Server
+
+    def __init__(self, request: Any, client_address: Any, server: BaseServer) -> None:
+        self.request_id = ""
+        super().__init__(request, client_address, server)
+
+    @property
+    def owner(self) -> ScriptedOpenAI:
+        return self.server.owner
+
+    def setup(self) -> None:
+        super().setup()
+        self.owner._track(self.connection, opened=True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        except OSError:
+            pass
+        finally:
+            self.owner._track(self.connection, opened=False)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log: tests must stay quiet."""
+
+    def handle_one_request(self) -> None:
+        """Serve one request; a client that disconnected mid-way just ends the connection."""
+        self.request_id = f"req_{uuid.uuid4().hex[:16]}"
+        try:
+            super().handle_one_request()
+        except (ConnectionError, OSError):
+            self.close_connection = True
+
+    # ----- routing
+
+    def do_POST(self) -> None:
+        """Route POST requests: only chat completions exist."""
+        self.owner._count_http()
+        try:
+            self._check_auth()
+            if self._path() != CHAT_PATH:
+                self._read_body()  # keep the connection usable
+                raise _BadRequest(f"Unknown request URL: POST {self.path}", status=404, code="unknown_url")
+            self._chat(_validate_chat(self._read_json()))
+        except _BadRequest as problem:
+            self._refuse(problem)
+
+    def do_GET(self) -> None:
+        """Route GET requests: the model list and single models."""
+        self.owner._count_http()
+        try:
+            self._check_auth()
+            self._send_json(200, self._models(self._path()))
+        except _BadRequest as problem:
+            self._refuse(problem)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Errors found by :mod:`http.server` itself (bad request line...), as OpenAI-style JSON."""
+        self.owner._count_http()
+        self.close_connection = True
+        if not self.request_version.startswith("HTTP/1."):
+            self.request_version = "HTTP/1.1"  # answer a status line even to a garbled request line
+        text = message or HTTPStatus(code).phrase
+        with contextlib.suppress(OSError):
+            self._send_json(code, _error_body(code, text))
+
+    # ----- endpoints
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        index = self.owner._record(body, headers)
+        reply = self.owner._respond(body, index)
+        if reply.delay_s and self.owner._stopping.wait(reply.delay_s):
+            self.close_connection = True
+            return
+        if reply.drop:
+            self._drop()
+            return
+        extra = dict(reply.headers)
+        if reply.ok:
+            self._send_json(reply.status, _completion_body(reply, body, self.owner.system_fingerprint), extra)
+        else:
+            message = reply.error or HTTPStatus(reply.status).phrase
+            self._send_json(reply.status, _error_body(reply.status, message), extra)
+
+    def _models(self, path: str) -> dict[str, Any]:
+        cards = {
+            m: {"id": m, "object": "model", "created": 0, "owned_by": "rose-sql-testing"} for m in self.owner.models
+        }
+        if path == MODELS_PATH:
+            return {"object": "list", "data": list(cards.values())}
+        prefix = MODELS_PATH + "/"
+        if path.startswith(prefix) and path[len(prefix) :] in cards:
+            return cards[path[len(prefix) :]]
+        if path.startswith(prefix):
+            raise _BadRequest(f"The model '{path[len(prefix) :]}' does not exist", status=404, code="model_not_found")
+        raise _BadRequest(f"Unknown request URL: GET {self.path}", status=404, code="unknown_url")
+
+    # ----- request parts
+
+    def _path(self) -> str:
+        return self.path.split("?", 1)[0].rstrip("/") or "/"
+
+    def _check_auth(self) -> None:
+        key = self.owner.api_key
+        if key is not None and self.headers.get("Authorization") != f"Bearer {key}":
+            self._read_body()
+            raise _BadRequest("Incorrect API key provided.", status=401)
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return self._read_chunked()
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return b""
+        try:
+            length = int(raw)
+        except ValueError:
+            raise _BadRequest(f"Invalid Content-Length: {raw!r}", close=True) from None
+        if length < 0:
+            raise _BadRequest(f"Invalid Content-Length: {raw!r}", close=True)
+        if length > MAX_BODY_BYTES:
+            raise _BadRequest("Request body too large.", status=413, close=True)
+        return self.rfile.read(length)
+
+    def _read_chunked(self) -> bytes:
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            line = self.rfile.readline(1024).split(b";", 1)[0].strip()
+            try:
+                size = int(line, 16)
+            except ValueError:
+                raise _BadRequest("Malformed chunked request body.", close=True) from None
+            total += size
+            if size < 0 or total > MAX_BODY_BYTES:
+                raise _BadRequest("Malformed or too large chunked request body.", close=True)
+            if size == 0:
+                while self.rfile.readline(1024).strip():  # trailers up to the blank line
+                    pass
+                return b"".join(chunks)
+            chunks.append(self.rfile.read(size))
+            self.rfile.readline(1024)  # the CRLF after each chunk
+
+    def _read_json(self) -> object:
+        data = self._read_body()
+        try:
+            return json.loads(data)
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            raise _BadRequest(
+                "We could not parse the JSON body of your request. (HINT: This likely means you aren't using "
+                "your HTTP library correctly. The OpenAI API expects a JSON payload.)"
+            ) from None
+
+    # ----- answering
+
+    def _refuse(self, problem: _BadRequest) -> None:
+        if problem.close:
+            self.close_connection = True
+        self.owner._count_rejected()
+        self._send_json(problem.status, problem.body)
+
+    def _send_json(self, status: int, payload: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> None:
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-request-id", self.request_id)
+        for name, value in (headers or {}).items():
+            if name.lower() not in ("content-length", "content-type", "connection"):
+                self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _drop(self) -> None:
+        """Close the connection without a byte of answer."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+
+# --------------------------------------------------------------------------- the server
+
+
+class ScriptedOpenAI:
+    """An OpenAI-compatible chat-completions server on ``127.0.0.1``, scripted by a responder.
+
+    It binds a free port and serves from a daemon thread as soon as it is built; use it as a
+    context manager (or call :meth:`stop`). Point the SDK at :attr:`base_url`. Every
+    chat-completions request that passes validation is recorded (:attr:`requests`,
+    :attr:`calls`) and answered by the responder; malformed ones get a 400 and are counted in
+    :attr:`rejected`. A responder that raises yields a 500 and lands in :attr:`errors`.
+    """
+
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        *,
+        models: Sequence[str] = ("scripted-model",),
+        api_key: str | None = None,
+        system_fingerprint: str = "fp_rose_scripted",
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.responder: Responder = responder or default_responder
+        self.models = tuple(models)
+        self.api_key = api_key
+        self.system_fingerprint = system_fingerprint
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._requests: list[RecordedRequest] = []
+        self._errors: list[BaseException] = []
+        self._open: set[socket.socket] = set()
+        self._connections = 0
+        self._http_requests = 0
+        self._rejected = 0
+        self._server = _Server(self, (host, port))
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-openai", daemon=True
+        )
+        self._thread.start()
+
+    # ----- lifecycle
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop serving, wake delayed replies and close every open connection. Idempotent."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        self._server.shutdown()
+        with self._lock:
+            open_now = list(self._open)
+        for conn in open_now:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    # ----- where and what
+
+    @property
+    def port(self) -> int:
+        """The TCP port the server listens on."""
+        return self._server.server_port
+
+    @property
+    def base_url(self) -> str:
+        """The SDK's ``base_url``: ``http://127.0.0.1:PORT/v1``."""
+        return f"http://{self._server.server_name}:{self.port}/v1"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of the recorded chat-completions requests, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def calls(self) -> int:
+        """How many chat-completions requests reached the responder."""
+        with self._lock:
+            return len(self._requests)
+
+    @property
+    def rejected(self) -> int:
+        """How many requests were refused before the responder (malformed, bad path, bad key)."""
+        with self._lock:
+            return self._rejected
+
+    @property
+    def http_requests(self) -> int:
+        """Every HTTP request received, of any kind."""
+        with self._lock:
+            return self._http_requests
+
+    @property
+    def connections(self) -> int:
+        """How many TCP connections were accepted (keep-alive reuse keeps this low)."""
+        with self._lock:
+            return self._connections
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """Exceptions raised by the responder (each answered as a 500)."""
+        with self._lock:
+            return list(self._errors)
+
+    def reset(self) -> None:
+        """Forget recorded requests, counters and errors (the responder stays)."""
+        with self._lock:
+            self._requests.clear()
+            self._errors.clear()
+            self._connections = self._http_requests = self._rejected = 0
+
+    # ----- used by the handler
+
+    def _record(self, body: dict[str, Any], headers: dict[str, str]) -> int:
+        with self._lock:
+            index = len(self._requests)
+            self._requests.append(RecordedRequest(index, body, headers, time.monotonic()))
+            return index
+
+    def _respond(self, body: dict[str, Any], index: int) -> Reply:
+        try:
+            reply = self.responder(body, index)
+            if not isinstance(reply, Reply):
+                raise TypeError(f"responder returned {type(reply).__name__}, not Reply")
+            return reply
+        except Exception as e:  # a broken responder answers 500, never kills the server
+            with self._lock:
+                self._errors.append(e)
+            return Reply(status=500, error=f"responder raised {type(e).__name__}: {e}")
+
+    def _track(self, conn: socket.socket, *, opened: bool) -> None:
+        with self._lock:
+            if opened:
+                self._open.add(conn)
+                self._connections += 1
+            else:
+                self._open.discard(conn)
+
+    def _count_http(self) -> None:
+        with self._lock:
+            self._http_requests += 1
+
+    def _count_rejected(self) -> None:
+        with self._lock:
+            self._rejected += 1
