@@ -1,10 +1,21 @@
 """The sandbox for untrusted SQL: read-only SQLite, real timeouts, capped results, a cache.
 
-Every query runs on a connection that is opened ``mode=ro`` with ``PRAGMA query_only``, an
-authorizer that allows only reads (no ATTACH, PRAGMA, writes, DDL, ``load_extension``), SQLite
-limits on value length and attached databases, and a progress handler that interrupts the query
-inside SQLite at its deadline (a thread-based timeout cannot stop a running query). Gold and
-prediction run on separate connections. A database file is never opened for writing.
+Every query runs on a connection that is opened ``mode=ro`` (and ``immutable=1`` unless a ``-wal``
+or ``-journal`` file sits beside the database, so SQLite never creates one) with ``PRAGMA
+query_only``, an authorizer that allows only reads (no ATTACH, PRAGMA, writes, DDL,
+``load_extension``), SQLite limits on value length and attached databases, and a progress handler
+that interrupts the query inside SQLite at its deadline (a thread-based timeout cannot stop a
+running query). Gold and prediction run on separate connections. A database file is never opened
+for writing.
+
+Results are fetched one row at a time against a row cap and a byte cap, so a result of huge rows
+cannot be pulled into memory in one batch; rows past the cap are counted without being kept.
+
+Known limit: SQLite checks the progress handler between virtual-machine steps, so one call of a
+built-in function cannot be interrupted. A few builtins take time out of proportion to their
+arguments (``printf('%.*c', 2000000000, 'x')`` loops two billion times; ``trim(x, y)`` is
+O(len(x) * len(y))), so a query can overrun its deadline by as long as one such call takes. Only
+running queries in a killable child process would bound that.
 """
 
 from __future__ import annotations
@@ -28,6 +39,10 @@ Row = tuple[Any, ...]
 _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
 _DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "sqlite_dbpage"}
 _PROGRESS_OPS = 2000
+_CELL_BYTES = 16
+"""Bytes a cell is reckoned to take besides its text or blob (for the byte cap)."""
+_CONNS_PER_THREAD = 16
+"""Open connections kept per thread (least recently used closed beyond it): bounds file handles."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,28 +91,6 @@ def _authorize(action: int, arg1: str | None, arg2: str | None, db: str | None, 
     return sqlite3.SQLITE_DENY
 
 
-class _Conn:
-    """A locked-down read-only connection with a settable deadline."""
-
-    def __init__(self, path: Path, config: Config) -> None:
-        uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
-        self.deadline = float("inf")
-        self.conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
-        self.conn.execute("PRAGMA query_only = ON")
-        self.conn.execute(f"PRAGMA hard_heap_limit = {int(config.sqlite_heap_bytes)}")
-        self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, config.max_value_bytes)
-        self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-        self.conn.set_authorizer(_authorize)
-        self.conn.set_progress_handler(self._expired, _PROGRESS_OPS)
-
-    def _expired(self) -> bool:
-        return time.monotonic() > self.deadline
-
-
-def _decode_ignoring(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="ignore")
-
-
 DbKey = tuple[str, int, int]
 
 
@@ -105,6 +98,53 @@ def db_key(path: Path) -> DbKey:
     """Identity of a database file for caching: resolved path, size and modification time."""
     st = path.stat()
     return (str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+def _uri(path: Path) -> str:
+    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    # immutable=1: no locks, no change detection, and above all no -wal/-shm files created for a
+    # WAL-mode database (mode=ro alone creates them). A file that changes gets a new connection
+    # (see Executor._conn). With a -wal or -journal present, SQLite must see it: plain mode=ro.
+    if not any(path.with_name(path.name + s).exists() for s in ("-wal", "-journal")):
+        uri += "&immutable=1"
+    return uri
+
+
+class _Conn:
+    """A locked-down read-only connection with a settable deadline."""
+
+    def __init__(self, path: Path, key: DbKey, config: Config) -> None:
+        self.key = key
+        self.deadline = float("inf")
+        self.decode_errors = False
+        self.closed = False
+        self.conn = sqlite3.connect(_uri(path), uri=True, check_same_thread=False, isolation_level=None)
+        try:
+            # The pragmas must come before the authorizer, which denies every PRAGMA.
+            self.conn.execute(f"PRAGMA hard_heap_limit = {int(config.sqlite_heap_bytes)}")
+            self.conn.execute("PRAGMA query_only = ON")
+            self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, config.max_value_bytes)
+            self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            self.conn.set_authorizer(_authorize)
+            self.conn.set_progress_handler(self._expired, _PROGRESS_OPS)
+            self.conn.text_factory = self._text
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _expired(self) -> bool:
+        return time.monotonic() > self.deadline
+
+    def _text(self, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.decode_errors = True
+            return raw.decode("utf-8", errors="ignore")
+
+    def close(self) -> None:
+        self.closed = True
+        self.conn.close()
 
 
 class Executor:
@@ -117,10 +157,11 @@ class Executor:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or Config()
         self._local = threading.local()
-        self._all: list[_Conn] = []
+        self._all: set[_Conn] = set()
         self._lock = threading.Lock()
-        self._cache: OrderedDict[tuple[DbKey, str], Execution] = OrderedDict()
+        self._cache: OrderedDict[tuple[DbKey, str], tuple[Execution, int, int]] = OrderedDict()
         self._cache_cells = 0
+        self._cache_bytes = 0
         self._inflight: dict[tuple[DbKey, str], Future[Execution]] = {}
         self.executed = 0
         """Number of executions that actually ran (cache misses)."""
@@ -128,13 +169,17 @@ class Executor:
     # ------------------------------------------------------------------ public
 
     def run(self, db: Path, sql: str, *, role: str = "pred") -> Execution:
-        """Execute ``sql`` on database file ``db`` (must exist) on the connection of ``role``."""
-        key = (db_key(db), sql)
+        """Execute ``sql`` on database file ``db`` on the connection of ``role``. Never raises on bad SQL."""
+        try:
+            dbk = db_key(db)
+        except OSError as e:
+            return Execution("error", 0.0, error=f"cannot open database: {e.strerror or e}")
+        key = (dbk, sql)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
-                return replace(hit, cached=True)
+                return replace(hit[0], cached=True)
             fut = self._inflight.get(key)
             owner = fut is None
             if fut is None:
@@ -142,15 +187,15 @@ class Executor:
         if not owner:
             return replace(fut.result(), cached=True)
         try:
-            execution = self._execute(db, sql, role)
+            execution, nbytes = self._execute(db, dbk, sql, role)
         except BaseException as e:  # never leave waiters hanging
-            fut.set_exception(e)
             with self._lock:
                 self._inflight.pop(key, None)
+            fut.set_exception(e)
             raise
         with self._lock:
             self.executed += 1
-            self._remember(key, execution)
+            self._remember(key, execution, nbytes)
             self._inflight.pop(key, None)
         fut.set_result(execution)
         return execution
@@ -158,9 +203,9 @@ class Executor:
     def close(self) -> None:
         """Close every connection this executor opened."""
         with self._lock:
-            conns, self._all = self._all, []
+            conns, self._all = self._all, set()
         for c in conns:
-            c.conn.close()
+            c.close()
 
     def __enter__(self) -> Executor:
         return self
@@ -170,113 +215,115 @@ class Executor:
 
     # ------------------------------------------------------------------ internals
 
-    def _remember(self, key: tuple[DbKey, str], execution: Execution) -> None:
+    def _remember(self, key: tuple[DbKey, str], execution: Execution, nbytes: int) -> None:
         res = execution.result
         cells = 1 + (len(res.rows) * max(1, len(res.columns)) if res else 0)
-        if cells > self.config.cache_cells // 4:
+        max_bytes = 4 * self.config.max_result_bytes
+        if cells > self.config.cache_cells // 4 or nbytes > max_bytes // 4:
             return
-        self._cache[key] = execution
+        self._cache[key] = (execution, cells, nbytes)
         self._cache_cells += cells
-        while self._cache_cells > self.config.cache_cells and self._cache:
-            _, old = self._cache.popitem(last=False)
-            r = old.result
-            self._cache_cells -= 1 + (len(r.rows) * max(1, len(r.columns)) if r else 0)
+        self._cache_bytes += nbytes
+        while (self._cache_cells > self.config.cache_cells or self._cache_bytes > max_bytes) and self._cache:
+            _, (_, old_cells, old_bytes) = self._cache.popitem(last=False)
+            self._cache_cells -= old_cells
+            self._cache_bytes -= old_bytes
 
-    def _conn(self, db: Path, role: str) -> _Conn:
-        conns: dict[tuple[str, str], _Conn] | None = getattr(self._local, "conns", None)
+    def _conn(self, db: Path, dbk: DbKey, role: str) -> _Conn:
+        conns: OrderedDict[tuple[str, str], _Conn] | None = getattr(self._local, "conns", None)
         if conns is None:
-            conns = self._local.conns = {}
-        k = (str(db), role)
+            conns = self._local.conns = OrderedDict()
+        k = (dbk[0], role)
         c = conns.get(k)
+        if c is not None and (c.key != dbk or c.closed):
+            # The file changed (or was replaced: an open connection would still read the old inode),
+            # or the executor was closed: never serve from a stale connection.
+            self._drop(conns.pop(k))
+            c = None
         if c is None:
-            c = conns[k] = _Conn(db, self.config)
+            c = conns[k] = _Conn(db, dbk, self.config)
             with self._lock:
-                self._all.append(c)
+                self._all.add(c)
+            while len(conns) > _CONNS_PER_THREAD:
+                self._drop(conns.popitem(last=False)[1])
+        conns.move_to_end(k)
         return c
 
-    def _execute(self, db: Path, sql: str, role: str) -> Execution:
+    def _drop(self, c: _Conn) -> None:
+        with self._lock:
+            self._all.discard(c)
+        c.close()
+
+    def _execute(self, db: Path, dbk: DbKey, sql: str, role: str) -> tuple[Execution, int]:
         start = time.monotonic()
         reason = gate(sql, max_chars=self.config.max_sql_chars)
         if reason is not None:
-            return Execution("rejected", 0.0, error=reason)
+            return Execution("rejected", 0.0, error=reason), 0
         try:
-            c = self._conn(db, role)
+            c = self._conn(db, dbk, role)
         except sqlite3.Error as e:
-            return Execution("error", time.monotonic() - start, error=f"cannot open database: {e}")
+            return Execution("error", time.monotonic() - start, error=f"cannot open database: {e}"), 0
         try:
-            result = self._fetch(c, sql, start)
-        except sqlite3.OperationalError as e:
-            if "decode" in str(e).lower() and "utf-8" in str(e).lower():
-                c.conn.text_factory = _decode_ignoring
-                try:
-                    result = replace(self._fetch(c, sql, time.monotonic()), decode_errors=True)
-                except Exception as e2:
-                    return self._failure(c, e2, start)
-                finally:
-                    c.conn.text_factory = str
-            else:
-                return self._failure(c, e, start)
-        except Exception as e:  # sqlite3.Error, MemoryError, OverflowError, ValueError from the driver
-            return self._failure(c, e, start)
+            result, nbytes = self._fetch(c, sql, start)
+        except Exception as e:  # sqlite3.Error, MemoryError, OverflowError, ValueError, UnicodeError
+            return self._failure(e, start), 0
         finally:
             c.deadline = float("inf")
-        return Execution("ok", time.monotonic() - start, result=result)
+        return Execution("ok", time.monotonic() - start, result=result), nbytes
 
-    def _failure(self, c: _Conn, e: Exception, start: float) -> Execution:
+    def _failure(self, e: Exception, start: float) -> Execution:
         elapsed = time.monotonic() - start
         message = str(e) or type(e).__name__
         if isinstance(e, sqlite3.OperationalError) and message == "interrupted" and elapsed >= self.config.timeout_s:
             return Execution("timeout", elapsed, error=f"timed out after {self.config.timeout_s:g} s")
-        if "not authorized" in message:
+        if "not authorized" in message or "authorization denied" in message:
             return Execution("rejected", elapsed, error=f"{message} (only reading is allowed)")
         return Execution("error", elapsed, error=f"{type(e).__name__}: {message}")
 
-    def _fetch(self, c: _Conn, sql: str, start: float) -> ResultSet:
+    def _fetch(self, c: _Conn, sql: str, start: float) -> tuple[ResultSet, int]:
         cfg = self.config
         c.deadline = start + cfg.timeout_s
+        c.decode_errors = False
         cur = c.conn.execute(sql)
         try:
             columns = tuple(d[0] for d in cur.description) if cur.description else ()
             rows: list[Row] = []
-            nbytes, past_cap, truncated = 0, 0, False
-            while True:
-                batch = cur.fetchmany(1024)
-                if not batch:
+            nbytes, truncated = 0, False
+            # One row at a time: a batch of rows holding 16 MB values each would be gigabytes.
+            for row in cur:
+                size = _row_bytes(row)
+                if len(rows) >= cfg.max_rows or nbytes + size > cfg.max_result_bytes:
+                    truncated = True
                     break
-                nbytes += _size(batch)
-                room = cfg.max_rows - len(rows)
-                if len(batch) > room or nbytes > cfg.max_result_bytes:
-                    kept = max(0, min(room, len(batch)))
-                    rows.extend(batch[:kept])
-                    past_cap, truncated = len(batch) - kept, True
-                    break
-                rows.extend(batch)
+                rows.append(row)
+                nbytes += size
             count, exact = len(rows), True
             if truncated:
-                count, exact = self._count_rest(c, cur, len(rows) + past_cap)
-            return ResultSet(columns, tuple(rows), count, truncated, exact)
+                del row  # the first row past the cap is counted, not kept
+                count, exact = self._count_rest(c, cur, len(rows) + 1)
+            return ResultSet(columns, tuple(rows), count, truncated, exact, c.decode_errors), nbytes
         finally:
             cur.close()
 
     def _count_rest(self, c: _Conn, cur: sqlite3.Cursor, counted: int) -> tuple[int, bool]:
         """Step through the rows past the cap without keeping them, within a time limit."""
         c.deadline = min(c.deadline, time.monotonic() + self.config.count_past_cap_s)
+        c.conn.text_factory = bytes  # not decoding text we drop is faster and cannot fail
         try:
-            while True:
-                batch = cur.fetchmany(4096)
-                if not batch:
-                    return counted, True
-                counted += len(batch)
-        except sqlite3.Error:
+            for _ in cur:
+                counted += 1
+            return counted, True
+        except Exception:  # interrupted at the deadline, or out of memory: the count is a lower bound
             return counted, False
+        finally:
+            c.conn.text_factory = c._text
 
 
-def _size(batch: list[Row]) -> int:
-    n = 16 * len(batch) * (len(batch[0]) if batch else 0)
-    for row in batch:
-        for v in row:
-            if isinstance(v, str | bytes):
-                n += len(v)
+def _row_bytes(row: Row) -> int:
+    n = _CELL_BYTES * len(row)
+    for v in row:
+        if isinstance(v, str | bytes):
+            n += len(v)
     return n
 
 

@@ -8,13 +8,12 @@ truncates it before appending again. The schema is versioned (``schema``).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rose_sql.compare import Comparison
+from rose_sql.compare import Comparison, json_value
 from rose_sql.errors import InputError
 from rose_sql.execute import Execution
 from rose_sql.items import ItemId
@@ -130,17 +129,6 @@ def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
     }
 
 
-def json_value(v: Any) -> Any:
-    """A result cell as a JSON value."""
-    if isinstance(v, bytes):
-        return "x'" + v[:64].hex() + ("..." if len(v) > 64 else "") + "'"
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    if isinstance(v, str) and len(v) > 500:
-        return v[:500] + f"... ({len(v)} chars)"
-    return v
-
-
 def id_key(item_id: Any) -> str:
     """A key under which an id read back from JSON equals the id it was written from."""
     return json.dumps(item_id)
@@ -174,7 +162,7 @@ class RecordWriter:
                 with path.open("r+b") as f:
                     f.truncate(end)
         self.path = path
-        self._f = path.open("a", encoding="utf-8")
+        self._f = path.open("a", encoding="utf-8", errors="backslashreplace")  # lone surrogates stay valid JSON
 
     def write(self, record: Record) -> None:
         self._f.write(record.to_json() + "\n")

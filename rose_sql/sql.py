@@ -12,16 +12,16 @@ from functools import lru_cache
 
 from sqlglot import Token, TokenType
 from sqlglot.dialects.sqlite import SQLite
-from sqlglot.errors import TokenError
 
 _DIALECT = SQLite()
 _STARTS = {TokenType.SELECT, TokenType.WITH, TokenType.VALUES, TokenType.L_PAREN}
 
 
 def _tokens(sql: str) -> list[Token] | None:
+    """sqlglot's tokens, or None when it cannot tokenize (whatever it raises: the input is untrusted)."""
     try:
         return list(_DIALECT.tokenize(sql))
-    except (TokenError, RecursionError, ValueError):
+    except Exception:
         return None
 
 
@@ -33,6 +33,10 @@ def gate(sql: str, *, max_chars: int = 200_000) -> str | None:
         return "SQL contains a NUL byte"
     if len(sql) > max_chars:
         return f"SQL longer than {max_chars} characters"
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"SQL is not valid Unicode text (lone surrogate {sql[e.start]!r} at {e.start})"
     tokens = _tokens(sql)
     if tokens is None:
         return None  # let SQLite report the syntax error in its own words

@@ -1,0 +1,279 @@
+"""The execution sandbox on real SQLite databases: results, errors, caps, timeouts, cache, threads."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from rose_sql.config import Config
+from rose_sql.execute import Execution, Executor, ResultSet, db_key, run_query
+
+SCRIPT = """
+CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, score REAL);
+INSERT INTO t VALUES (1, 'a', 1.5), (2, 'b', NULL), (3, 'c', 3.0);
+"""
+COUNT_FOREVER = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+ROWS_FOREVER = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c"
+HANG_GUARD_S = 10.0  # only catches a hang; not a performance assertion
+
+
+def rows_to(n: int, select: str = "x") -> str:
+    return f"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {n}) SELECT {select} FROM c"
+
+
+def result(e: Execution) -> ResultSet:
+    assert e.status == "ok" and e.result is not None, (e.status, e.error)
+    return e.result
+
+
+def peak_rss_mb() -> int:
+    return int(re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) // 1024  # type: ignore[union-attr]
+
+
+@contextmanager
+def peak_rss_growth() -> Iterator[list[int]]:
+    """Yields a list that receives the growth (MB) of this process's peak RSS during the block."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to the current RSS
+    except OSError as e:
+        pytest.skip(f"cannot reset the peak RSS here ({e}); the memory bound needs Linux /proc")
+    before = peak_rss_mb()
+    out: list[int] = []
+    yield out
+    out.append(peak_rss_mb() - before)
+
+
+# --------------------------------------------------------------------------- results and errors
+
+
+def test_ok_result_has_columns_rows_and_count(make_db: Callable[..., Path]) -> None:
+    db = make_db(SCRIPT)
+    r = result(run_query(db, "SELECT id, name AS n, score FROM t ORDER BY id DESC"))
+    assert r.columns == ("id", "n", "score")
+    assert r.rows == ((3, "c", 3.0), (2, "b", None), (1, "a", 1.5))
+    assert (r.row_count, r.truncated, r.count_exact, r.decode_errors) == (3, False, True, False)
+
+
+def test_empty_result_keeps_columns(make_db: Callable[..., Path]) -> None:
+    r = result(run_query(make_db(SCRIPT), "SELECT id, name FROM t WHERE id > 99"))
+    assert (r.columns, r.rows, r.row_count, r.truncated) == (("id", "name"), (), 0, False)
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT nope FROM t", "no such column: nope"),
+        ("SELECT * FROM missing", "no such table: missing"),
+        ("SELECT 1 +", "incomplete input"),
+        ("SELECT abs(1, 2)", "wrong number of arguments to function abs()"),
+    ],
+)
+def test_bad_sql_is_an_error_with_sqlites_message(make_db: Callable[..., Path], sql: str, message: str) -> None:
+    e = run_query(make_db(SCRIPT), sql)
+    assert e.status == "error" and not e.ok and e.result is None
+    assert e.error is not None and message in e.error
+
+
+def test_missing_or_broken_database_is_an_error_not_an_exception(tmp_path: Path) -> None:
+    with Executor() as ex:
+        missing = ex.run(tmp_path / "nope.sqlite", "SELECT 1")
+        assert missing.status == "error" and "cannot open database" in (missing.error or "")
+        junk = tmp_path / "junk.sqlite"
+        junk.write_bytes(b"this is not a database" * 100)
+        broken = ex.run(junk, "SELECT 1 FROM sqlite_master")
+        assert broken.status == "error" and "not a database" in (broken.error or "")
+    assert not (tmp_path / "nope.sqlite").exists()
+
+
+# --------------------------------------------------------------------------- caps
+
+
+def test_row_cap_truncates_and_counts_every_row(make_db: Callable[..., Path]) -> None:
+    r = result(run_query(make_db(SCRIPT), rows_to(25), Config(max_rows=10)))
+    assert r.rows == tuple((i,) for i in range(1, 11))
+    assert (r.row_count, r.truncated, r.count_exact) == (25, True, True)
+
+
+def test_exactly_max_rows_is_not_truncated(make_db: Callable[..., Path]) -> None:
+    r = result(run_query(make_db(SCRIPT), rows_to(10), Config(max_rows=10)))
+    assert (len(r.rows), r.row_count, r.truncated) == (10, 10, False)
+
+
+def test_counting_past_the_cap_stops_at_its_time_limit(make_db: Callable[..., Path]) -> None:
+    start = time.monotonic()
+    e = run_query(make_db(SCRIPT), ROWS_FOREVER, Config(max_rows=10, count_past_cap_s=0.3, timeout_s=60))
+    elapsed = time.monotonic() - start
+    r = result(e)
+    assert len(r.rows) == 10 and r.truncated and not r.count_exact and r.row_count > 10
+    assert elapsed < HANG_GUARD_S
+
+
+def test_byte_cap_keeps_no_more_than_max_result_bytes(make_db: Callable[..., Path]) -> None:
+    cfg = Config(max_result_bytes=10_000)
+    r = result(run_query(make_db(SCRIPT), rows_to(100, "x, printf('%.*c', 1000, 'x')"), cfg))
+    assert r.truncated and r.count_exact and r.row_count == 100
+    assert 1 <= len(r.rows) < 10
+    assert sum(len(row[1]) for row in r.rows) <= cfg.max_result_bytes
+    assert [row[0] for row in r.rows] == list(range(1, len(r.rows) + 1))
+
+
+@pytest.mark.slow
+def test_huge_rows_are_not_fetched_in_a_batch(make_db: Callable[..., Path]) -> None:
+    """3000 rows of 1 MB: only about max_result_bytes (64 MB) may be held, never a batch of gigabytes."""
+    db = make_db(SCRIPT)
+    with Executor() as ex, peak_rss_growth() as growth:
+        r = result(ex.run(db, rows_to(3000, "zeroblob(1000000)")))
+        assert r.truncated and r.count_exact and r.row_count == 3000
+        assert len(r.rows) * 1_000_000 <= ex.config.max_result_bytes
+        del r
+    assert growth[0] < 500, f"peak RSS grew by {growth[0]} MB"
+
+
+# --------------------------------------------------------------------------- timeouts
+
+
+def test_timeout_interrupts_a_query_inside_sqlite(make_db: Callable[..., Path]) -> None:
+    db = make_db(SCRIPT)
+    with Executor(Config(timeout_s=0.5)) as ex:
+        start = time.monotonic()
+        e = ex.run(db, COUNT_FOREVER)
+        elapsed = time.monotonic() - start
+        assert e.status == "timeout" and e.result is None
+        assert "timed out" in (e.error or "")
+        assert e.seconds >= 0.5
+        assert elapsed < HANG_GUARD_S
+        # the connection is usable again, with a fresh deadline
+        assert result(ex.run(db, "SELECT count(*) FROM t")).rows == ((3,),)
+
+
+def test_timeout_while_rows_stream(make_db: Callable[..., Path]) -> None:
+    """A query that returns rows slowly is interrupted between rows too."""
+    slow_rows = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c WHERE x % 50000000 = 0"
+    start = time.monotonic()
+    e = run_query(make_db(SCRIPT), slow_rows, Config(timeout_s=0.5))
+    assert e.status == "timeout"
+    assert time.monotonic() - start < HANG_GUARD_S
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def test_same_db_and_sql_run_once(make_db: Callable[..., Path]) -> None:
+    db = make_db(SCRIPT)
+    with Executor() as ex:
+        first = ex.run(db, "SELECT name FROM t ORDER BY id")
+        second = ex.run(db, "SELECT name FROM t ORDER BY id", role="gold")
+        assert ex.executed == 1
+        assert not first.cached and second.cached and second.result == first.result
+        ex.run(db, "SELECT name FROM t ORDER BY id DESC")
+        assert ex.executed == 2
+
+
+def test_a_db_modified_in_place_is_not_served_stale(make_db: Callable[..., Path]) -> None:
+    db = make_db(SCRIPT)
+    with Executor() as ex:
+        assert result(ex.run(db, "SELECT count(*) FROM t")).rows == ((3,),)
+        before = db_key(db)
+        with sqlite3.connect(db) as conn:
+            conn.execute("INSERT INTO t VALUES (4, 'd', 4.0)")
+        conn.close()
+        assert db_key(db) != before  # precondition: the file's identity changed
+        assert result(ex.run(db, "SELECT count(*) FROM t")).rows == ((4,),)
+        assert ex.executed == 2
+
+
+def test_a_replaced_db_is_not_served_stale(make_db: Callable[..., Path]) -> None:
+    """A rebuilt file is a new inode: a connection kept open on the old one would read old data."""
+    db = make_db(SCRIPT)
+    with Executor() as ex:
+        assert result(ex.run(db, "SELECT name FROM t WHERE id = 1")).rows == (("a",),)
+        os.unlink(db)
+        make_db(SCRIPT.replace("'a'", "'z'"))
+        assert result(ex.run(db, "SELECT name FROM t WHERE id = 1")).rows == (("z",),)
+
+
+def test_concurrent_identical_requests_run_once(make_db: Callable[..., Path]) -> None:
+    db = make_db(SCRIPT)
+    sql = rows_to(400_000, "count(*)").replace("SELECT count(*) FROM c", "SELECT count(*) FROM c")
+    sql = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 400000) SELECT count(*) FROM c"
+    n = 8
+    barrier = threading.Barrier(n)
+    out: list[Execution] = []
+    lock = threading.Lock()
+    with Executor() as ex:
+
+        def worker() -> None:
+            barrier.wait()
+            e = ex.run(db, sql)
+            with lock:
+                out.append(e)
+
+        threads = [threading.Thread(target=worker) for _ in range(n)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(HANG_GUARD_S)
+        assert len(out) == n
+        assert ex.executed == 1
+        assert sum(not e.cached for e in out) == 1
+        assert {result(e).rows for e in out} == {((400_000,),)}
+
+
+# --------------------------------------------------------------------------- text, roles, files
+
+
+def test_invalid_utf8_text_is_decoded_with_a_flag(make_db: Callable[..., Path]) -> None:
+    db = make_db("CREATE TABLE s (id INTEGER, v TEXT); INSERT INTO s VALUES (1, CAST(x'61ff62' AS TEXT)), (2, 'ok');")
+    with Executor() as ex:
+        bad = result(ex.run(db, "SELECT v FROM s ORDER BY id"))
+        assert bad.rows == (("ab",), ("ok",)) and bad.decode_errors
+        clean = result(ex.run(db, "SELECT v FROM s WHERE id = 2"))  # same connection: the flag is per query
+        assert clean.rows == (("ok",),) and not clean.decode_errors
+
+
+def test_gold_and_pred_use_different_connections(make_db: Callable[..., Path]) -> None:
+    db = make_db(SCRIPT)
+    with Executor() as ex:
+        assert result(ex.run(db, "SELECT 1", role="gold")).rows == ((1,),)
+        assert result(ex.run(db, "SELECT 2", role="pred")).rows == ((2,),)
+        conns = ex._local.conns
+        gold, pred = conns[(db_key(db)[0], "gold")], conns[(db_key(db)[0], "pred")]
+        assert gold.conn is not pred.conn
+        assert len(ex._all) == 2
+
+
+def test_open_connections_per_thread_are_bounded(make_db: Callable[..., Path]) -> None:
+    dbs = [make_db(SCRIPT, db_id=f"d{i}") for i in range(40)]
+    with Executor() as ex:
+        for db in dbs:
+            assert result(ex.run(db, "SELECT count(*) FROM t")).rows == ((3,),)
+        assert len(ex._all) <= 16
+
+
+def test_executor_reopens_connections_after_close(make_db: Callable[..., Path]) -> None:
+    db = make_db(SCRIPT)
+    ex = Executor()
+    assert result(ex.run(db, "SELECT 1")).rows == ((1,),)
+    ex.close()
+    assert result(ex.run(db, "SELECT 2")).rows == ((2,),)
+    ex.close()
+
+
+def test_wal_database_gets_no_side_files(make_db: Callable[..., Path]) -> None:
+    db = make_db("PRAGMA journal_mode = wal;" + SCRIPT)
+    assert db.read_bytes()[18:20] == b"\x02\x02"  # precondition: a WAL-mode database
+    assert sorted(p.name for p in db.parent.iterdir()) == [db.name]
+    before = db.read_bytes()
+    with Executor() as ex:
+        assert result(ex.run(db, "SELECT count(*) FROM t")).rows == ((3,),)
+        assert result(ex.run(db, "SELECT name FROM t ORDER BY id", role="gold")).rows == (("a",), ("b",), ("c",))
+    assert sorted(p.name for p in db.parent.iterdir()) == [db.name]
+    assert db.read_bytes() == before

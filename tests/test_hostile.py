@@ -1,0 +1,495 @@
+"""Hostile SQL against the sandbox: nothing is written, nothing escapes, everything is bounded.
+
+Each case runs on a small database built for the test and, read in place (never copied), on the
+real Spider ``concert_singer`` database. For every case: ``Executor.run`` does not raise, the
+status is what the kind of attack demands, the database file is byte-identical, no ``-journal``,
+``-wal`` or ``-shm`` file appears, no file named by the SQL is created, the process's peak memory
+grows by less than 500 MB and the call returns (a generous hang guard, not a timing assertion).
+The whole set then goes through the real ``rose run`` command.
+
+Kinds: ``write`` (a write or side effect: rejected or an error), ``bomb`` (a read that must be
+stopped: timeout, error or rejected), ``capped`` (a read SQLite or the caps cut down: any status,
+but a bounded result), ``inert`` (harmless text that looks hostile: runs as the plain SELECT it is).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rose_sql.execute
+import rose_sql.sql
+from rose_sql.config import Config
+from rose_sql.execute import Execution, Executor
+from rose_sql.sql import gate, has_top_level_order_by, strip_comments
+
+TIMEOUT_S = 0.5
+CONFIG = Config(timeout_s=TIMEOUT_S, count_past_cap_s=TIMEOUT_S, workers=2)
+HANG_GUARD_S = 10.0  # catches a hang only
+MEMORY_BOUND_MB = 500
+SIDE_FILES = ("-journal", "-wal", "-shm")
+
+SMALL_DB = """
+CREATE TABLE t (a INTEGER PRIMARY KEY, b TEXT);
+CREATE INDEX t_b ON t (b);
+CREATE VIEW v AS SELECT a FROM t;
+CREATE TABLE log (x);
+CREATE TRIGGER t_ins AFTER INSERT ON t BEGIN INSERT INTO log VALUES (new.a); END;
+INSERT INTO t VALUES (1, 'x'), (2, 'y'), (3, 'z');
+"""
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    sql: str
+    """With ``{t}`` for a table of the database and ``{evil}`` for a path that must not appear."""
+    kind: str
+
+
+def _cross_join(n: int) -> str:
+    return "SELECT count(*) FROM " + ", ".join(f"{{t}} j{i}" for i in range(n))
+
+
+FOREVER = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c)"
+CASES = [
+    # writes and DDL
+    Case("insert", "INSERT INTO {t} DEFAULT VALUES", "write"),
+    Case("insert_select", "INSERT INTO {t} SELECT * FROM {t}", "write"),
+    Case("update", "UPDATE {t} SET rowid = rowid + 1000", "write"),
+    Case("delete", "DELETE FROM {t}", "write"),
+    Case("replace", "REPLACE INTO {t} SELECT * FROM {t}", "write"),
+    Case("with_delete", "WITH x AS (SELECT 1) DELETE FROM {t}", "write"),
+    Case("with_insert", "WITH x AS (SELECT 1) INSERT INTO {t} DEFAULT VALUES", "write"),
+    Case("create_table", "CREATE TABLE evil (x)", "write"),
+    Case("create_table_as", "CREATE TABLE evil AS SELECT * FROM {t}", "write"),
+    Case("create_index", "CREATE INDEX evil ON {t} (rowid)", "write"),
+    Case("drop_table", "DROP TABLE {t}", "write"),
+    Case("alter_rename", "ALTER TABLE {t} RENAME TO evil", "write"),
+    Case("alter_add", "ALTER TABLE {t} ADD COLUMN evil", "write"),
+    Case("temp_table", "CREATE TEMP TABLE evil (x)", "write"),
+    Case("temp_view", "CREATE TEMP VIEW evil AS SELECT 1", "write"),
+    Case("trigger", "CREATE TRIGGER evil AFTER DELETE ON {t} BEGIN SELECT 1; END", "write"),
+    Case("temp_trigger", "CREATE TEMP TRIGGER evil AFTER DELETE ON {t} BEGIN SELECT 1; END", "write"),
+    # files and other databases
+    Case("attach", "ATTACH DATABASE '{evil}' AS evil", "write"),
+    Case("attach_memory", "ATTACH DATABASE ':memory:' AS evil", "write"),
+    Case("detach", "DETACH DATABASE main", "write"),
+    Case("vacuum", "VACUUM", "write"),
+    Case("vacuum_into", "VACUUM INTO '{evil}'", "write"),
+    Case("reindex", "REINDEX", "write"),
+    Case("analyze", "ANALYZE", "write"),
+    Case("load_extension", "SELECT load_extension('{evil}')", "write"),
+    Case("load_extension_entry", "SELECT load_extension('x', 'sqlite3_extension_init')", "write"),
+    Case("fts3_tokenizer", "SELECT fts3_tokenizer('simple')", "write"),
+    # pragmas and transactions
+    Case("journal_delete", "PRAGMA journal_mode = delete", "write"),
+    Case("journal_wal", "PRAGMA journal_mode = wal", "write"),
+    Case("user_version", "PRAGMA user_version = 5", "write"),
+    Case("writable_schema", "PRAGMA writable_schema = 1", "write"),
+    Case("query_only_off", "PRAGMA query_only = 0", "write"),
+    Case("heap_limit_off", "PRAGMA hard_heap_limit = 0", "write"),
+    Case("pragma_function", "SELECT * FROM pragma_table_info('{t}')", "write"),
+    Case("begin", "BEGIN", "write"),
+    Case("begin_immediate", "BEGIN IMMEDIATE", "write"),
+    Case("commit", "COMMIT", "write"),
+    Case("rollback", "ROLLBACK", "write"),
+    Case("savepoint", "SAVEPOINT s", "write"),
+    Case("release", "RELEASE s", "write"),
+    # several statements, hidden statements
+    Case("select_then_drop", "SELECT 1; DROP TABLE {t}", "write"),
+    Case("select_then_delete", "SELECT 1;DELETE FROM {t};", "write"),
+    Case("delete_then_select", "DELETE FROM {t}; SELECT 1", "write"),
+    Case("comment_then_drop", "/* SELECT */ DROP TABLE {t}", "write"),
+    Case("nul_then_drop", "SELECT 1\x00; DROP TABLE {t}", "write"),
+    Case("trailing_comment_stmt", "SELECT 1 -- ; DROP TABLE {t}", "inert"),
+    Case("block_comment_stmt", "SELECT 1 /* ; DROP TABLE {t} */", "inert"),
+    Case("semicolon_comment", "SELECT 1; -- DROP TABLE {t}", "inert"),
+    # bombs bounded by the timeout
+    Case("recursive_count", FOREVER + " SELECT count(*) FROM c", "bomb"),
+    Case("recursive_sort", FOREVER + " SELECT x FROM c ORDER BY x DESC LIMIT 1", "bomb"),
+    Case("recursive_distinct", FOREVER + " SELECT count(DISTINCT x) FROM c", "bomb"),
+    Case("cross_join", _cross_join(30), "bomb"),
+    Case("cross_join_sorted", _cross_join(20).replace("count(*)", "j0.rowid") + " ORDER BY random() LIMIT 1", "bomb"),
+    Case("recursive_rows", FOREVER + " SELECT x FROM c", "capped"),
+    # giants: the value-length limit, not memory, must stop them
+    Case("randomblob", "SELECT randomblob(2000000000)", "bomb"),
+    Case("zeroblob", "SELECT zeroblob(2000000000)", "bomb"),
+    Case("zeroblob_length", "SELECT length(zeroblob(2000000000))", "bomb"),
+    Case("hex_replace", "SELECT length(replace(hex(zeroblob(8000000)), '0', 'aa'))", "bomb"),
+    Case("printf_giant", "SELECT printf('%.*c', 300000000, 'x')", "capped"),
+    Case(
+        "string_doubling",
+        "WITH RECURSIVE r(s) AS (SELECT 'x' UNION ALL SELECT s || s FROM r) SELECT length(s) FROM r",
+        "bomb",
+    ),
+    Case(
+        "string_growth",
+        "WITH RECURSIVE r(n, s) AS (SELECT 0, '' UNION ALL SELECT n + 1, s || printf('%.*c', 1000000, 'y') FROM r) "
+        "SELECT max(length(s)) FROM r",
+        "bomb",
+    ),
+    Case("group_concat", FOREVER + " SELECT length(group_concat(printf('%.*c', 1000, 'x'))) FROM c", "bomb"),
+    # one row of 10 values of 16 MB each: past the byte cap, so counted but not kept. (A row is only
+    # bounded by the SQLite heap limit as a whole: Python copies it before the cap can look at it.)
+    Case("wide_giant_row", "SELECT " + ", ".join(["zeroblob(16000000)"] * 10), "capped"),
+    # parse bombs and strange text
+    Case("parens_100k", "SELECT " + "(" * 100_000 + "1" + ")" * 100_000, "bomb"),
+    Case("parens_60k", "SELECT " + "(" * 60_000 + "1" + ")" * 60_000, "bomb"),
+    Case("plus_one_50k", "SELECT 1" + " + 1" * 50_000, "bomb"),
+    Case("subqueries_5k", "SELECT * FROM " + "(SELECT * FROM " * 5000 + "{t}" + ")" * 5000, "bomb"),
+    Case("columns_40k", "SELECT " + ", ".join(["1"] * 40_000), "bomb"),
+    Case("nul_in_literal", "SELECT 'a\x00b'", "bomb"),
+    Case("lone_surrogate", "SELECT '\udcff'", "bomb"),
+    Case("invalid_utf8_escape", "SELECT 1 FROM {t} WHERE b = '\udce9t\udce9'", "bomb"),
+    Case("high_surrogate", "SELECT '\ud800' || 1", "bomb"),
+    Case("long_sql", "SELECT 1 WHERE " + " AND ".join(["1 = 1"] * 100_000), "bomb"),
+    Case("long_literal", "SELECT '" + "a" * 1_000_000 + "'", "bomb"),
+]
+WRITES = [c for c in CASES if c.kind == "write"]
+REAL_DB = Path("spider/database/concert_singer/concert_singer.sqlite")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def peak_rss_mb() -> int:
+    m = re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text())
+    assert m is not None
+    return int(m.group(1)) // 1024
+
+
+@contextmanager
+def peak_rss_growth() -> Iterator[list[int]]:
+    """Yields a list that receives the growth (MB) of this process's peak RSS during the block."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to the current RSS
+    except OSError as e:
+        pytest.skip(f"cannot reset the peak RSS here ({e}); the memory bound needs Linux /proc")
+    before = peak_rss_mb()
+    out: list[int] = []
+    yield out
+    out.append(peak_rss_mb() - before)
+
+
+def bounded_result(e: Execution, config: Config) -> bool:
+    if e.result is None:
+        return True
+    r = e.result
+    size = sum(16 * len(row) + sum(len(v) for v in row if isinstance(v, str | bytes)) for row in r.rows)
+    return len(r.rows) <= config.max_rows and size <= config.max_result_bytes
+
+
+def check_case(case: Case, db: Path, table: str, tmp: Path, executor: Executor) -> None:
+    """Run one hostile case and check everything the sandbox promises."""
+    evil = tmp / "evil.db"
+    sql = case.sql.replace("{t}", table).replace("{evil}", str(evil))
+    listing = sorted(p.name for p in db.parent.iterdir())
+    digest = sha256(db)
+    count = executor.run(db, f"SELECT count(*) FROM {table}").result
+    assert count is not None
+    with peak_rss_growth() as growth:
+        start = time.monotonic()
+        e = executor.run(db, sql)  # must not raise
+        elapsed = time.monotonic() - start
+    assert elapsed < HANG_GUARD_S
+    assert growth[0] < MEMORY_BOUND_MB, f"peak RSS grew by {growth[0]} MB"
+    if case.kind == "write":
+        assert e.status in ("rejected", "error"), (e.status, e.error)
+    elif case.kind == "bomb":
+        assert e.status in ("timeout", "error", "rejected"), (e.status, e.result)
+    elif case.kind == "inert":
+        assert e.status == "ok" and e.result is not None, (e.status, e.error)
+        assert e.result.rows == ((1,),)
+    assert e.ok == (e.status == "ok") and (e.result is not None) == e.ok
+    assert e.ok or e.error
+    assert bounded_result(e, executor.config)
+    assert sha256(db) == digest
+    assert sorted(p.name for p in db.parent.iterdir()) == listing
+    assert not any(db.with_name(db.name + s).exists() for s in SIDE_FILES)
+    assert not evil.exists()
+    # the connection is as locked-down and as usable as before
+    again = executor.run(db, f"SELECT count(*) FROM {table} WHERE 1 = 1")
+    assert again.result is not None and again.result.rows == count.rows, (again.status, again.error)
+
+
+@pytest.fixture
+def small_db(make_db: Callable[..., Path]) -> Path:
+    return make_db(SMALL_DB, db_id="hostile")
+
+
+@pytest.fixture(scope="module")
+def real_db(shared: Path) -> Path:
+    """The shared Spider concert_singer database, read in place."""
+    path = shared / REAL_DB
+    if not path.is_file():
+        pytest.skip(f"the real Spider database {path} is absent (shared data sits beside the repository in CI)")
+    return path
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_sql_on_a_small_db(case: Case, small_db: Path, tmp_path: Path) -> None:
+    with Executor(CONFIG) as ex:
+        check_case(case, small_db, "t", tmp_path, ex)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_sql_on_the_real_spider_db(case: Case, real_db: Path, tmp_path: Path) -> None:
+    before = sha256(real_db)
+    with Executor(CONFIG) as ex:
+        check_case(case, real_db, "singer", tmp_path, ex)
+    assert sha256(real_db) == before
+
+
+@pytest.mark.parametrize("case", WRITES, ids=[c.id for c in WRITES])
+def test_the_sandbox_alone_stops_writes(
+    case: Case, small_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defence in depth: with the lexical gate switched off, SQLite's own locks still refuse every write."""
+    monkeypatch.setattr(rose_sql.execute, "gate", lambda sql, max_chars: None)
+    with Executor(CONFIG) as ex:
+        check_case(case, small_db, "t", tmp_path, ex)
+
+
+def test_denied_statements_leave_no_journal_even_when_sqlite_sees_them(small_db: Path, tmp_path: Path) -> None:
+    """Every write, gate off, one connection in a row: still no -journal/-wal and the same bytes."""
+    digest = sha256(small_db)
+    with Executor(CONFIG) as ex:
+        for case in WRITES:
+            sql = case.sql.replace("{t}", "t").replace("{evil}", str(tmp_path / "evil.db"))
+            conn = ex._conn(small_db, rose_sql.execute.db_key(small_db), "pred").conn
+            with pytest.raises(Exception):  # noqa: B017 - any refusal will do, as long as nothing is written
+                conn.execute(sql).fetchall()
+    assert sha256(small_db) == digest
+    assert sorted(p.name for p in small_db.parent.iterdir()) == [small_db.name]
+
+
+# --------------------------------------------------------------------------- the lexical gate
+
+
+WEIRD = [
+    "SELECT 'abc",
+    'SELECT "abc',
+    "SELECT /* abc",
+    "SELECT [abc",
+    "SELECT x'zz'",
+    "SELECT '\udcff'",
+    "\ud800",
+    "SELECT $$; DROP TABLE t; $$",
+    "SELECT \u2028 1 \ufeff",
+    "SELECT " + "(" * 100_000,
+    "SELECT " + "/*" * 90_000,
+    "x" * 300_000,
+    "",
+    "   \n\t ",
+    "-- only a comment",
+    ";;;",
+]
+
+
+@pytest.mark.parametrize("sql", WEIRD, ids=range(len(WEIRD)))
+def test_gate_and_helpers_never_raise(sql: str) -> None:
+    reason = gate(sql)
+    assert reason is None or isinstance(reason, str)
+    assert isinstance(strip_comments(sql), str)
+    assert isinstance(has_top_level_order_by(sql), bool)
+
+
+def test_gate_survives_random_text() -> None:
+    rng = random.Random(20260101)
+    alphabet = "'\"`[]()/*-;\\$#@?:xX0123 \n\t\x01\udcff\u00e9SELECTWITH"
+    for _ in range(3000):
+        sql = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        gate(sql)
+        strip_comments(sql)
+        has_top_level_order_by(sql)
+
+
+@pytest.mark.parametrize("exc", [RecursionError, KeyError, IndexError, AttributeError, MemoryError, TypeError])
+def test_gate_survives_any_tokenizer_exception(exc: type[Exception], monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(sql: str) -> Any:
+        raise exc("tokenizer broke")
+
+    monkeypatch.setattr(rose_sql.sql._DIALECT, "tokenize", boom)
+    has_top_level_order_by.cache_clear()
+    try:
+        assert gate("SELECT 1") is None  # SQLite decides, and the sandbox holds
+        assert strip_comments("SELECT 1 -- x") == "SELECT 1 -- x"
+        assert has_top_level_order_by("SELECT a FROM t ORDER BY a") is True
+    finally:
+        has_top_level_order_by.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        ("SELECT '\udcff'", "not valid Unicode"),
+        ("SELECT 1\x00", "NUL"),
+        ("SELECT 1; SELECT 2", "2 statements"),
+        ("DROP TABLE t", "not a SELECT"),
+        ("", "empty"),
+        ("-- nothing", "only comments"),
+        ("SELECT " + "1" * 200_001, "longer than"),
+    ],
+)
+def test_gate_reasons(sql: str, reason: str) -> None:
+    assert reason in (gate(sql) or "")
+
+
+# --------------------------------------------------------------------------- through the real CLI
+
+
+def rose_command() -> list[str]:
+    script = Path(sys.executable).with_name("rose")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "rose_sql"]
+
+
+def write_items(path: Path, items: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(it) + "\n" for it in items), encoding="utf-8")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def has_surrogate(sql: str) -> bool:
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+CLI_CASES = [c for c in CASES if not has_surrogate(c.sql)]
+SURROGATE_CASES = [c for c in CASES if has_surrogate(c.sql)]
+
+
+def run_cli(cases: list[Case], db: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``rose run`` on a generic JSONL of the cases (gold: a simple count) with a short timeout."""
+    evil = tmp_path / "evil.db"
+    items = [
+        {
+            "id": c.id,
+            "db_id": db.parent.name,
+            "question": "How many rows does t have?",
+            "evidence": "",
+            "gold_sql": "SELECT count(*) FROM t",
+            "pred_sql": c.sql.replace("{t}", "t").replace("{evil}", str(evil)),
+        }
+        for c in cases
+    ]
+    preds = tmp_path / "hostile.jsonl"
+    write_items(preds, items)
+    out = tmp_path / "out"
+    cmd = [*rose_command(), "run", str(preds), "--db-root", str(db.parent.parent), "--out", str(out)]
+    cmd += ["--timeout", str(TIMEOUT_S), "--workers", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"})
+    return proc, out / "hostile"
+
+
+def check_cli_records(cases: list[Case], out: Path) -> None:
+    records = read_jsonl(out / "records.jsonl")
+    by_id = {r["id"]: r for r in records}
+    assert len(records) == len(cases) == len(by_id)
+    assert set(by_id) == {c.id for c in cases}
+    for c in cases:
+        r = by_id[c.id]
+        assert r["gold"]["status"] == "ok", (c.id, r["gold"])
+        if c.kind in ("write", "bomb"):
+            assert (r["score"], r["decided_by"]) == (0, "execution"), (c.id, r["pred"]["status"], r["why"])
+            assert r["pred"]["status"] in ("rejected", "error", "timeout"), (c.id, r["pred"])
+        elif c.kind == "inert":
+            assert r["pred"]["status"] == "ok" and r["pred"]["preview"] == [[1]], (c.id, r["pred"])
+        else:
+            assert r["score"] != 1, (c.id, r)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n"] == len(cases)
+
+
+@pytest.mark.slow
+def test_hostile_set_through_rose_run(make_db: Callable[..., Path], tmp_path: Path) -> None:
+    db = make_db(SMALL_DB, db_id="hostile")
+    digest = sha256(db)
+    proc, out = run_cli(CLI_CASES, db, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check_cli_records(CLI_CASES, out)
+    assert sha256(db) == digest
+    assert sorted(p.name for p in db.parent.iterdir()) == [db.name]
+    assert not (tmp_path / "evil.db").exists()
+
+
+def test_lone_surrogates_through_rose_run(make_db: Callable[..., Path], tmp_path: Path) -> None:
+    db = make_db(SMALL_DB, db_id="hostile")
+    digest = sha256(db)
+    proc, out = run_cli(SURROGATE_CASES, db, tmp_path)
+    assert sha256(db) == digest
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check_cli_records(SURROGATE_CASES, out)
+
+
+# --------------------------------------------------------------------------- a million rows
+
+
+MILLION = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 1000000) SELECT x, 'some text' FROM c"
+MILLION_GROWTH_MB = 200
+"""Peak-RSS growth allowed over the same run of a trivial item. Calibrated on this machine: keeping all
+the million rows (``--max-rows 2000000``) grows the peak by about 360 MB; the capped run by about 20 MB."""
+
+
+def run_measured(cmd: list[str], tmp_path: Path, name: str) -> tuple[int, int, str]:
+    """Run a command; its exit code, its own peak RSS in MB (from wait4) and its stderr."""
+    with (tmp_path / f"{name}.out").open("wb") as out, (tmp_path / f"{name}.err").open("wb") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env={**os.environ, "NO_COLOR": "1"})
+        guard = threading.Timer(120, proc.kill)  # a hang guard only
+        guard.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            guard.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_maxrss // 1024, (tmp_path / f"{name}.err").read_text(errors="replace")
+
+
+@pytest.mark.slow
+def test_a_million_row_prediction_is_truncated_counted_and_bounded(
+    make_db: Callable[..., Path], tmp_path: Path
+) -> None:
+    db = make_db("CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1), (2);", db_id="m")
+    peaks = {}
+    for name, pred in (("trivial", "SELECT 1"), ("million", MILLION)):
+        preds = tmp_path / f"{name}.jsonl"
+        item = {"id": 1, "db_id": "m", "question": "q", "evidence": "", "gold_sql": "SELECT a FROM t", "pred_sql": pred}
+        write_items(preds, [item])
+        cmd = [*rose_command(), "run", str(preds), "--db-root", str(db.parent.parent), "--out", str(tmp_path / "out")]
+        code, peaks[name], stderr = run_measured(cmd, tmp_path, name)
+        assert code == 0, stderr[-3000:]
+    growth = peaks["million"] - peaks["trivial"]
+    assert growth < MILLION_GROWTH_MB, f"peak RSS {peaks}: grew by {growth} MB"
+    (r,) = read_jsonl(tmp_path / "out" / "million" / "records.jsonl")
+    max_rows = Config().max_rows
+    assert r["pred"]["status"] == "ok"
+    assert (r["pred"]["row_count"], r["pred"]["truncated"], r["pred"]["count_exact"]) == (1_000_000, True, True)
+    assert max_rows < 1_000_000
+    assert r["comparison"]["equal"] is None and r["comparison"]["reason"] == "truncated"
+    assert r["readings"]["bird_ex"] is None and r["readings"]["soft_f1"] is None
+    assert r["readings"]["ts_ex"] is None and r["readings"]["ts_ex_keep_distinct"] is None
+    assert r["score"] is None  # undecidable here, never a wrong 0 or 1
+    with Executor() as ex:  # the rows kept are exactly the first max_rows
+        kept = ex.run(db, MILLION).result
+        assert kept is not None and kept.truncated and len(kept.rows) == max_rows
+        assert kept.rows[-1] == (max_rows, "some text")
