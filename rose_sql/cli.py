@@ -66,6 +66,19 @@ def _fail(e: RoseError) -> None:
     show_default=True,
     help="Rows kept per result; larger results are marked truncated.",
 )
+@click.option(
+    "--evidence/--no-evidence",
+    default=True,
+    show_default=True,
+    help="Search witness databases, distinguishing rows and gold smells.",
+)
+@click.option(
+    "--evidence-budget",
+    type=float,
+    default=DEFAULTS.evidence_budget_s,
+    show_default=True,
+    help="Seconds of evidence search per item.",
+)
 @click.option("--judge-model", help="Model of the LLM judges; without it only the deterministic stages run.")
 @click.option("--judge-base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI).")
 @click.option("--concurrency", type=int, default=16, show_default=True, help="LLM calls in flight at once.")
@@ -102,6 +115,8 @@ def run_cmd(
     timeout: float,
     workers: int | None,
     max_rows: int,
+    evidence: bool,
+    evidence_budget: float,
     judge_model: str | None,
     judge_base_url: str | None,
     concurrency: int,
@@ -121,7 +136,7 @@ def run_cmd(
     OUT/<name>/summary.json for each prediction file. Exit status 0 when the run completed,
     whatever the scores; 2 for unusable input.
     """
-    config = Config(timeout_s=timeout, max_rows=max_rows)
+    config = Config(timeout_s=timeout, max_rows=max_rows, evidence=evidence, evidence_budget_s=evidence_budget)
     if workers:
         config = config.with_(workers=workers)
     if judge_model:
@@ -242,3 +257,11 @@ def demo_cmd(out: Path) -> None:
         run_demo(out, console)
     except RoseError as e:
         _fail(e)
+
+
+# --------------------------------------------------------------------------- calibration and re-evaluation
+# agree, import-rose, replay, judge-card, judge-compare, compare, report, audit (rose_sql/cli_calibration.py)
+from rose_sql.cli_calibration import COMMANDS as _CALIBRATION_COMMANDS  # noqa: E402
+
+for _command in _CALIBRATION_COMMANDS:
+    main.add_command(_command)

@@ -243,3 +243,14 @@ def _count(rows: list[tuple[Any, ...]]) -> str:
 
 def _same_detail(n: int) -> str:
     return "identical results" if n else "both results are empty"
+
+
+def json_value(v: Any) -> Any:
+    """A result cell as a JSON value."""
+    if isinstance(v, bytes):
+        return "x'" + v[:64].hex() + ("..." if len(v) > 64 else "") + "'"
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, str) and len(v) > 500:
+        return v[:500] + f"... ({len(v)} chars)"
+    return v

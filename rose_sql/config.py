@@ -91,6 +91,14 @@ class Config:
     """Threads executing items; SQLite releases the GIL while it runs a query."""
     cache_cells: int = 20_000_000
     """Cells of query results kept in the in-process execution cache (LRU beyond it)."""
+    evidence: bool = True
+    """Search for witnesses, distinguishing rows and gold smells (rose_sql.evidence)."""
+    evidence_budget_s: float = 2.0
+    """Time for one item's evidence."""
+    evidence_max_candidates: int = 120
+    """Witness candidates tried at most per item (keeps fast databases fast)."""
+    evidence_max_db_bytes: int = 256 * 2**20
+    """Larger databases are not copied for a witness search."""
     judge: JudgeConfig | None = None
     """The LLM judges; None runs the deterministic stages only (items then await a judge)."""
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from rose_sql.compare import Comparison, compare
 from rose_sql.decide import Decision, Facts, JudgeOutcome, decide
+from rose_sql.evidence import Evidence, Finder
 from rose_sql.execute import Execution, Executor, ResultSet
 from rose_sql.items import Item
 from rose_sql.judges.cascade import Call, Case, JudgeFailed, OutOfBudget, ask, prover_messages, refuter_messages
@@ -43,6 +44,7 @@ class Executed:
     pred: Execution | None = None
     comparison: Comparison | None = None
     readings: Readings = field(default_factory=Readings)
+    evidence: Evidence | None = None
 
     def facts(self, *, judge: bool = False, matched_refuter: Any = "always") -> Facts:
         return Facts(
@@ -52,8 +54,13 @@ class Executed:
             equal=self.comparison.equal if self.comparison else None,
             judge=judge,
             matched_refuter=matched_refuter,
-            evidence_questions_match=bool(self.doubts()),
+            evidence_questions_match=bool(self.doubts()) or bool(self.evidence and self.evidence.questions_match),
         )
+
+    def evidence_text(self) -> str | None:
+        """Everything deterministic the judges should see, rendered."""
+        parts = [*self.doubts(), self.evidence.render() if self.evidence else ""]
+        return "\n\n".join(p for p in parts if p) or None
 
     def doubts(self) -> list[str]:
         """Cheap, deterministic reasons to doubt a match (the Refuter is asked about these)."""
@@ -67,8 +74,8 @@ class Executed:
         return out
 
 
-def execute_item(item: Item, db_root: Path, executor: Executor) -> Executed:
-    """Run gold and prediction, compare them and compute the official readings."""
+def execute_item(item: Item, db_root: Path, executor: Executor, finder: Finder | None = None) -> Executed:
+    """Run gold and prediction, compare them, compute the official readings and gather evidence."""
     db = db_path(db_root, item.db_id)
     if not db.is_file():
         return Executed(item, db, db_found=False)
@@ -79,7 +86,10 @@ def execute_item(item: Item, db_root: Path, executor: Executor) -> Executed:
         ordered = has_top_level_order_by(item.gold_sql or "")
         comparison = compare(pred.result, gold.result, ordered=ordered, digits=executor.config.float_digits)
     readings = _readings(item, db, gold, pred, executor) if gold is not None and gold.ok else Readings()
-    return Executed(item, db, True, gold, pred, comparison, readings)
+    evidence = None
+    if finder is not None and gold is not None and gold.ok and pred.ok and item.gold_sql is not None:
+        evidence = finder.gather(db, item.gold_sql, item.pred_sql, gold, pred, comparison)
+    return Executed(item, db, True, gold, pred, comparison, readings, evidence)
 
 
 def _readings(item: Item, db: Path, gold: Execution, pred: Execution, executor: Executor) -> Readings:
@@ -142,7 +152,7 @@ async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched
             return Judged(step, calls, _labels(facts.refuter))
         assert llm is not None and ex.pred is not None
         schema = await asyncio.to_thread(schemas.get, ex.db)
-        case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence="\n".join(ex.doubts()) or None)
+        case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence=ex.evidence_text())
         try:
             if step == "prover":
                 prover, made = await ask(llm, step, prover_messages(case, schema), ProverReply)
@@ -196,6 +206,7 @@ def to_record(ex: Executed, judged: Judged) -> Record:
         source=it.source,
         labels=judged.labels,
         judges=calls,
+        evidence=ex.evidence.to_dict() if ex.evidence else None,
         llm_calls=sum(1 for c in judged.calls if not c.cached),
         cost_usd=round(sum(c.cost_usd or 0.0 for c in judged.calls if not c.cached), 8),
     )

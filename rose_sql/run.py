@@ -18,6 +18,7 @@ from typing import Any
 from rose_sql.config import Config
 from rose_sql.errors import UsageError
 from rose_sql.evaluate import Executed, execute_item, failed_record, judge_item, to_record
+from rose_sql.evidence import Finder
 from rose_sql.execute import Executor
 from rose_sql.items import Item, Loaded
 from rose_sql.judges.context import Schemas
@@ -94,6 +95,7 @@ async def _run(systems: Sequence[SystemRun], db_root: Path, config: Config, prog
     llm = LLM(config.judge) if config.judge is not None else None
     policy = config.judge.effective_matched_refuter if config.judge else "always"
     schemas = Schemas()
+    finder = Finder(config) if config.evidence else None
     window = asyncio.Semaphore(config.workers * 2 + (config.judge.concurrency * 2 if config.judge else 0))
     loop = asyncio.get_running_loop()
     try:
@@ -102,7 +104,7 @@ async def _run(systems: Sequence[SystemRun], db_root: Path, config: Config, prog
             async def one(name: str, item: Item) -> None:
                 async with window:
                     try:
-                        ex: Executed = await loop.run_in_executor(pool, execute_item, item, db_root, executor)
+                        ex: Executed = await loop.run_in_executor(pool, execute_item, item, db_root, executor, finder)
                         judged = await judge_item(ex, llm, schemas, matched_refuter=policy)
                         record = to_record(ex, judged)
                     except Exception as e:  # a bug of ours: the item is unscored, the run goes on

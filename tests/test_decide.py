@@ -26,20 +26,28 @@ TABLE: list[tuple[str, Facts, Any]] = [
     ("pred rejected", Facts(True, OK, REJECTED, judge=True), (0, None, "execution")),
     ("pred timeout, gold ok", Facts(True, OK, TIMEOUT), (0, None, "execution")),
     ("gold error", Facts(True, ERROR, OK, judge=True), (None, "gold_error", None)),
-    ("both time out: machine too slow, not the prediction's fault", Facts(True, TIMEOUT, TIMEOUT),
-     (None, "gold_error", None)),
+    (
+        "both time out: machine too slow, not the prediction's fault",
+        Facts(True, TIMEOUT, TIMEOUT),
+        (None, "gold_error", None),
+    ),
     ("pred cannot run whatever the gold", Facts(True, ERROR, ERROR), (0, None, "execution")),
     ("no judge", Facts(True, OK, OK, equal=True), (None, "awaiting_judge", None)),
     ("no gold, no judge", Facts(True, None, OK), (None, "no_gold", None)),
     ("no gold, pred fails", Facts(True, None, ERROR), (0, None, "execution")),
     # results match
-    ("match, paper: refuter", Facts(True, OK, OK, equal=True, judge=True, matched_refuter="always"),
-     "refuter_matched"),
+    ("match, paper: refuter", Facts(True, OK, OK, equal=True, judge=True, matched_refuter="always"), "refuter_matched"),
     ("match, never", Facts(True, OK, OK, equal=True, judge=True, matched_refuter="never"), (1, None, "execution")),
-    ("match, evidence, none", Facts(True, OK, OK, equal=True, judge=True, matched_refuter="evidence"),
-     (1, None, "execution")),
-    ("match, evidence, doubt", Facts(True, OK, OK, equal=True, judge=True, matched_refuter="evidence",
-                                     evidence_questions_match=True), "refuter_matched"),
+    (
+        "match, evidence, none",
+        Facts(True, OK, OK, equal=True, judge=True, matched_refuter="evidence"),
+        (1, None, "execution"),
+    ),
+    (
+        "match, evidence, doubt",
+        Facts(True, OK, OK, equal=True, judge=True, matched_refuter="evidence", evidence_questions_match=True),
+        "refuter_matched",
+    ),
     ("match, overturned", Facts(True, OK, OK, equal=True, judge=True, refuter=OVERTURN), (0, None, "refuter")),
     ("match, upheld", Facts(True, OK, OK, equal=True, judge=True, refuter=UPHOLD), (1, None, "refuter")),
     # results differ
@@ -47,18 +55,26 @@ TABLE: list[tuple[str, Facts, Any]] = [
     ("undecidable: prover first", Facts(True, OK, OK, equal=None, judge=True), "prover"),
     ("prover false", Facts(True, OK, OK, equal=False, judge=True, prover=FAIL), (0, None, "prover")),
     ("prover true: refuter", Facts(True, OK, OK, equal=False, judge=True, prover=PASS), "refuter"),
-    ("refuter overturns", Facts(True, OK, OK, equal=False, judge=True, prover=PASS, refuter=OVERTURN),
-     (0, None, "refuter")),
-    ("refuter upholds", Facts(True, OK, OK, equal=False, judge=True, prover=PASS, refuter=UPHOLD),
-     (1, None, "refuter")),
+    (
+        "refuter overturns",
+        Facts(True, OK, OK, equal=False, judge=True, prover=PASS, refuter=OVERTURN),
+        (0, None, "refuter"),
+    ),
+    (
+        "refuter upholds",
+        Facts(True, OK, OK, equal=False, judge=True, prover=PASS, refuter=UPHOLD),
+        (1, None, "refuter"),
+    ),
     ("no gold: prover alone", Facts(True, None, OK, judge=True), "prover"),
     ("no gold: prover pass stands", Facts(True, None, OK, judge=True, prover=PASS), (1, None, "prover")),
     # judges failing
     ("prover invalid", Facts(True, OK, OK, equal=False, judge=True, prover="failed"), (None, "judge_error", None)),
-    ("refuter invalid", Facts(True, OK, OK, equal=False, judge=True, prover=PASS, refuter="failed"),
-     (None, "judge_error", None)),
-    ("budget gone", Facts(True, OK, OK, equal=False, judge=True, prover="no_budget"),
-     (None, "budget_exhausted", None)),
+    (
+        "refuter invalid",
+        Facts(True, OK, OK, equal=False, judge=True, prover=PASS, refuter="failed"),
+        (None, "judge_error", None),
+    ),
+    ("budget gone", Facts(True, OK, OK, equal=False, judge=True, prover="no_budget"), (None, "budget_exhausted", None)),
 ]
 
 

@@ -1,0 +1,103 @@
+"""What two queries read, learned from their syntax trees (sqlglot): the targets of the mutations.
+
+Approximate by design: columns are matched to tables by name among the tables the queries touch,
+which is all the witness search needs to choose where to mutate. A query that does not parse
+yields no features and the search falls back to random edits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike)
+
+
+@dataclass
+class Features:
+    """Tables, columns, literals and constructs one or both queries use."""
+
+    tables: set[str] = field(default_factory=set)
+    """Lower-cased table names read."""
+    columns: set[str] = field(default_factory=set)
+    """Lower-cased column names referenced anywhere."""
+    literals: dict[str, set[object]] = field(default_factory=dict)
+    """Column name -> literal values it is compared with."""
+    order_limit: bool = False
+    """A top-level ORDER BY .. LIMIT."""
+    aggregates: set[str] = field(default_factory=set)
+    """Aggregate functions used (count, sum, avg, min, max), with ``_distinct`` when DISTINCT."""
+    distinct: bool = False
+    """SELECT DISTINCT somewhere."""
+    joins: int = 0
+    """Number of joins."""
+    subquery_compare: bool = False
+    """A scalar subquery compared with a column (``= (SELECT ..)``)."""
+    parsed: bool = True
+    """False when the query did not parse."""
+
+    def merge(self, other: Features) -> Features:
+        lits = {k: set(v) for k, v in self.literals.items()}
+        for k, v in other.literals.items():
+            lits.setdefault(k, set()).update(v)
+        return Features(
+            self.tables | other.tables,
+            self.columns | other.columns,
+            lits,
+            self.order_limit or other.order_limit,
+            self.aggregates | other.aggregates,
+            self.distinct or other.distinct,
+            self.joins + other.joins,
+            self.subquery_compare or other.subquery_compare,
+            self.parsed and other.parsed,
+        )
+
+
+def _literal(node: exp.Expr) -> object | None:
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
+        value = _literal(node.this)
+        return -value if isinstance(value, int | float) else None
+    if not isinstance(node, exp.Literal):
+        return None
+    if node.is_string:
+        return str(node.this)
+    try:
+        text = node.this
+        return int(text) if text.lstrip("-").isdigit() else float(text)
+    except ValueError:
+        return None
+
+
+def features(sql: str | None) -> Features:
+    """The features of one query."""
+    f = Features()
+    if not sql:
+        return f
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except (sqlglot.errors.SqlglotError, RecursionError, ValueError):
+        f.parsed = False
+        return f
+    if tree is None:
+        f.parsed = False
+        return f
+    f.tables = {t.name.lower() for t in tree.find_all(exp.Table) if t.name}
+    f.columns = {c.name.lower() for c in tree.find_all(exp.Column) if c.name}
+    for node in tree.find_all(*_COMPARISONS):
+        left, right = node.left, node.right
+        for col, other in ((left, right), (right, left)):
+            if isinstance(col, exp.Column):
+                value = _literal(other)
+                if value is not None:
+                    f.literals.setdefault(col.name.lower(), set()).add(value)
+                if isinstance(other, exp.Subquery | exp.Select):
+                    f.subquery_compare = True
+    f.order_limit = bool(tree.args.get("order") and tree.args.get("limit"))
+    for agg in tree.find_all(exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max):
+        name = agg.key.lower()
+        f.aggregates.add(name + ("_distinct" if isinstance(agg.this, exp.Distinct) else ""))
+    f.distinct = any(isinstance(s.args.get("distinct"), exp.Distinct) for s in tree.find_all(exp.Select))
+    f.joins = sum(1 for _ in tree.find_all(exp.Join))
+    return f

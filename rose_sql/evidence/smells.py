@@ -1,0 +1,209 @@
+"""Gold smells: cheap mechanical checks that the gold SQL may not mean what the question asks.
+
+Each is one or two extra executions of a variant of the gold, on the private copy of the database,
+and each is a heuristic reported with its details, never a verdict:
+
+- ``limit_tie``: ORDER BY .. LIMIT k cuts through rows that tie on every ordering key;
+- ``numeric_text_order``: ORDER BY / MIN / MAX over a text column holding numbers (sorted as text);
+- ``nulls_first``: an ascending ORDER BY .. LIMIT whose first row has a NULL key (SQLite sorts NULLs first);
+- ``literal_absent``: a literal compared with ``=`` that occurs nowhere in its column (near matches shown);
+- ``count_fanout``: COUNT(x) over joins changes with COUNT(DISTINCT x): duplicates from the join are counted;
+- ``order_dependent``: the result changes when SQLite returns unordered rows in reverse.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from rose_sql.compare import compare
+from rose_sql.evidence.workspace import Workspace, _q
+from rose_sql.execute import ResultSet
+
+Smell = dict[str, Any]
+_NUMBER = re.compile(r"^\s*-?\d+(\.\d+)?\s*$")
+
+
+def _parse(sql: str) -> exp.Expr | None:
+    try:
+        return sqlglot.parse_one(sql, read="sqlite")
+    except (sqlglot.errors.SqlglotError, RecursionError, ValueError):
+        return None
+
+
+def _sql(tree: exp.Expr) -> str:
+    return tree.sql(dialect="sqlite")
+
+
+def _columns_named(ws: Workspace, tables: set[str], name: str) -> list[tuple[str, str]]:
+    out = []
+    for t in ws.tables.values():
+        if t.name.lower() in tables:
+            out += [(t.name, c.name) for c in t.columns.values() if c.name.lower() == name.lower()]
+    return out
+
+
+def _limit_and_nulls(ws: Workspace, tree: exp.Select) -> list[Smell]:
+    order, limit = tree.args.get("order"), tree.args.get("limit")
+    if order is None or limit is None:
+        return []
+    try:
+        k = int(limit.expression.this)
+    except (AttributeError, TypeError, ValueError):
+        return []
+    keys = [o.this.copy() for o in order.expressions]
+    probe = tree.copy()
+    probe.set("limit", None)
+    probe.set("offset", None)
+    probe.set("expressions", [*[exp.alias_(key, f"__k{i}") for i, key in enumerate(keys)], *tree.expressions])
+    probe_sql = _sql(probe)
+    res = ws.run(probe_sql)
+    if res is None:
+        return []
+    smells: list[Smell] = []
+    n = len(keys)
+    rows = res.rows
+    if len(rows) > k >= 1:
+        inside, outside = rows[k - 1], rows[k]
+        if inside[:n] == outside[:n] and inside[n:] != outside[n:]:
+            tied = sum(1 for r in rows if r[:n] == inside[:n])
+            smells.append(
+                {
+                    "name": "limit_tie",
+                    "detail": f"LIMIT {k} cuts through {tied} rows that tie on the "
+                    f"ordering key {list(inside[:n])!r}; which of them the gold returns is arbitrary",
+                    "key": list(inside[:n]),
+                    "tied_rows": tied,
+                }
+            )
+    if rows and any(v is None for v in rows[0][:n]):
+        asc = [not o.args.get("desc") for o in order.expressions]
+        if any(a and v is None for a, v in zip(asc, rows[0][:n], strict=False)):
+            smells.append(
+                {
+                    "name": "nulls_first",
+                    "detail": "the first row by the ORDER BY has a NULL key: SQLite "
+                    "sorts NULLs first ascending, so 'the lowest' may be a missing value",
+                }
+            )
+    return smells
+
+
+def _numeric_text(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell]:
+    targets: set[str] = set()
+    order = tree.args.get("order")
+    if order is not None:
+        targets |= {o.this.name for o in order.expressions if isinstance(o.this, exp.Column)}
+    for agg in tree.find_all(exp.Max, exp.Min):
+        if isinstance(agg.this, exp.Column):
+            targets.add(agg.this.name)
+    smells = []
+    for name in sorted(targets):
+        for table, col in _columns_named(ws, tables, name):
+            rows = ws.conn.execute(
+                f"SELECT typeof({_q(col)}), {_q(col)} FROM {_q(table)} WHERE {_q(col)} IS NOT NULL LIMIT 200"
+            ).fetchall()
+            texts = [v for t, v in rows if t == "text"]
+            if texts and len(texts) >= len(rows) / 2 and all(_NUMBER.match(v) for v in texts):
+                lengths = {len(v.strip().split(".")[0].lstrip("-")) for v in texts}
+                if len(lengths) > 1:
+                    smells.append(
+                        {
+                            "name": "numeric_text_order",
+                            "detail": f"{table}.{col} stores numbers as text "
+                            f"of different lengths; ORDER BY / MIN / MAX compare them as text ('10' < '9')",
+                            "column": f"{table}.{col}",
+                        }
+                    )
+    return smells
+
+
+def _literals(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell]:
+    smells = []
+    for eq in tree.find_all(exp.EQ):
+        col, lit = eq.left, eq.right
+        if isinstance(lit, exp.Column) and isinstance(col, exp.Literal):
+            col, lit = lit, col
+        if not (isinstance(col, exp.Column) and isinstance(lit, exp.Literal) and lit.is_string):
+            continue
+        value = lit.this
+        places = _columns_named(ws, tables, col.name)
+        if not places:
+            continue
+        found = any(
+            ws.conn.execute(f"SELECT 1 FROM {_q(t)} WHERE {_q(c)} = ? LIMIT 1", (value,)).fetchone() for t, c in places
+        )
+        if found:
+            continue
+        near: list[Any] = []
+        for t, c in places:
+            near += [
+                r[0]
+                for r in ws.conn.execute(
+                    f"SELECT DISTINCT {_q(c)} FROM {_q(t)} WHERE lower(trim({_q(c)})) = lower(trim(?)) "
+                    f"OR {_q(c)} LIKE ? LIMIT 3",
+                    (value, f"%{value}%"),
+                )
+            ]
+        smells.append(
+            {
+                "name": "literal_absent",
+                "detail": f"{value!r} never occurs in {col.name}" + (f"; near matches: {near[:3]!r}" if near else ""),
+                "literal": value,
+                "near": near[:3],
+            }
+        )
+    return smells
+
+
+def _fanout(ws: Workspace, tree: exp.Expr, gold: ResultSet, digits: int) -> list[Smell]:
+    if not any(isinstance(j, exp.Join) for j in tree.find_all(exp.Join)):
+        return []
+    counts = [c for c in tree.find_all(exp.Count) if not isinstance(c.this, exp.Distinct | exp.Star) and c.this]
+    if not counts:
+        return []
+    variant = tree.copy()
+    for c in variant.find_all(exp.Count):
+        if not isinstance(c.this, exp.Distinct | exp.Star) and c.this is not None:
+            c.set("this", exp.Distinct(expressions=[c.this.copy()]))
+    res = ws.run(_sql(variant))
+    if res is None or compare(res, gold, ordered=False, digits=digits).equal is not False:
+        return []
+    return [
+        {
+            "name": "count_fanout",
+            "detail": "COUNT over a join changes when made DISTINCT: the join repeats "
+            "rows, so entities may be counted more than once",
+        }
+    ]
+
+
+def gold_smells(
+    ws: Workspace, gold_sql: str, gold: ResultSet, tables: set[str], *, ordered: bool, digits: int
+) -> list[Smell]:
+    """Every smell that fires for this gold on this database."""
+    smells: list[Smell] = []
+    tree = _parse(gold_sql)
+    if tree is not None:
+        if isinstance(tree, exp.Select):
+            smells += _limit_and_nulls(ws, tree)
+        smells += _numeric_text(ws, tree, tables)
+        smells += _literals(ws, tree, tables)
+        smells += _fanout(ws, tree, gold, digits)
+    ws.set_reverse_order(True)
+    try:
+        again = ws.run(gold_sql)
+    finally:
+        ws.set_reverse_order(False)
+    if again is not None and compare(again, gold, ordered=ordered, digits=digits).equal is False:
+        smells.append(
+            {
+                "name": "order_dependent",
+                "detail": "the gold's result changes when unordered rows come "
+                "in another order (LIMIT without ORDER BY, or a bare column beside an aggregate)",
+            }
+        )
+    return smells

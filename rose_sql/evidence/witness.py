@@ -1,0 +1,283 @@
+"""Witness search: a small, schema-valid change of the database on which the two queries disagree.
+
+Candidates come in rank order from the queries' features (NULLs in nullable columns they read,
+copies of rows that duplicate values or fan out joins, values at and around the literals they
+compare with, ties on copied rows, deletions that empty a group), then seeded random edits. Each is
+applied in a SAVEPOINT, both queries run, our comparator decides, and the change is rolled back. A
+difference is reported only after a replay with ``reverse_unordered_selects`` still shows it.
+"No witness" never means "equivalent".
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rose_sql.compare import Comparison, compare
+from rose_sql.evidence.features import Features
+from rose_sql.evidence.workspace import Change, Workspace
+from rose_sql.execute import ResultSet
+
+Apply = Callable[[Workspace], list[Change]]
+
+REASONS = {
+    "null": "a NULL in a column the queries read: COUNT(col), AVG, comparisons and NOT IN treat NULL differently",
+    "duplicate_row": "a copy of an existing row (fresh keys): counts, sums and DISTINCT react to duplicates",
+    "tie": "a copy of a row with the same ordering values but another projected value: a tie at the cut",
+    "predicate": "a value at or next to a literal the queries compare with: the two filters disagree on it",
+    "deletion": "a row removed (with the rows that reference it): an empty group or a missing join partner",
+    "numeric": "a number changed so a division or a range boundary behaves differently",
+    "random": "a random schema-valid edit",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    kind: str
+    label: str
+    apply: Apply
+
+
+@dataclass
+class Witness:
+    """A database change on which prediction and gold disagree, with both results on it."""
+
+    kind: str
+    reason: str
+    label: str
+    changes: list[Change]
+    pred: ResultSet
+    gold: ResultSet
+    comparison: Comparison
+    caveats: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Search:
+    """The outcome of a witness search."""
+
+    witness: Witness | None
+    tried: dict[str, int]
+    candidates: int
+    seconds: float
+    order_dependent: int = 0
+    """Candidates whose difference vanished when SQLite returned unordered rows in reverse."""
+    stopped: str = "exhausted"
+    """Why it stopped: ``found``, ``budget`` (time) or ``exhausted`` (no candidates left)."""
+
+
+def _lineage(ws: Workspace, table: str, cols: list[str], values: list[Any], limit: int = 4) -> list[int]:
+    """Rowids of rows whose read columns hold values seen in the results, then the first rows."""
+    ids: list[int] = []
+    if ws.tables[table].rowid and values:
+        for c in cols:
+            marks = ",".join("?" * len(values))
+            try:
+                ids += [
+                    r[0]
+                    for r in ws.conn.execute(
+                        f'SELECT rowid FROM "{table}" WHERE "{c}" IN ({marks}) LIMIT ?', (*values, limit)
+                    )
+                ]
+            except sqlite3.Error:
+                continue
+    for rid in ws.sample_rowids(table, limit):
+        if rid not in ids:
+            ids.append(rid)
+    return ids[: limit * 2]
+
+
+def _variants(value: Any) -> list[Any]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int):
+        return [value, value - 1, value + 1]
+    if isinstance(value, float):
+        return [value, value - 0.5, value + 0.5, round(value + 0.01, 6)]
+    if isinstance(value, str):
+        out = [value, value.upper(), value.lower(), value + " ", value.strip("%") + "x", value.strip("%")]
+        if value.isdigit():
+            out += [str(int(value) - 1), str(int(value) + 1)]
+        return list(dict.fromkeys(v for v in out if v))
+    return []
+
+
+def candidates(ws: Workspace, feats: Features, result_values: list[Any], seed: int = 0) -> Iterator[Candidate]:
+    """Mutations in rank order: guided by the queries' features first, random ones last."""
+    tables = [t for t in (ws.table_of(n) for n in sorted(feats.tables)) if t is not None and t.rowid]
+    for t in tables:
+        ws.profile(t.name)
+    read = {t.name: [c for c in t.columns.values() if c.name.lower() in feats.columns] for t in tables}
+    rows = {t.name: _lineage(ws, t.name, [c.name for c in read[t.name]], result_values) for t in tables}
+
+    def upd(table: str, rid: int, col: str, value: Any) -> Apply:
+        return lambda w: [w.update(table, rid, col, value)]
+
+    def copy(table: str, rid: int, overrides: dict[str, Any] | None = None) -> Apply:
+        return lambda w: [w.insert_copy(table, rid, overrides)]
+
+    def drop(table: str, rid: int) -> Apply:
+        return lambda w: w.delete(table, rid)
+
+    for t in tables:  # NULLs where the schema allows them
+        for c in read[t.name]:
+            if not c.notnull and not c.pk:
+                for rid in rows[t.name][:3]:
+                    yield Candidate("null", f"{t.name}.{c.name} = NULL on row {rid}", upd(t.name, rid, c.name, None))
+    for t in tables:  # duplicates and fan-out
+        for rid in rows[t.name][:4]:
+            yield Candidate("duplicate_row", f"copy of {t.name} row {rid}", copy(t.name, rid))
+    for col_name, lits in sorted(feats.literals.items()):  # filters that disagree
+        for t in tables:
+            col = next((c for c in t.columns.values() if c.name.lower() == col_name), None)
+            if col is None or col.pk:
+                continue
+            for lit in sorted(lits, key=repr):
+                for v in _variants(lit):
+                    for rid in rows[t.name][:2]:
+                        yield Candidate(
+                            "predicate", f"{t.name}.{col.name} = {v!r} on row {rid}", upd(t.name, rid, col.name, v)
+                        )
+    if feats.order_limit or "max" in feats.aggregates or "min" in feats.aggregates or feats.subquery_compare:
+        for t in tables:  # ties: same ordering values, another projected value
+            for c in read[t.name]:
+                if c.pk or c.unique or len(c.pool) < 2:
+                    continue
+                for rid in rows[t.name][:3]:
+                    current = ws.row(t.name, rid).get(c.name)
+                    other = next((v for v in c.pool if v != current), None)
+                    yield Candidate(
+                        "tie",
+                        f"copy of {t.name} row {rid} with {c.name} = {other!r}",
+                        copy(t.name, rid, {c.name: other}),
+                    )
+    for t in tables:  # empty groups, missing partners
+        for rid in rows[t.name][:3]:
+            yield Candidate("deletion", f"delete {t.name} row {rid}", drop(t.name, rid))
+    for t in tables:  # numbers
+        for c in read[t.name]:
+            if c.pk or c.unique:
+                continue
+            for rid in rows[t.name][:2]:
+                v = ws.row(t.name, rid).get(c.name)
+                if isinstance(v, int) and not isinstance(v, bool):
+                    for nv in (v * 2 + 1, v + 7, 0):
+                        yield Candidate(
+                            "numeric", f"{t.name}.{c.name} = {nv} on row {rid}", upd(t.name, rid, c.name, nv)
+                        )
+                elif isinstance(v, float):
+                    yield Candidate(
+                        "numeric", f"{t.name}.{c.name} = {v + 0.5} on row {rid}", upd(t.name, rid, c.name, v + 0.5)
+                    )
+    rng = random.Random(seed)
+    while tables:  # random fallback, until the budget stops it
+        t = rng.choice(tables)
+        ids = rows[t.name] or ws.sample_rowids(t.name, 20)
+        if not ids:
+            return
+        rid = rng.choice(ids)
+        cols = [c for c in (read[t.name] or list(t.columns.values())) if not c.pk and not c.unique]
+        op = rng.random()
+        if op < 0.5 and cols:
+            c = rng.choice(cols)
+            pool = (
+                c.pool
+                + [None] * (not c.notnull)
+                + [v for lit in feats.literals.get(c.name.lower(), ()) for v in _variants(lit)]
+            )
+            if pool:
+                v = rng.choice(pool)
+                yield Candidate("random", f"{t.name}.{c.name} = {v!r} on row {rid}", upd(t.name, rid, c.name, v))
+        elif op < 0.8:
+            overrides = {}
+            if cols:
+                c = rng.choice(cols)
+                if c.pool:
+                    overrides[c.name] = rng.choice(c.pool)
+            yield Candidate("random", f"copy of {t.name} row {rid} with {overrides}", copy(t.name, rid, overrides))
+        else:
+            yield Candidate("random", f"delete {t.name} row {rid}", drop(t.name, rid))
+
+
+def _caveats(ws: Workspace, changes: list[Change]) -> list[str]:
+    """Realism notes: what the change does that the real data never shows."""
+    notes = []
+    for ch in changes:
+        t = ws.tables.get(ch["table"])
+        if t is None:
+            continue
+        if ch["op"] == "update" and ch["new"] is None:
+            col = t.columns.get(ch["column"])
+            if col is not None and not col.has_nulls:
+                notes.append(f"the schema allows it, but {t.name}.{col.name} is never NULL in the database")
+        if ch["op"] == "insert":
+            for c in t.columns.values():
+                if not c.unique and not c.has_duplicates and c.name not in ch.get("values", {}) and c.pool:
+                    notes.append(f"the schema allows it, but {t.name}.{c.name} has no duplicate values in the database")
+                    break
+    return notes
+
+
+def search(
+    ws: Workspace,
+    gold_sql: str,
+    pred_sql: str,
+    feats: Features,
+    *,
+    ordered: bool,
+    digits: int,
+    budget_s: float,
+    max_candidates: int,
+    result_values: list[Any],
+    seed: int = 0,
+) -> Search:
+    """Look for a witness within the time and candidate budget."""
+    start = time.monotonic()
+    tried: dict[str, int] = {}
+    order_dependent = 0
+    n = 0
+    stopped = "exhausted"
+    for cand in candidates(ws, feats, result_values, seed):
+        if n >= max_candidates or time.monotonic() - start > budget_s:
+            stopped = "budget"
+            break
+        n += 1
+        tried[cand.kind] = tried.get(cand.kind, 0) + 1
+        outcome = _try(ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=False)
+        if outcome is None:
+            continue
+        if _try(ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=True) is None:
+            order_dependent += 1  # a difference that moves with row order is not a semantic witness
+            continue
+        changes, pred, gold, cmp = outcome
+        w = Witness(cand.kind, REASONS[cand.kind], cand.label, changes, pred, gold, cmp, _caveats(ws, changes))
+        return Search(w, tried, n, time.monotonic() - start, order_dependent, "found")
+    return Search(None, tried, n, time.monotonic() - start, order_dependent, stopped)
+
+
+def _try(
+    ws: Workspace, cand: Candidate, gold_sql: str, pred_sql: str, *, ordered: bool, digits: int, reverse: bool
+) -> tuple[list[Change], ResultSet, ResultSet, Comparison] | None:
+    ws.begin()
+    try:
+        try:
+            changes = cand.apply(ws)
+        except (sqlite3.Error, ValueError, OverflowError, KeyError):
+            return None  # a constraint forbids it: not a valid database
+        if reverse:
+            ws.set_reverse_order(True)
+        try:
+            gold, pred = ws.run(gold_sql), ws.run(pred_sql)
+        finally:
+            if reverse:
+                ws.set_reverse_order(False)
+        if gold is None or pred is None:
+            return None  # a failure or a timeout is "unknown", never a difference
+        cmp = compare(pred, gold, ordered=ordered, digits=digits)
+        return (changes, pred, gold, cmp) if cmp.equal is False else None
+    finally:
+        ws.rollback()

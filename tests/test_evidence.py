@@ -1,0 +1,150 @@
+"""Evidence: witnesses, distinguishing rows and gold smells, driven by case files.
+
+``tests/cases/evidence.json`` is our own suite (each mutation kind, smells, and truly equivalent
+pairs on which a witness must never be reported); ``../shared/data/cases/cases.json`` adds published
+cases. Every reported witness is replayed from its recorded changes on a fresh copy of the database.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import sha256
+
+from rose_sql.compare import compare
+from rose_sql.config import Config
+from rose_sql.evidence import Evidence, Finder
+from rose_sql.evidence.diff import describe
+from rose_sql.evidence.workspace import Workspace
+from rose_sql.execute import Executor, ResultSet
+from rose_sql.sql import has_top_level_order_by
+
+OURS = json.loads((Path(__file__).parent / "cases" / "evidence.json").read_text())
+
+
+def gather(db: Path, gold_sql: str, pred_sql: str, budget: float = 3.0) -> tuple[Evidence, bool | None]:
+    cfg = Config(evidence_budget_s=budget, evidence_max_candidates=400)
+    with Executor(cfg) as ex:
+        g, p = ex.run(db, gold_sql), ex.run(db, pred_sql)
+    assert g.result is not None and p.result is not None, (g.error, p.error)
+    cmp = compare(p.result, g.result, ordered=has_top_level_order_by(gold_sql))
+    return Finder(cfg).gather(db, gold_sql, pred_sql, g, p, cmp), cmp.equal
+
+
+def replay(db: Path, changes: list[dict[str, Any]]) -> Workspace:
+    """Apply a witness's recorded changes to a fresh copy of the database."""
+    ws = Workspace(db)
+    for ch in changes:
+        if ch["op"] == "update":
+            ws.update(ch["table"], ch["rowid"], ch["column"], ch["new"])
+        elif ch["op"] == "insert":
+            ws.insert_copy(ch["table"], ch["copy_of"], ch["values"])
+        elif ch["op"] == "delete" and ws.row(ch["table"], ch["rowid"]):
+            ws.delete(ch["table"], ch["rowid"])
+    return ws
+
+
+def assert_real(db: Path, ev: Evidence, gold_sql: str, pred_sql: str) -> None:
+    w = ev.witness
+    assert w is not None
+    ws = replay(db, w["changes"])
+    g, p = ws.run(gold_sql), ws.run(pred_sql)
+    assert g is not None and p is not None
+    assert compare(p, g, ordered=has_top_level_order_by(gold_sql)).equal is False
+    assert [list(r) for r in g.rows[:10]] == w["gold_result"]["rows"]
+    assert [list(r) for r in p.rows[:10]] == w["pred_result"]["rows"]
+
+
+@pytest.mark.parametrize("case", OURS, ids=[c["name"] for c in OURS])
+def test_our_cases(case: dict[str, Any], make_db: Callable[..., Path]) -> None:
+    db = make_db(case["schema"] + case["data"])
+    before = sha256(db)
+    ev, equal = gather(db, case["gold"], case["pred"])
+    assert equal is True, "every case starts from matching results"
+    want = case.get("witness")
+    if want is None:
+        assert ev.witness is None, ev.witness
+    else:
+        assert ev.witness is not None, ev.search
+        if want != "any":
+            assert ev.witness["kind"] == want, ev.witness["label"]
+        assert_real(db, ev, case["gold"], case["pred"])
+    fired = {s["name"] for s in ev.gold_smells}
+    assert set(case.get("smells", [])) <= fired, ev.gold_smells
+    assert sha256(db) == before
+
+
+def shared_cases() -> list[dict[str, Any]]:
+    path = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cases" / "cases.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+@pytest.mark.parametrize("case", shared_cases(), ids=[c["id"] for c in shared_cases()])
+def test_shared_cases(case: dict[str, Any], make_db: Callable[..., Path], shared: Path) -> None:
+    db = make_db(case["schema_sql"] + "\n" + case["base_data_sql"])
+    ev, equal = gather(db, case["gold_sql"], case["pred_sql"])
+    if case["equivalent"]:
+        assert ev.witness is None  # never a witness for a truly equivalent pair
+    elif equal and case["differ_on_witness"] and case["class"] != "NONDET":
+        assert_real(db, ev, case["gold_sql"], case["pred_sql"])
+    if case["class"] == "NONDET":
+        assert {s["name"] for s in ev.gold_smells} & {"limit_tie", "order_dependent"}
+
+
+def rs(rows: list[tuple[Any, ...]]) -> ResultSet:
+    return ResultSet(tuple(f"c{i}" for i in range(len(rows[0]) if rows else 1)), tuple(rows), len(rows))
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "shape"),
+    [
+        ([(25.0,)], [(0.25,)], "x 100"),
+        ([(0.25,)], [(25,)], "/ 100"),
+        ([(1.2346,)], [(1.23456789,)], "rounded to 4 decimals"),
+        ([(1,), (2,)], [(1,), (2,), (3,)], "subset"),
+        ([(1,), (2,), (3,), (4,)], [(1,), (2,)], "superset"),
+        ([(5,)], [(6,)], "disjoint"),
+        ([(1,), (1,)], [(1,)], "multiplicity"),
+    ],
+)
+def test_diff_shapes(pred: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], shape: str) -> None:
+    p, g = rs(pred), rs(gold)
+    d = describe(p, g, compare(p, g, ordered=False))
+    assert any(shape in s for s in d["shape"]), d
+
+
+def test_diff_lists_rows_on_each_side() -> None:
+    p, g = rs([(1, "a"), (2, "b")]), rs([(2, "b"), (3, "c")])
+    d = describe(p, g, compare(p, g, ordered=False))
+    assert (d["pred_only"], d["gold_only"], d["pred_only_count"], d["gold_only_count"]) == (
+        [[1, "a"]],
+        [[3, "c"]],
+        1,
+        1,
+    )
+
+
+def test_witness_search_respects_its_time_budget(make_db: Callable[..., Path]) -> None:
+    rows = ",".join(f"({i},'n{i % 50}',{i % 97})" for i in range(3000))
+    db = make_db(f"CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, v INTEGER); INSERT INTO t VALUES {rows};")
+    ev, _ = gather(db, "SELECT COUNT(*) FROM t WHERE v >= 0", "SELECT COUNT(*) FROM t WHERE v >= 0", budget=0.3)
+    assert ev.witness is None and ev.search is not None
+    assert ev.search["seconds"] < 0.3 + 0.5  # one candidate may overrun the line
+
+
+def test_database_is_opened_read_only(make_db: Callable[..., Path]) -> None:
+    db = make_db(OURS[0]["schema"] + OURS[0]["data"])
+    db.chmod(0o444)
+    try:
+        ev, _ = gather(db, OURS[0]["gold"], OURS[0]["pred"])
+        assert ev.witness is not None
+    finally:
+        db.chmod(0o644)
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT COUNT(*) FROM singer").fetchone() == (3,)
+    conn.close()
