@@ -151,7 +151,11 @@ class Finder:
         ordered = has_top_level_order_by(gold_sql)
         feats = features(gold_sql).merge(features(pred_sql))
         ev = Evidence()
-        ev.gold_smells = gold_smells(ws, gold_sql, g, feats.tables, ordered=ordered, digits=cfg.float_digits)
+        base_timeout, ws.timeout_s = ws.timeout_s, min(ws.timeout_s, cfg.evidence_budget_s / 4)
+        try:
+            ev.gold_smells = gold_smells(ws, gold_sql, g, feats.tables, ordered=ordered, digits=cfg.float_digits)
+        finally:
+            ws.timeout_s = base_timeout
         if comparison is not None and p is not None and comparison.equal is True:
             values = list({v for row in g.rows[:20] for v in row if isinstance(v, int | float | str)})[:20]
             remaining = max(0.0, cfg.evidence_budget_s - (time.monotonic() - start))

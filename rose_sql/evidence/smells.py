@@ -103,9 +103,9 @@ def _numeric_text(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell
     smells = []
     for name in sorted(targets):
         for table, col in _columns_named(ws, tables, name):
-            rows = ws.conn.execute(
+            rows = ws.query(
                 f"SELECT typeof({_q(col)}), {_q(col)} FROM {_q(table)} WHERE {_q(col)} IS NOT NULL LIMIT 200"
-            ).fetchall()
+            )
             texts = [v for t, v in rows if t == "text"]
             if texts and len(texts) >= len(rows) / 2 and all(_NUMBER.match(v) for v in texts):
                 lengths = {len(v.strip().split(".")[0].lstrip("-")) for v in texts}
@@ -133,16 +133,14 @@ def _literals(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell]:
         places = _columns_named(ws, tables, col.name)
         if not places:
             continue
-        found = any(
-            ws.conn.execute(f"SELECT 1 FROM {_q(t)} WHERE {_q(c)} = ? LIMIT 1", (value,)).fetchone() for t, c in places
-        )
+        found = any(ws.query(f"SELECT 1 FROM {_q(t)} WHERE {_q(c)} = ? LIMIT 1", (value,)) for t, c in places)
         if found:
             continue
         near: list[Any] = []
         for t, c in places:
             near += [
                 r[0]
-                for r in ws.conn.execute(
+                for r in ws.query(
                     f"SELECT DISTINCT {_q(c)} FROM {_q(t)} WHERE lower(trim({_q(c)})) = lower(trim(?)) "
                     f"OR {_q(c)} LIKE ? LIMIT 3",
                     (value, f"%{value}%"),

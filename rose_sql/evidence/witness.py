@@ -79,9 +79,7 @@ def _lineage(ws: Workspace, table: str, cols: list[str], values: list[Any], limi
             try:
                 ids += [
                     r[0]
-                    for r in ws.conn.execute(
-                        f'SELECT rowid FROM "{table}" WHERE "{c}" IN ({marks}) LIMIT ?', (*values, limit)
-                    )
+                    for r in ws.query(f'SELECT rowid FROM "{table}" WHERE "{c}" IN ({marks}) LIMIT ?', (*values, limit))
                 ]
             except sqlite3.Error:
                 continue
@@ -241,10 +239,13 @@ def search(
     order_dependent = 0
     n = 0
     stopped = "exhausted"
+    base_timeout = ws.timeout_s
     for cand in candidates(ws, feats, result_values, seed):
-        if n >= max_candidates or time.monotonic() - start > budget_s:
+        left = budget_s - (time.monotonic() - start)
+        if n >= max_candidates or left <= 0:
             stopped = "budget"
             break
+        ws.timeout_s = min(base_timeout, max(0.05, left / 2))  # two queries per candidate
         n += 1
         tried[cand.kind] = tried.get(cand.kind, 0) + 1
         outcome = _try(ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=False)
@@ -254,8 +255,10 @@ def search(
             order_dependent += 1  # a difference that moves with row order is not a semantic witness
             continue
         changes, pred, gold, cmp = outcome
+        ws.timeout_s = base_timeout
         w = Witness(cand.kind, REASONS[cand.kind], cand.label, changes, pred, gold, cmp, _caveats(ws, changes))
         return Search(w, tried, n, time.monotonic() - start, order_dependent, "found")
+    ws.timeout_s = base_timeout
     return Search(None, tried, n, time.monotonic() - start, order_dependent, stopped)
 
 

@@ -113,22 +113,14 @@ class Workspace:
         t = self.tables[table]
         if t.rows:
             return
-        t.rows = self.conn.execute(f"SELECT COUNT(*) FROM {_q(table)}").fetchone()[0]
+        t.rows = (self.query(f"SELECT COUNT(*) FROM {_q(table)}") or [(1,)])[0][0] or 1
         for c in t.columns.values():
             col = _q(c.name)
-            c.has_nulls = (
-                self.conn.execute(f"SELECT 1 FROM {_q(table)} WHERE {col} IS NULL LIMIT 1").fetchone() is not None
-            )
-            c.has_duplicates = (
-                self.conn.execute(
-                    f"SELECT 1 FROM {_q(table)} WHERE {col} IS NOT NULL GROUP BY {col} HAVING COUNT(*) > 1 LIMIT 1"
-                ).fetchone()
-                is not None
-            )
-            c.pool = [
-                r[0]
-                for r in self.conn.execute(f"SELECT DISTINCT {col} FROM {_q(table)} WHERE {col} IS NOT NULL LIMIT 8")
-            ]
+            c.has_nulls = bool(self.query(f"SELECT 1 FROM {_q(table)} WHERE {col} IS NULL LIMIT 1"))
+            dup = f"SELECT 1 FROM {_q(table)} WHERE {col} IS NOT NULL GROUP BY {col} HAVING COUNT(*) > 1 LIMIT 1"
+            c.has_duplicates = bool(self.query(dup))
+            pool = self.query(f"SELECT DISTINCT {col} FROM {_q(table)} WHERE {col} IS NOT NULL LIMIT 8")
+            c.pool = [r[0] for r in pool]
 
     def table_of(self, name: str) -> Table | None:
         return next((t for n, t in self.tables.items() if n.lower() == name.lower()), None)
@@ -151,6 +143,16 @@ class Workspace:
         finally:
             self.deadline = float("inf")
             self.conn.set_authorizer(None)
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """A trusted query of ours (profiles, probes), bounded by the same deadline; [] if it fails."""
+        self.deadline = time.monotonic() + self.timeout_s
+        try:
+            return self.conn.execute(sql, params).fetchall()
+        except sqlite3.Error:
+            return []
+        finally:
+            self.deadline = float("inf")
 
     def set_reverse_order(self, on: bool) -> None:
         self.conn.execute(f"PRAGMA reverse_unordered_selects = {int(on)}")
