@@ -37,6 +37,8 @@ class ItemResult:
     """Why the prediction did not run, when it did not."""
     gold_error: str | None
     """Why the gold did not run, when it did not."""
+    evidence: dict[str, Any] | None = None
+    """The evidence stage's findings (witness, diff, gold smells)."""
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> ItemResult:
@@ -52,6 +54,7 @@ class ItemResult:
             pred_seconds=float(record["pred"]["seconds"]),
             pred_error=record["pred"]["error"],
             gold_error=record["gold"]["error"],
+            evidence=record.get("evidence"),
         )
 
 

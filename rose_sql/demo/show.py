@@ -45,6 +45,19 @@ def outcome(comparison: dict[str, Any] | None) -> str:
     return f"{comparison['reason']}: {comparison['detail']}"
 
 
+def evidence_says(evidence: dict[str, Any] | None) -> str:
+    """The evidence stage in a few words: a witness, the shape of a difference, gold smells."""
+    if not evidence:
+        return ""
+    bits = []
+    if evidence.get("witness"):
+        bits.append(f"witness: {evidence['witness']['label']}")
+    shapes = (evidence.get("diff") or {}).get("shape") or []
+    bits += [s.split(":")[0] for s in shapes if s not in ("multiplicity", "extra_columns", "type", "order")]
+    bits += [f"gold smell: {s['name']}" for s in evidence.get("gold_smells") or []]
+    return "; ".join(bits)
+
+
 def _short_error(error: str | None) -> str:
     return re.sub(r"^\w+(Error|Exception): ", "", error or "")
 
@@ -58,7 +71,13 @@ def rose_says(record: ItemResult) -> Text:
             why = f"does not execute: {_short_error(record.pred_error)}"
         return Text.assemble((f"score {record.score}", "bold"), f" · {why}")
     if record.unscored_reason == "awaiting_judge":
-        return Text.assemble(("awaiting judge", "yellow"), " · ", outcome(record.comparison))
+        found = evidence_says(record.evidence)
+        return Text.assemble(
+            ("awaiting judge", "yellow"),
+            " · ",
+            outcome(record.comparison),
+            *((("\n" + found), "cyan"),) if found else (),
+        )
     if record.unscored_reason == "gold_error":
         return Text.assemble(("unscored", "bold"), " · the gold does not execute: ", _short_error(record.gold_error))
     return Text.assemble(("unscored", "bold"), f" · {record.unscored_reason}: {record.why}")

@@ -24,6 +24,10 @@ from rose_sql.execute import ResultSet
 
 Apply = Callable[[Workspace], list[Change]]
 
+MAX_WITNESSES = 3
+EXTRA_AFTER_FIRST = 40
+"""Candidates tried after the first witness, looking for a more realistic one."""
+
 REASONS = {
     "null": "a NULL in a column the queries read: COUNT(col), AVG, comparisons and NOT IN treat NULL differently",
     "duplicate_row": "a copy of an existing row (fresh keys): counts, sums and DISTINCT react to duplicates",
@@ -208,14 +212,24 @@ def _caveats(ws: Workspace, changes: list[Change]) -> list[str]:
         t = ws.tables.get(ch["table"])
         if t is None:
             continue
-        if ch["op"] == "update" and ch["new"] is None:
-            col = t.columns.get(ch["column"])
-            if col is not None and not col.has_nulls:
-                notes.append(f"the schema allows it, but {t.name}.{col.name} is never NULL in the database")
+        col = t.columns.get(ch.get("column", ""))
+        if ch["op"] == "update" and col is not None:
+            where = f"{t.name}.{col.name}"
+            if ch["new"] is None and not col.has_nulls:
+                notes.append(f"the schema allows it, but {where} is never NULL in the database")
+            elif ch["new"] is not None:
+                seen = ws.query(f'SELECT 1 FROM "{t.name}" WHERE "{col.name}" = ? LIMIT 1', (ch["new"],))
+                if not seen:
+                    notes.append(f"the value {ch['new']!r} does not occur in {where} in the database")
+                elif not col.has_duplicates:
+                    notes.append(f"it gives {where} a duplicate value, which the database never has")
         if ch["op"] == "insert":
             for c in t.columns.values():
-                if not c.unique and not c.has_duplicates and c.name not in ch.get("values", {}) and c.pool:
-                    notes.append(f"the schema allows it, but {t.name}.{c.name} has no duplicate values in the database")
+                v = ch["row"].get(c.name)
+                if c.unique or c.pk or c.has_duplicates or v is None:
+                    continue
+                if ws.query(f'SELECT 1 FROM "{t.name}" WHERE "{c.name}" = ? LIMIT 1', (v,)):
+                    notes.append(f"it gives {t.name}.{c.name} a duplicate value, which the database never has")
                     break
     return notes
 
@@ -233,32 +247,48 @@ def search(
     result_values: list[Any],
     seed: int = 0,
 ) -> Search:
-    """Look for a witness within the time and candidate budget."""
+    """Look for a witness within the time and candidate budget.
+
+    After the first witness, a few more candidates are tried for a more realistic one (fewer
+    caveats), keeping at most one witness per kind; the most realistic is reported.
+    """
     start = time.monotonic()
     tried: dict[str, int] = {}
     order_dependent = 0
     n = 0
     stopped = "exhausted"
+    found: list[Witness] = []
+    extra = 0
     base_timeout = ws.timeout_s
-    for cand in candidates(ws, feats, result_values, seed):
-        left = budget_s - (time.monotonic() - start)
-        if n >= max_candidates or left <= 0:
-            stopped = "budget"
-            break
-        ws.timeout_s = min(base_timeout, max(0.05, left / 2))  # two queries per candidate
-        n += 1
-        tried[cand.kind] = tried.get(cand.kind, 0) + 1
-        outcome = _try(ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=False)
-        if outcome is None:
-            continue
-        if _try(ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=True) is None:
-            order_dependent += 1  # a difference that moves with row order is not a semantic witness
-            continue
-        changes, pred, gold, cmp = outcome
+    try:
+        for cand in candidates(ws, feats, result_values, seed):
+            left = budget_s - (time.monotonic() - start)
+            if n >= max_candidates or left <= 0:
+                stopped = "budget"
+                break
+            if found and (extra >= EXTRA_AFTER_FIRST or len(found) >= MAX_WITNESSES or not found[0].caveats):
+                break
+            if found and any(w.kind == cand.kind for w in found):
+                continue
+            ws.timeout_s = min(base_timeout, max(0.05, left / 2))  # two queries per candidate
+            n += 1
+            extra += bool(found)
+            tried[cand.kind] = tried.get(cand.kind, 0) + 1
+            outcome = _try(ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=False)
+            if outcome is None:
+                continue
+            if _try(ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=True) is None:
+                order_dependent += 1  # a difference that moves with row order is not a semantic witness
+                continue
+            changes, pred, gold, cmp = outcome
+            found.append(
+                Witness(cand.kind, REASONS[cand.kind], cand.label, changes, pred, gold, cmp, _caveats(ws, changes))
+            )
+    finally:
         ws.timeout_s = base_timeout
-        w = Witness(cand.kind, REASONS[cand.kind], cand.label, changes, pred, gold, cmp, _caveats(ws, changes))
-        return Search(w, tried, n, time.monotonic() - start, order_dependent, "found")
-    ws.timeout_s = base_timeout
+    if found:
+        best = min(found, key=lambda w: len(w.caveats))  # stable: the first among the most realistic
+        return Search(best, tried, n, time.monotonic() - start, order_dependent, "found")
     return Search(None, tried, n, time.monotonic() - start, order_dependent, stopped)
 
 

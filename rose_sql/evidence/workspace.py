@@ -216,6 +216,7 @@ class Workspace:
             "rowid": cur.lastrowid,
             "copy_of": rowid,
             "values": {k: v for k, v in new.items() if values.get(k) != v or k in (overrides or {})},
+            "row": new,
         }
 
     def delete(self, table: str, rowid: int) -> list[Change]:
