@@ -175,7 +175,7 @@ def _labels(refuter: object) -> dict[str, Any]:
     return {
         "goldx": not refuter.gold_correct,
         "goldx_confidence": refuter.gold_confidence,
-        "ambq": refuter.ambiguity != "none",
+        "ambq": refuter.ambiguity == "question",  # the paper's AmbQ; schema ambiguity is kept apart
         "ambiguity": refuter.ambiguity,
         "diagnostic": refuter.label,
     }

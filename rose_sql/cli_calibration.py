@@ -1,0 +1,524 @@
+"""The calibration and re-evaluation commands: agree, import-rose, replay, judge-card, judge-compare,
+compare, report, audit. Added to the ``rose`` group at the end of :mod:`rose_sql.cli`.
+
+As in the rest of the CLI, exceptions become messages (exit status 2) only here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from rose_sql import __version__
+from rose_sql.agree import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Pairing, UnscoredPolicy, agree, pair
+from rose_sql.errors import RoseError, UsageError
+from rose_sql.labels import Flag, LabelSet, load_labels, reviewed_only, with_tags
+from rose_sql.replay import VARIANTS, Variant, replay_record
+from rose_sql.runs import Run, load_run
+
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)  # messages stay on one line, whole paths included
+READINGS = ("bird_ex", "ts_ex", "ts_ex_keep_distinct")
+WIDE = 110
+"""Tables sent to a pipe or file are this wide (rich assumes 80 columns there, and squeezes the numbers)."""
+
+
+def _wide() -> Console:
+    """The console for tables: at least WIDE columns when the output is not a terminal."""
+    return console if console.is_terminal or console.width >= WIDE else Console(width=WIDE)
+
+
+def _fail(e: RoseError) -> NoReturn:
+    err.print(f"[bold red]error:[/] {e}", highlight=False)
+    sys.exit(2)
+
+
+def _expand(args: list[str], greedy: Sequence[str]) -> list[str]:
+    """``--labels A B`` -> ``--labels A --labels B``: the values up to the next option all belong to it."""
+    out: list[str] = []
+    current: str | None = None
+    for a in args:
+        if a == "--":
+            current = None
+            out.append(a)
+        elif a in greedy:
+            current = a
+        elif current is not None and not a.startswith("-"):
+            out += [current, a]
+        else:
+            current = None
+            out.append(a)
+    return out
+
+
+class GreedyCommand(click.Command):
+    """A command whose list options take several values after one flag (``--labels A B``)."""
+
+    greedy = ("--labels",)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _expand(args, self.greedy))
+
+
+PATH = click.Path(path_type=Path)
+_labels_opt = click.option(
+    "--labels",
+    "labels",
+    multiple=True,
+    required=True,
+    type=PATH,
+    help="Human labels, one file per run (ROSE-VEC JSON, or id -> bool JSON/JSONL/CSV); several may follow.",
+)
+_goldx_opt = click.option(
+    "--goldx-ids",
+    multiple=True,
+    metavar="[SUBSET=]FILE",
+    help="The experts' GoldX ids (JSON list) for the labels file named SUBSET (its stem).",
+)
+_ambq_opt = click.option(
+    "--ambq-ids", multiple=True, metavar="[SUBSET=]FILE", help="The experts' AmbQ ids, as --goldx-ids."
+)
+_unscored_opt = click.option(
+    "--unscored",
+    type=click.Choice(["exclude", "wrong"]),
+    default="exclude",
+    show_default=True,
+    help="Unscored items: left out of the metrics (and counted), or counted as judged incorrect.",
+)
+_reviewed_opt = click.option(
+    "--reviewed-only", is_flag=True, help="Leave out items labelled without human review (ROSE-VEC's 'ex' items)."
+)
+_bootstrap_opt = click.option(
+    "--bootstrap", type=int, default=BOOTSTRAP_RESAMPLES, show_default=True, help="Bootstrap resamples (0: none)."
+)
+_seed_opt = click.option("--seed", type=int, default=BOOTSTRAP_SEED, show_default=True, help="Bootstrap seed.")
+
+
+def _tags(label_sets: list[LabelSet], specs: Sequence[str], flag: Flag) -> list[LabelSet]:
+    names = [ls.name for ls in label_sets]
+    for spec in specs:
+        subset, _, file = spec.rpartition("=")
+        if not subset and len(label_sets) > 1:
+            raise UsageError(f"--{flag}-ids {spec}: several labels files; say which: SUBSET=FILE, SUBSET in {names}")
+        target = subset or names[0]
+        if target not in names:
+            raise UsageError(f"--{flag}-ids {spec}: no labels file named {target!r} (known: {', '.join(names)})")
+        i = names.index(target)
+        label_sets[i] = with_tags(label_sets[i], flag, Path(file))
+    return label_sets
+
+
+def _label_sets(labels: Sequence[Path], goldx: Sequence[str], ambq: Sequence[str], reviewed: bool) -> list[LabelSet]:
+    sets = [load_labels(p) for p in labels]
+    names = [s.name for s in sets]
+    if len(set(names)) != len(names):
+        raise UsageError(f"two labels files share the name {names!r}: subsets are named by file stem")
+    sets = _tags(_tags(sets, goldx, "goldx"), ambq, "ambq")
+    return [reviewed_only(s) for s in sets] if reviewed else sets
+
+
+def _pairings(runs: Sequence[Run], sets: Sequence[LabelSet]) -> list[Pairing]:
+    if len(runs) != len(sets):
+        raise UsageError(f"{len(runs)} runs but {len(sets)} labels files: give one labels file per run, in order")
+    return [pair(r, s) for r, s in zip(runs, sets, strict=True)]
+
+
+def _fmt(x: Any) -> str:
+    return "-" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)
+
+
+def _ci(block: dict[str, Any], metric: str) -> str:
+    """The value, with its interval on a second, dim line."""
+    ci = (block.get("ci95") or {}).get(metric)
+    return f"{_fmt(block.get(metric))}\n[dim]{ci[0]:.1f}-{ci[1]:.1f}[/]" if ci else _fmt(block.get(metric))
+
+
+def print_agreement(result: dict[str, Any]) -> None:
+    """Agreement tables: metrics with intervals per subset and merged, then the flags."""
+    table = Table(
+        title="Agreement with the human labels (percent; 95% bootstrap interval below)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    for col in ("subset", "n", "unscored", "kappa", "accuracy", "MCC", "F1", "TP/FP/FN/TN"):
+        table.add_column(col, justify="left" if col == "subset" else "right", no_wrap=col == "subset")
+    blocks = list(result["subsets"].items())
+    if len(blocks) > 1:
+        blocks.append(("merged", result))
+    for name, b in blocks:
+        c = b["confusion"]
+        table.add_row(
+            name,
+            str(b["n"]),
+            str(b["unscored"]),
+            *(_ci(b, m) for m in ("kappa", "accuracy", "mcc", "f1")),
+            f"{c['tp']}/{c['fp']}/{c['fn']}/{c['tn']}",
+        )
+    _wide().print(table)
+    for name, b in blocks:
+        if b["unscored"]:
+            detail = ", ".join(f"{v} {k}" for k, v in b["unscored_reasons"].items())
+            console.print(f"{name}: {b['unscored']} unscored ({detail}), {b['unscored_counted_as']}")
+        if b["unreviewed"]:
+            console.print(f"{name}: {b['unreviewed']} items labelled without human review are included")
+        if b["unlabelled"]:
+            console.print(f"{name}: {b['unlabelled']} records have no label (ignored)")
+    tagged_in = {f: sum(1 for _, b in blocks[: len(result["subsets"])] if f in b["flags"]) for f in ("goldx", "ambq")}
+    flags = [
+        (name, f, x)
+        for name, b in blocks
+        for f, x in b["flags"].items()
+        if name != "merged" or tagged_in[f] > 1  # the merged line only adds something over two tagged subsets
+    ]
+    if flags:
+        ft = Table(title="Judge flags against the experts' tags", title_justify="left", box=box.SIMPLE_HEAD)
+        for col in ("subset", "flag", "tagged", "flagged", "both", "precision", "recall"):
+            ft.add_column(col, justify="left" if col in ("subset", "flag") else "right")
+        for name, f, x in flags:
+            ft.add_row(
+                name, f, str(x["tagged"]), str(x["flagged"]), str(x["both"]), _ci(x, "precision"), _ci(x, "recall")
+            )
+        _wide().print(ft)
+
+
+@click.command("agree", cls=GreedyCommand)
+@click.argument("runs", nargs=-1, required=True, type=PATH)
+@_labels_opt
+@_goldx_opt
+@_ambq_opt
+@_unscored_opt
+@_reviewed_opt
+@_bootstrap_opt
+@_seed_opt
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def agree_cmd(
+    runs: tuple[Path, ...],
+    labels: tuple[Path, ...],
+    goldx_ids: tuple[str, ...],
+    ambq_ids: tuple[str, ...],
+    unscored: str,
+    reviewed_only: bool,
+    bootstrap: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Agreement of runs' scores with human labels: kappa, accuracy, MCC, F1, flags, intervals.
+
+    RUNS are run folders (records.jsonl) or id -> score files, paired in order with the --labels
+    files; several pairs are reported per subset and merged. Positive = the prediction is correct.
+    Unscored items are counted and, by default, left out of the metrics.
+    """
+    try:
+        pairings = _pairings([load_run(p) for p in runs], _label_sets(labels, goldx_ids, ambq_ids, reviewed_only))
+        result = agree(pairings, unscored=_policy(unscored), resamples=bootstrap, seed=seed)
+    except RoseError as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        print_agreement(result)
+
+
+def _policy(value: str) -> UnscoredPolicy:
+    return "wrong" if value == "wrong" else "exclude"
+
+
+def _variant(value: str) -> Variant:
+    for v in VARIANTS:
+        if v == value:
+            return v
+    raise UsageError(f"unknown replay variant {value!r}")
+
+
+@click.command("import-rose")
+@click.argument("outputs", type=PATH)
+@click.option("--labels", required=True, type=PATH, help="The ROSE-VEC labels file of this part (gives db_id, ids).")
+@click.option("--out", required=True, type=PATH, help="Run folder to write records.jsonl and summary.json into.")
+@click.option("--ex", "ex_dir", type=PATH, help="Their EX folder (default: <part>/decisive/EX when present).")
+@click.option("--difficulty", type=PATH, help="A JSON list with question_id and difficulty (e.g. BIRD dev.json).")
+@click.option("--model", help="Judge model name (default: the folder above OUTPUTS, e.g. o3).")
+@click.option(
+    "--replay",
+    type=click.Choice(VARIANTS),
+    default="always",
+    show_default=True,
+    help="Decide under this policy: 'always' is the paper's flow; 'never' skips the Refuter on matching results; "
+    "'no-refuter' lets the Prover's pass stand.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing records.jsonl in --out.")
+def import_rose_cmd(
+    outputs: Path,
+    labels: Path,
+    out: Path,
+    ex_dir: Path | None,
+    difficulty: Path | None,
+    model: str | None,
+    replay: str,
+    force: bool,
+) -> None:
+    """Import the ROSE authors' outputs (e.g. reference_outputs/rose-vec-bird/o3/ROSE) as records.
+
+    Keeps their Prover and Refuter replies in each record's judges, maps the Refuter's ambiguity and
+    gold_correct to the AmbQ and GoldX labels, and decides every item with our decision table from
+    the stored replies (checked against their scores). Folders with scores only (decisive/EX) are
+    imported as scores.
+    """
+    from rose_sql.rose_import import import_outputs, write_run
+
+    try:
+        variant = _variant(replay)
+        imported = import_outputs(
+            outputs, load_labels(labels), model=model, ex_dir=ex_dir, difficulty_path=difficulty, variant=variant
+        )
+        summary = write_run(imported, out, force=force)
+    except RoseError as e:
+        _fail(e)
+    for w in imported.warnings:
+        err.print(f"[yellow]warning:[/] {w}", highlight=False)
+    rose = "-" if summary.rose is None else f"{100 * summary.rose:.2f}"
+    console.print(
+        f"{out}: {summary.n} items imported ({imported.kind}, model {imported.model}, policy {variant}), "
+        f"{summary.scored} scored, ROSE {rose}",
+        highlight=False,
+    )
+
+
+@click.command("replay", cls=GreedyCommand)
+@click.argument("runs", nargs=-1, required=True, type=PATH)
+@_labels_opt
+@_goldx_opt
+@_ambq_opt
+@_unscored_opt
+@_reviewed_opt
+@click.option("--variants", default=",".join(VARIANTS), show_default=True, help="Comma-separated policies to replay.")
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+def replay_cmd(
+    runs: tuple[Path, ...],
+    labels: tuple[Path, ...],
+    goldx_ids: tuple[str, ...],
+    ambq_ids: tuple[str, ...],
+    unscored: str,
+    reviewed_only: bool,
+    variants: str,
+    as_json: bool,
+) -> None:
+    """Re-decide runs under other policies from their stored judgements, and compare agreement.
+
+    No model is called: the Prover's and Refuter's recorded replies are fed to the decision table
+    again. Prints one line per policy (the scores as recorded first), merged over the runs.
+    """
+    try:
+        chosen = [_variant(v.strip()) for v in variants.split(",") if v.strip()]
+        loaded = [load_run(p) for p in runs]
+        sets = _label_sets(labels, goldx_ids, ambq_ids, reviewed_only)
+        table = replay_table(loaded, sets, chosen, _policy(unscored))
+    except RoseError as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(table, indent=2))
+        return
+    t = Table(title="Replay: the same judgements under other policies (percent)", title_justify="left")
+    subsets = [s.name for s in sets]
+    for col in ("policy", "n", "unscored", "kappa", "accuracy", "MCC", "F1", *(f"kappa {s}" for s in subsets)):
+        t.add_column(col, justify="left" if col == "policy" else "right")
+    for row in table:
+        t.add_row(
+            row["policy"],
+            str(row["n"]),
+            str(row["unscored"]),
+            _fmt(row["kappa"]),
+            _fmt(row["accuracy"]),
+            _fmt(row["mcc"]),
+            _fmt(row["f1"]),
+            *(_fmt(row["subsets"][s]) for s in subsets),
+        )
+    _wide().print(t)
+
+
+def replay_table(
+    runs: Sequence[Run], sets: Sequence[LabelSet], variants: Sequence[Variant], unscored: UnscoredPolicy
+) -> list[dict[str, Any]]:
+    """Agreement of the recorded scores and of each replayed policy (no bootstrap: point estimates)."""
+    rows = []
+    for policy in ["recorded", *variants]:
+        replayed = [
+            r if policy == "recorded" else Run(r.name, r.path, [replay_record(x, _variant(policy)) for x in r.records])
+            for r in runs
+        ]
+        result = agree(_pairings(replayed, sets), unscored=unscored, resamples=0)
+        rows.append(
+            {
+                "policy": policy,
+                **{k: result[k] for k in ("n", "unscored", "kappa", "accuracy", "mcc", "f1")},
+                "unscored_reasons": result["unscored_reasons"],
+                "subsets": {name: b["kappa"] for name, b in result["subsets"].items()},
+            }
+        )
+    return rows
+
+
+@click.command("judge-card", cls=GreedyCommand)
+@click.argument("runs", nargs=-1, required=True, type=PATH)
+@_labels_opt
+@_goldx_opt
+@_ambq_opt
+@_unscored_opt
+@_reviewed_opt
+@_bootstrap_opt
+@_seed_opt
+@click.option("--validation-set", required=True, help="Name of the validation set (e.g. ROSE-VEC).")
+@click.option("--date", help="The judge's month, YYYY-MM (default: this month).")
+@click.option("--out", required=True, type=PATH, help="Where to write the card (JSON).")
+def judge_card_cmd(
+    runs: tuple[Path, ...],
+    labels: tuple[Path, ...],
+    goldx_ids: tuple[str, ...],
+    ambq_ids: tuple[str, ...],
+    unscored: str,
+    reviewed_only: bool,
+    bootstrap: int,
+    seed: int,
+    validation_set: str,
+    date: str | None,
+    out: Path,
+) -> None:
+    """Write a judge card named ROSE_<model>-<yyyymm>: the judge's configuration and its agreement.
+
+    Model, provider, prompt hashes and parameters come from the runs' summary.json; agreement
+    (with 95% intervals) is measured against the labels, per subset and merged.
+    """
+    from rose_sql.judge_card import build_card
+
+    try:
+        loaded = [load_run(p) for p in runs]
+        sets = _label_sets(labels, goldx_ids, ambq_ids, reviewed_only)
+        result = agree(_pairings(loaded, sets), unscored=_policy(unscored), resamples=bootstrap, seed=seed)
+        card = build_card(loaded, sets, result, validation_set=validation_set, date=date, version=__version__)
+    except RoseError as e:
+        _fail(e)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    a = card["agreement"]
+    console.print(
+        f"{card['name']}: kappa {_fmt(a['kappa'])}, accuracy {_fmt(a['accuracy'])}, MCC {_fmt(a['mcc'])}, "
+        f"F1 {_fmt(a['f1'])} on {validation_set} (n={a['n']}) -> {out}",
+        highlight=False,
+    )
+
+
+@click.command("judge-compare")
+@click.argument("old", type=PATH)
+@click.argument("new", type=PATH)
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+def judge_compare_cmd(old: Path, new: Path, as_json: bool) -> None:
+    """Apply the upgrade rule: NEW replaces OLD only if better on kappa, accuracy, MCC and F1 at once.
+
+    Exit status 0 when NEW should replace OLD, 1 when OLD stays, 2 when the cards cannot be compared.
+    """
+    from rose_sql.judge_card import load_card, upgrade
+
+    try:
+        a, b = load_card(old), load_card(new)
+        verdict = upgrade(a, b)
+    except RoseError as e:
+        _fail(e)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {"old": a["name"], "new": b["name"], "upgrade": verdict.upgrade, "reasons": verdict.reasons}, indent=2
+            )
+        )
+    else:
+        for line in verdict.reasons:
+            console.print(line, highlight=False)
+    sys.exit(0 if verdict.upgrade else 1)
+
+
+@click.command("compare")
+@click.argument("runs", nargs=-1, required=True, type=PATH)
+@click.option("--reading", type=click.Choice(READINGS), default="bird_ex", show_default=True, help="Which EX.")
+@click.option("--csv", "csv_out", type=PATH, help="Also write the table as CSV here.")
+@click.option("--json", "json_out", type=PATH, help="Also write the table as JSON here.")
+def compare_cmd(runs: tuple[Path, ...], reading: str, csv_out: Path | None, json_out: Path | None) -> None:
+    """Re-evaluation table across systems: EX vs ROSE, the gap by difficulty, and where they disagree.
+
+    Discordance (EX and ROSE differ) is shown overall and inside the GoldX and AmbQ subsets flagged
+    by the judges, with the share of all discordance each explains.
+    """
+    from rose_sql.leaderboard import leaderboard, rich_tables, to_csv, to_json
+
+    try:
+        rows = leaderboard([load_run(p) for p in runs], reading)
+    except RoseError as e:
+        _fail(e)
+    for table in rich_tables(rows, reading):
+        _wide().print(table)
+    for path, text in ((csv_out, to_csv(rows)), (json_out, to_json(rows, reading))):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            console.print(f"wrote {path}", highlight=False)
+
+
+@click.command("report")
+@click.argument("runs", nargs=-1, required=True, type=PATH)
+@click.option("--compare", "several", is_flag=True, help="Compare several runs on one page.")
+@click.option("--out", type=PATH, help="HTML file (default: RUN_DIR/report.html, or rose-compare.html).")
+@click.option("--reading", type=click.Choice(READINGS), default="bird_ex", show_default=True, help="Which EX.")
+def report_cmd(runs: tuple[Path, ...], several: bool, out: Path | None, reading: str) -> None:
+    """Write a self-contained HTML report: charts (EX vs ROSE, gap by difficulty, discordance, calls
+    and cost per stage) and a filterable browser of every item with its evidence and judge reasoning.
+
+    The page loads nothing from the network; open it from the file.
+    """
+    from rose_sql.report_html import write_report
+
+    try:
+        if len(runs) > 1 and not several:
+            raise UsageError("several runs: pass --compare to put them on one page")
+        loaded = [load_run(p) for p in runs]
+        if len({r.name for r in loaded}) != len(loaded):
+            raise UsageError("two runs share a name; the report tells systems apart by folder name")
+        target = out or (runs[0] / "report.html" if not several and runs[0].is_dir() else Path("rose-compare.html"))
+        path = write_report(loaded, target, reading=reading, version=__version__)
+    except RoseError as e:
+        _fail(e)
+    console.print(f"wrote {path}", highlight=False)
+
+
+@click.command("audit")
+@click.argument("runs", nargs=-1, required=True, type=PATH)
+@click.option("--out", required=True, type=PATH, help="Folder for audit.jsonl and audit.csv.")
+def audit_cmd(runs: tuple[Path, ...], out: Path) -> None:
+    """Export every item flagged GoldX or AmbQ, or with a gold smell, with evidence and reasoning.
+
+    For benchmark maintainers: audit.jsonl has everything, audit.csv one line per item.
+    """
+    from rose_sql.audit import audit_rows, write_audit
+
+    try:
+        rows = audit_rows([load_run(p) for p in runs])
+    except RoseError as e:
+        _fail(e)
+    jsonl, csv_path = write_audit(rows, out)
+    console.print(f"{len(rows)} flagged items -> {jsonl}, {csv_path}", highlight=False)
+
+
+COMMANDS = (
+    agree_cmd,
+    import_rose_cmd,
+    replay_cmd,
+    judge_card_cmd,
+    judge_compare_cmd,
+    compare_cmd,
+    report_cmd,
+    audit_cmd,
+)

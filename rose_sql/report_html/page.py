@@ -1,0 +1,281 @@
+"""The self-contained HTML page: overview, charts, notes and the per-item browser.
+
+Everything is inline (style, script, SVG charts, the records as a JSON island), so the page opens
+from a file with no network. Texts are escaped; the JSON island escapes ``<`` so that no record can
+close the script element.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from html import escape
+from typing import Any
+
+from rose_sql.leaderboard import SystemRow, ordered_difficulties, system_row
+from rose_sql.report_html.assets import CSS, JS
+from rose_sql.report_html.data import OUTCOMES, browser_item, flags, outcome, stage_usage
+from rose_sql.report_html.svg import Series, bar_chart, stacked_chart
+from rose_sql.runs import Run
+
+EX_COLOR, ROSE_COLOR = "#94a3b8", "#2563eb"
+SOURCES = (
+    ("goldx", "GoldX", "#ef4444"),
+    ("ambq", "AmbQ", "#f59e0b"),
+    ("both", "GoldX and AmbQ", "#8b5cf6"),
+    ("smell", "gold smell only", "#06b6d4"),
+    ("none", "unflagged", "#cbd5e1"),
+)
+
+
+def _figure(chart_id: str, title: str, caption: str, svg: str) -> str:
+    return (
+        f'<figure class="chart" id="chart-{chart_id}" data-chart="{chart_id}"><figcaption>{escape(title)}'
+        f"<span>{escape(caption)}</span></figcaption>{svg}</figure>"
+    )
+
+
+def _source(record: dict[str, Any]) -> str:
+    f = set(flags(record))
+    if {"goldx", "ambq"} <= f:
+        return "both"
+    for name in ("goldx", "ambq", "smell"):
+        if name in f:
+            return name
+    return "none"
+
+
+def _discordance_sources(run: Run, reading: str) -> Counter[str]:
+    return Counter(_source(r) for r in run.records if outcome(r, reading) in ("rose_only", "ex_only"))
+
+
+def charts(runs: Sequence[Run], rows: Sequence[SystemRow], reading: str) -> list[str]:
+    """The report's figures, in order."""
+    names = [r.system for r in rows]
+    by_name = {r.name: r for r in runs}
+    single = len(rows) == 1
+    difficulties = ordered_difficulties(d for row in rows for d in row.by_difficulty)
+    out = []
+    if single and difficulties:
+        row = rows[0]
+        cats = ["all", *difficulties]
+        groups = [row.overall, *(row.by_difficulty[d] for d in difficulties)]
+        ex_rose = bar_chart(
+            "EX vs ROSE",
+            cats,
+            [Series("EX", [g.ex for g in groups], EX_COLOR), Series("ROSE", [g.rose for g in groups], ROSE_COLOR)],
+            unit="%",
+            domain=(0, 100),
+        )
+    else:
+        ex_rose = bar_chart(
+            "EX vs ROSE",
+            names,
+            [
+                Series("EX", [r.overall.ex for r in rows], EX_COLOR),
+                Series("ROSE", [r.overall.rose for r in rows], ROSE_COLOR),
+            ],
+            unit="%",
+            domain=(0, 100),
+        )
+    out.append(_figure("ex-rose", "EX vs ROSE", f"percent of items, {reading} vs the ROSE score", ex_rose))
+    cats = ["all", *difficulties]
+    gap = bar_chart(
+        "Gap by difficulty",
+        cats,
+        [
+            Series(
+                r.system,
+                [r.overall.gap, *(r.by_difficulty[d].gap if d in r.by_difficulty else None for d in difficulties)],
+            )
+            for r in rows
+        ],
+        unit="",
+    )
+    out.append(_figure("gap", "Gap by difficulty", "ROSE minus EX, in points (above zero: EX under-rates)", gap))
+    sources = [_discordance_sources(by_name[n], reading) for n in names]
+    parts = [Series(label, [s[key] for s in sources], color) for key, label, color in SOURCES]
+    out.append(
+        _figure(
+            "sources",
+            "Where discordance comes from",
+            "items where EX and ROSE disagree, by the judges' flags",
+            stacked_chart("sources", names, parts),
+        )
+    )
+    direction = [
+        Series("EX ✓ ROSE ✗", [r.ex_only for r in rows], "#f97316"),
+        Series("EX ✗ ROSE ✓", [r.rose_only for r in rows], "#10b981"),
+    ]
+    out.append(
+        _figure(
+            "direction",
+            "Direction of discordance",
+            "items EX accepts and ROSE rejects, and the reverse",
+            stacked_chart("direction", names, direction),
+        )
+    )
+    usage = [stage_usage(by_name[n]) for n in names]
+    stages = sorted({s for u in usage for s in u})
+    calls = [
+        Series(n, [u[s]["calls"] + u[s]["cached"] if s in u else None for s in stages])
+        for n, u in zip(names, usage, strict=True)
+    ]
+    cost = [
+        Series(n, [round(u[s]["cost_usd"], 4) if s in u else None for s in stages])
+        for n, u in zip(names, usage, strict=True)
+    ]
+    out.append(
+        _figure(
+            "calls",
+            "LLM calls per stage",
+            "judge calls recorded (made and served from cache)",
+            bar_chart("calls", stages, calls, empty="no LLM calls recorded"),
+        )
+    )
+    out.append(
+        _figure(
+            "cost",
+            "Cost per stage",
+            "USD of the calls made (cached and imported replies: no cost)",
+            bar_chart("cost", stages, cost, empty="no cost recorded"),
+        )
+    )
+    return out
+
+
+def _cards(run: Run, row: SystemRow) -> str:
+    s = run.summary or {}
+    llm = s.get("llm") or {}
+    n = len(run.records)
+    cards = [
+        ("items", str(n)),
+        ("scored", f"{n - row.unscored} ({100 * (n - row.unscored) / n:.1f}%)" if n else "0"),
+        ("EX", _num(row.overall.ex)),
+        ("ROSE", _num(row.overall.rose)),
+        ("gap", _num(row.overall.gap, signed=True)),
+        ("discordant", str(row.discordant)),
+        ("LLM calls / item", f"{llm.get('calls_per_item', 0)}"),
+        ("cost", f"${llm.get('cost_usd', 0.0):.4f}"),
+    ]
+    return (
+        '<div class="cards">'
+        + "".join(
+            f'<div class="card"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div></div>'
+            for k, v in cards
+        )
+        + "</div>"
+    )
+
+
+def _num(x: float | None, signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x:+.2f}" if signed else f"{x:.2f}"
+
+
+def _table(rows: Sequence[SystemRow]) -> str:
+    head = [
+        "system",
+        "items",
+        "n",
+        "unscored",
+        "EX",
+        "ROSE",
+        "gap",
+        "discordant",
+        "EX✓ROSE✗",
+        "EX✗ROSE✓",
+        "GoldX share",
+        "AmbQ share",
+    ]
+    out = ["<table><thead><tr>"]
+    out += [f'<th class="{"" if h == "system" else "num"}">{escape(h)}</th>' for h in head]
+    out.append("</tr></thead><tbody>")
+    for r in rows:
+        cells = [
+            r.items,
+            r.overall.n,
+            r.unscored,
+            _num(r.overall.ex),
+            _num(r.overall.rose),
+            _num(r.overall.gap, True),
+            r.discordant,
+            r.ex_only,
+            r.rose_only,
+            _num(r.subsets["goldx"].share),
+            _num(r.subsets["ambq"].share),
+        ]
+        out.append(
+            f"<tr><td>{escape(r.system)}</td>" + "".join(f'<td class="num">{escape(str(c))}</td>' for c in cells)
+        )
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _notes(runs: Sequence[Run], rows: Sequence[SystemRow], reading: str) -> str:
+    lines = [
+        f"EX is the {reading} reading; EX, ROSE and their gap are computed on the items where both are defined.",
+        "Discordance shares follow the ROSE paper: the items of a flagged subset where EX and ROSE differ, "
+        "over all items where they differ. Flags are the judges' (GoldX: gold SQL wrong; AmbQ: question ambiguous).",
+    ]
+    for run, row in zip(runs, rows, strict=True):
+        reasons = Counter(r.get("unscored_reason") for r in run.records if r.get("score") is None)
+        if reasons:
+            detail = ", ".join(f"{v} {k}" for k, v in sorted(reasons.items(), key=lambda kv: str(kv[0])))
+            items = "item" if row.unscored == 1 else "items"
+            lines.append(f"{row.system}: {row.unscored} unscored {items} ({detail}), not in EX/ROSE above.")
+        judge = (run.summary or {}).get("judge")
+        if judge:
+            where = judge.get("provider") or judge.get("base_url") or "default endpoint"
+            policy = judge.get("matched_refuter")
+            lines.append(f"{row.system}: judged by {judge.get('model')} ({where}), matched_refuter={policy}.")
+    return "".join(f'<p class="note">{escape(x)}</p>' for x in lines)
+
+
+_BROWSER = """
+<div class="filters">
+  <label>outcome <select id="f-outcome"><option value="">all</option></select></label>
+  <label>label <select id="f-label"><option value="">all</option><option value="any">any flag</option>
+    <option value="goldx">GoldX</option><option value="ambq">AmbQ</option><option value="smell">gold smell</option>
+    <option value="none">no flag</option></select></label>
+  <label>system <select id="f-system"><option value="">all</option></select></label>
+  <label>search <input id="f-text" type="search" placeholder="id, question, SQL"></label>
+  <span id="items-count" class="note"></span>
+</div>
+<table id="items-table"><thead><tr><th>id</th><th>db</th><th>difficulty</th><th class="num">EX</th>
+<th class="num">ROSE</th><th>outcome</th><th>flags</th><th>decided by</th><th>question</th></tr></thead>
+<tbody></tbody></table>
+<p><button id="items-more" type="button">show more</button></p>
+"""
+
+
+def build_report(runs: Sequence[Run], *, reading: str = "bird_ex", title: str | None = None, version: str = "") -> str:
+    """The whole page for one run (overview cards) or several (comparison table first)."""
+    rows = [system_row(r, reading) for r in runs]
+    names = [r.name for r in runs]
+    heading = title or ("ROSE-SQL report: " + names[0] if len(runs) == 1 else "ROSE-SQL comparison")
+    items = [browser_item(rec, i, reading) for i, run in enumerate(runs) for rec in run.records]
+    island = json.dumps({"systems": names, "outcomes": OUTCOMES, "items": items}, ensure_ascii=False, default=str)
+    island = island.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    overview = _cards(runs[0], rows[0]) if len(runs) == 1 else ""
+    return "".join(
+        [
+            '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+            "script-src 'unsafe-inline'; img-src data:\">",
+            f"<title>{escape(heading)}</title><style>{CSS}</style></head><body>",
+            f"<header><h1>{escape(heading)}</h1><p>{escape(', '.join(names))} · {len(items)} items · "
+            f"generated {when} by rose-sql {escape(version)}</p></header><main>",
+            f'<section id="overview"><h2>Overview</h2>{overview}{_table(rows)}</section>',
+            '<section id="charts"><h2>Charts</h2><div class="grid">' + "".join(charts(runs, rows, reading)) + "</div>",
+            _notes(runs, rows, reading) + "</section>",
+            f'<section id="items"><h2>Items</h2>{_BROWSER}</section></main>',
+            f'<script type="application/json" id="rose-data">{island}</script><script>{JS}</script></body></html>',
+        ]
+    )

@@ -1,0 +1,148 @@
+"""Finished runs read back from disk: a run folder's records and summary, or a plain file of scores.
+
+Everything downstream of a run (agreement, comparison, reports, audits) starts here, so every
+reader sees the same records: deduplicated by id, the last record of an id winning (as in
+``summary.json``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rose_sql.errors import InputError
+from rose_sql.record import id_key, read_records
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One system's evaluated items as read from disk."""
+
+    name: str
+    """The system's name (its folder's name, or the file's stem)."""
+    path: Path
+    """The folder (or file) it was read from."""
+    records: list[dict[str, Any]]
+    """The records, one per id, in file order."""
+    summary: dict[str, Any] | None = None
+    """``summary.json`` when the folder has one."""
+    warnings: list[str] = field(default_factory=list)
+    """What was odd about the input."""
+
+
+def load_run(path: Path) -> Run:
+    """Read a run folder (``records.jsonl`` + ``summary.json``), a ``records.jsonl``, or a scores file.
+
+    A scores file maps ids to scores: a JSON object ``{id: score}``, a JSON list or JSONL of objects
+    with ``id`` (or ``question_id``) and ``score``, or a CSV with ``id`` and ``score`` columns. A
+    score that is empty or null means unscored.
+    """
+    if path.is_dir():
+        records_path = path / "records.jsonl"
+        if not records_path.is_file():
+            raise InputError(path, "no records.jsonl in this folder (is it the output folder of `rose run`?)")
+        return _from_records(path.name, path, records_path, _summary(path / "summary.json"))
+    if not path.is_file():
+        raise InputError(path, "no such file or folder")
+    if path.name == "records.jsonl":
+        return _from_records(path.parent.name, path.parent, path, _summary(path.parent / "summary.json"))
+    return Run(path.stem, path, _scores_file(path))
+
+
+def _from_records(name: str, folder: Path, records_path: Path, summary: dict[str, Any] | None) -> Run:
+    by_id: dict[str, dict[str, Any]] = {}
+    for r in read_records(records_path):
+        if "id" not in r or "score" not in r:
+            raise InputError(records_path, "a record without 'id' or 'score': not a ROSE-SQL records file")
+        by_id[id_key(r["id"])] = r
+    warnings = [] if by_id else [f"{records_path} holds no records"]
+    return Run(name, folder, list(by_id.values()), summary, warnings)
+
+
+def _summary(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(path, f"cannot read the summary: {e}") from None
+    if not isinstance(data, dict):
+        raise InputError(path, "the summary is not a JSON object")
+    return data
+
+
+def _score(value: Any, path: Path, where: str | int) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InputError(path, f"score {value!r} is not 0, 1 or empty", where=where) from None
+    if number not in (0.0, 1.0):
+        raise InputError(path, f"score {value!r} is not 0, 1 or empty", where=where)
+    return int(number)
+
+
+def _minimal(item_id: Any, score: int | None) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "score": score,
+        "unscored_reason": None if score is not None else "no_score",
+        "labels": {"goldx": None, "ambq": None},
+        "readings": {},
+    }
+
+
+def _scores_file(path: Path) -> list[dict[str, Any]]:
+    rows = read_table(path)
+    out: list[dict[str, Any]] = []
+    for where, row in rows:
+        item_id = row.get("id", row.get("question_id"))
+        if item_id is None or not ("score" in row or "value" in row):
+            raise InputError(path, "each entry needs 'id' (or 'question_id') and 'score'", where=where)
+        out.append(_minimal(item_id, _score(row.get("score", row.get("value")), path, where)))
+    return out
+
+
+def read_table(path: Path) -> list[tuple[str | int, dict[str, Any]]]:
+    """Rows of a JSON object (``{id: v}`` becomes rows ``{"id": id, "value": v}``), JSON list, JSONL or CSV.
+
+    Each row comes with where it was found (a line number or a key) for error messages.
+    """
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(path, f"cannot read: {e}") from None
+    if path.suffix.lower() == ".csv":
+        reader = csv.DictReader(text.splitlines())
+        return [(i, dict(row)) for i, row in enumerate(reader, start=2)]
+    if path.suffix.lower() == ".jsonl":
+        rows: list[tuple[str | int, dict[str, Any]]] = []
+        for i, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                rows.append((i, _json_object(line, path, i)))
+        return rows
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(path, f"not JSON ({e.msg})", where=e.lineno) from None
+    if isinstance(data, dict):
+        return [(str(k), {"id": k, "value": v}) for k, v in data.items()]
+    if isinstance(data, list) and all(isinstance(x, dict) for x in data):
+        return [(f"[{i}]", x) for i, x in enumerate(data)]
+    raise InputError(path, "expected a JSON object {id: value} or a list of objects")
+
+
+def _json_object(line: str, path: Path, lineno: int) -> dict[str, Any]:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputError(path, f"not JSON ({e.msg})", where=lineno) from None
+    if not isinstance(obj, dict):
+        raise InputError(path, "each line must be a JSON object", where=lineno)
+    return obj
