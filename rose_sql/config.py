@@ -95,7 +95,7 @@ class Config:
     """Search for witnesses, distinguishing rows and gold smells (rose_sql.evidence)."""
     evidence_budget_s: float = 2.0
     """Time for one item's evidence."""
-    evidence_max_candidates: int = 120
+    evidence_max_candidates: int = 80
     """Witness candidates tried at most per item (keeps fast databases fast)."""
     evidence_max_db_bytes: int = 256 * 2**20
     """Larger databases are not copied for a witness search."""

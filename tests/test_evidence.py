@@ -148,3 +148,35 @@ def test_database_is_opened_read_only(make_db: Callable[..., Path]) -> None:
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT COUNT(*) FROM singer").fetchone() == (3,)
     conn.close()
+
+
+def test_interrupted_search_leaves_the_copy_as_the_real_data(make_db: Callable[..., Path]) -> None:
+    import time
+
+    from rose_sql.evidence.features import features
+    from rose_sql.evidence.witness import search
+
+    rows = ",".join(f"({i},'n{i % 50}',{i % 97})" for i in range(5000))
+    db = make_db(f"CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, v INTEGER); INSERT INTO t VALUES {rows};")
+    ws = Workspace(db)
+    gold, pred = "SELECT name, COUNT(*) FROM t GROUP BY name", "SELECT name, COUNT(v) FROM t GROUP BY name"
+    for budget in (0.001, 0.01, 0.05):
+        ws.hard_deadline = time.monotonic() + budget
+        search(
+            ws,
+            gold,
+            pred,
+            features(gold).merge(features(pred)),
+            ordered=False,
+            digits=12,
+            budget_s=1.0,
+            max_candidates=50,
+            result_values=[],
+        )
+        ws.hard_deadline = float("inf")
+    real = sqlite3.connect(db)
+    assert (
+        ws.conn.execute("SELECT * FROM t ORDER BY id").fetchall()
+        == real.execute("SELECT * FROM t ORDER BY id").fetchall()
+    )
+    real.close()

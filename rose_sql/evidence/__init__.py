@@ -148,6 +148,23 @@ class Finder:
         if db.stat().st_size > cfg.evidence_max_db_bytes:
             return Evidence(skipped=f"database larger than {cfg.evidence_max_db_bytes // 2**20} MiB")
         ws = self._workspace(db)
+        ws.hard_deadline = start + cfg.evidence_budget_s
+        try:
+            return self._gather(ws, start, gold_sql, pred_sql, g, p, comparison)
+        finally:
+            ws.hard_deadline = float("inf")
+
+    def _gather(
+        self,
+        ws: Workspace,
+        start: float,
+        gold_sql: str,
+        pred_sql: str,
+        g: ResultSet,
+        p: ResultSet | None,
+        comparison: Comparison | None,
+    ) -> Evidence:
+        cfg = self.config
         ordered = has_top_level_order_by(gold_sql)
         feats = features(gold_sql).merge(features(pred_sql))
         ev = Evidence()

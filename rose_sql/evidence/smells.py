@@ -103,8 +103,9 @@ def _numeric_text(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell
     smells = []
     for name in sorted(targets):
         for table, col in _columns_named(ws, tables, name):
-            rows = ws.query(
-                f"SELECT typeof({_q(col)}), {_q(col)} FROM {_q(table)} WHERE {_q(col)} IS NOT NULL LIMIT 200"
+            rows = (
+                ws.query(f"SELECT typeof({_q(col)}), {_q(col)} FROM {_q(table)} WHERE {_q(col)} IS NOT NULL LIMIT 200")
+                or []
             )
             texts = [v for t, v in rows if t == "text"]
             if texts and len(texts) >= len(rows) / 2 and all(_NUMBER.match(v) for v in texts):
@@ -133,9 +134,9 @@ def _literals(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell]:
         places = _columns_named(ws, tables, col.name)
         if not places:
             continue
-        found = any(ws.query(f"SELECT 1 FROM {_q(t)} WHERE {_q(c)} = ? LIMIT 1", (value,)) for t, c in places)
-        if found:
-            continue
+        hits = [ws.query(f"SELECT 1 FROM {_q(t)} WHERE {_q(c)} = ? LIMIT 1", (value,)) for t, c in places]
+        if any(hits) or any(h is None for h in hits):
+            continue  # present, or unknown because the budget ran out
         near: list[Any] = []
         for t, c in places:
             near += [
@@ -145,6 +146,7 @@ def _literals(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell]:
                     f"OR {_q(c)} LIKE ? LIMIT 3",
                     (value, f"%{value}%"),
                 )
+                or []
             ]
         smells.append(
             {

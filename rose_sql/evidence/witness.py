@@ -84,6 +84,7 @@ def _lineage(ws: Workspace, table: str, cols: list[str], values: list[Any], limi
                 ids += [
                     r[0]
                     for r in ws.query(f'SELECT rowid FROM "{table}" WHERE "{c}" IN ({marks}) LIMIT ?', (*values, limit))
+                    or []
                 ]
             except sqlite3.Error:
                 continue
@@ -219,9 +220,9 @@ def _caveats(ws: Workspace, changes: list[Change]) -> list[str]:
                 notes.append(f"the schema allows it, but {where} is never NULL in the database")
             elif ch["new"] is not None:
                 seen = ws.query(f'SELECT 1 FROM "{t.name}" WHERE "{col.name}" = ? LIMIT 1', (ch["new"],))
-                if not seen:
+                if seen == []:
                     notes.append(f"the value {ch['new']!r} does not occur in {where} in the database")
-                elif not col.has_duplicates:
+                elif seen and not col.has_duplicates:
                     notes.append(f"it gives {where} a duplicate value, which the database never has")
         if ch["op"] == "insert":
             for c in t.columns.values():

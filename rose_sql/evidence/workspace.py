@@ -69,7 +69,9 @@ class Workspace:
         self.timeout_s = timeout_s
         self.max_rows = max_rows
         self.deadline = float("inf")
-        self.conn.set_progress_handler(lambda: time.monotonic() > self.deadline, 1000)
+        self.hard_deadline = float("inf")
+        """No statement of ours or of the queries may run past this (the item's evidence budget)."""
+        self.conn.set_progress_handler(lambda: time.monotonic() > min(self.deadline, self.hard_deadline), 1000)
         self.tables = self._read_schema()
 
     # ------------------------------------------------------------------ schema
@@ -108,19 +110,30 @@ class Workspace:
                 tables[parent].children.append((t.name, r[3], pcol))
         return tables
 
-    def profile(self, table: str) -> None:
-        """Fill the columns' data facts (NULLs, duplicates, value pool) for one table, once."""
+    def profile(self, table: str) -> bool:
+        """Fill the columns' data facts (NULLs, duplicates, value pool) for one table, once.
+
+        False when the budget ran out first: nothing is recorded, and a later item tries again.
+        """
         t = self.tables[table]
         if t.rows:
-            return
-        t.rows = (self.query(f"SELECT COUNT(*) FROM {_q(table)}") or [(1,)])[0][0] or 1
+            return True
+        facts = []
         for c in t.columns.values():
-            col = _q(c.name)
-            c.has_nulls = bool(self.query(f"SELECT 1 FROM {_q(table)} WHERE {col} IS NULL LIMIT 1"))
-            dup = f"SELECT 1 FROM {_q(table)} WHERE {col} IS NOT NULL GROUP BY {col} HAVING COUNT(*) > 1 LIMIT 1"
-            c.has_duplicates = bool(self.query(dup))
-            pool = self.query(f"SELECT DISTINCT {col} FROM {_q(table)} WHERE {col} IS NOT NULL LIMIT 8")
-            c.pool = [r[0] for r in pool]
+            col, tab = _q(c.name), _q(table)
+            nulls = self.query(f"SELECT 1 FROM {tab} WHERE {col} IS NULL LIMIT 1")
+            dups = self.query(f"SELECT 1 FROM {tab} WHERE {col} IS NOT NULL GROUP BY {col} HAVING COUNT(*) > 1 LIMIT 1")
+            pool = self.query(f"SELECT DISTINCT {col} FROM {tab} WHERE {col} IS NOT NULL LIMIT 8")
+            if nulls is None or dups is None or pool is None:
+                return False
+            facts.append((c, bool(nulls), bool(dups), [r[0] for r in pool]))
+        count = self.query(f"SELECT COUNT(*) FROM {_q(table)}")
+        if count is None:
+            return False
+        for c, nulls_, dups_, pool_ in facts:
+            c.has_nulls, c.has_duplicates, c.pool = nulls_, dups_, pool_
+        t.rows = count[0][0] or 1
+        return True
 
     def table_of(self, name: str) -> Table | None:
         return next((t for n, t in self.tables.items() if n.lower() == name.lower()), None)
@@ -144,13 +157,13 @@ class Workspace:
             self.deadline = float("inf")
             self.conn.set_authorizer(None)
 
-    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """A trusted query of ours (profiles, probes), bounded by the same deadline; [] if it fails."""
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]] | None:
+        """A trusted query of ours (profiles, probes) under the same deadlines; None if it fails."""
         self.deadline = time.monotonic() + self.timeout_s
         try:
             return self.conn.execute(sql, params).fetchall()
         except sqlite3.Error:
-            return []
+            return None
         finally:
             self.deadline = float("inf")
 
@@ -163,8 +176,13 @@ class Workspace:
         self.conn.execute("SAVEPOINT candidate")
 
     def rollback(self) -> None:
-        self.conn.execute("ROLLBACK TO candidate")
-        self.conn.execute("RELEASE candidate")
+        """Undo the candidate; never interrupted, so the copy always returns to the real data."""
+        saved, self.hard_deadline, self.deadline = self.hard_deadline, float("inf"), float("inf")
+        try:
+            self.conn.execute("ROLLBACK TO candidate")
+            self.conn.execute("RELEASE candidate")
+        finally:
+            self.hard_deadline = saved
 
     def sample_rowids(self, table: str, limit: int) -> list[int]:
         t = self.tables[table]
