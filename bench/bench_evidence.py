@@ -93,7 +93,15 @@ def main() -> None:
     walls = {"on": 0.0, "off": 0.0}
     for name, files, extra in groups:
         walls["on"] += rose(
-            [*map(str, files), *extra, "--out", str(tmp / f"{name}-on"), "--evidence-budget", str(args.budget)]
+            [
+                *map(str, files),
+                *extra,
+                "--out",
+                str(tmp / f"{name}-on"),
+                "--evidence",
+                "--evidence-budget",
+                str(args.budget),
+            ]
         )
         walls["off"] += rose([*map(str, files), *extra, "--out", str(tmp / f"{name}-off"), "--no-evidence"])
         for f in files:

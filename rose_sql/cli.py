@@ -68,9 +68,9 @@ def _fail(e: RoseError) -> None:
 )
 @click.option(
     "--evidence/--no-evidence",
-    default=True,
-    show_default=True,
-    help="Search witness databases, distinguishing rows and gold smells.",
+    default=None,
+    help="Search witness databases, distinguishing rows and gold smells "
+    "(default: on when a judge is configured, since the judges read it).",
 )
 @click.option(
     "--evidence-budget",
@@ -115,7 +115,7 @@ def run_cmd(
     timeout: float,
     workers: int | None,
     max_rows: int,
-    evidence: bool,
+    evidence: bool | None,
     evidence_budget: float,
     judge_model: str | None,
     judge_base_url: str | None,
@@ -136,6 +136,8 @@ def run_cmd(
     OUT/<name>/summary.json for each prediction file. Exit status 0 when the run completed,
     whatever the scores; 2 for unusable input.
     """
+    if evidence is None:
+        evidence = judge_model is not None
     config = Config(timeout_s=timeout, max_rows=max_rows, evidence=evidence, evidence_budget_s=evidence_budget)
     if workers:
         config = config.with_(workers=workers)
@@ -290,7 +292,14 @@ _REWARD = RewardConfig()
     show_default=True,
     help="Seconds within which every request is answered.",
 )
-@click.option("--workers", type=int, default=None, help="Threads scoring completions (default: 2 x cores).")
+@click.option("--workers", type=int, default=None, help="Threads running queries (default: 2 x cores).")
+@click.option(
+    "--processes",
+    type=int,
+    default=_REWARD.processes,
+    show_default=True,
+    help="Worker processes sharing comparisons and syntax scores (0: threads only).",
+)
 @click.option(
     "--schedule",
     type=click.Choice(["constant", "linear", "cosine"]),
@@ -311,6 +320,7 @@ def serve_reward_cmd(
     timeout: float,
     deadline: float,
     workers: int | None,
+    processes: int,
     schedule: str,
     alpha_start: float,
     alpha_end: float,
@@ -323,23 +333,22 @@ def serve_reward_cmd(
     {"rewards": [...], "scores": [...], "extra_logs": {...}, "errors": [...]}. A label is
     {"gold_sql": SQL, "db_id": ID} (JSON) or "SQL<TAB>db_id". See docs/rewards.md.
     """
-    from dataclasses import replace as _replace
-
     from rose_sql.serve import RewardServer, ServeConfig
 
     if not db_root.is_dir():
         _fail(UsageError(f"--db-root {db_root} is not a folder"))
         return
-    reward = _replace(
-        _REWARD,
-        timeout_s=timeout,
-        schedule=schedule,  # type: ignore[arg-type]
-        alpha_start=alpha_start,
-        alpha_end=alpha_end,
-        total_steps=total_steps,
-        workers=workers or _REWARD.workers,
-    )
     try:
+        reward = replace(
+            _REWARD,
+            timeout_s=timeout,
+            schedule=schedule,  # type: ignore[arg-type]
+            alpha_start=alpha_start,
+            alpha_end=alpha_end,
+            total_steps=total_steps,
+            workers=workers or _REWARD.workers,
+            processes=processes,
+        )
         server = RewardServer(ServeConfig(db_root, host, port, deadline_s=deadline, reward=reward), verbose=verbose)
     except (OSError, ValueError) as e:
         _fail(UsageError(f"cannot start the reward server: {e}"))
