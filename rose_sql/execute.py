@@ -20,6 +20,7 @@ running queries in a killable child process would bound that.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -27,6 +28,7 @@ import urllib.parse
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,10 +96,15 @@ def _authorize(action: int, arg1: str | None, arg2: str | None, db: str | None, 
 DbKey = tuple[str, int, int]
 
 
+@lru_cache(maxsize=4096)
+def _resolved(path: str) -> str:
+    return str(Path(path).resolve())
+
+
 def db_key(path: Path) -> DbKey:
     """Identity of a database file for caching: resolved path, size and modification time."""
-    st = path.stat()
-    return (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    st = os.stat(path)
+    return (_resolved(str(path)), st.st_size, st.st_mtime_ns)
 
 
 def _uri(path: Path) -> str:

@@ -14,8 +14,6 @@ from pathlib import Path
 from string import Template
 from typing import Any, Literal, TypeVar
 
-import openai
-
 from rose_sql.compare import Comparison
 from rose_sql.execute import Execution
 from rose_sql.items import Item
@@ -174,6 +172,8 @@ async def ask(llm: LLM, stage: Stage, messages: list[Message], kind: type[R]) ->
     Raises :class:`JudgeFailed` (with the calls made, raw replies included) when no valid reply
     came, and :class:`OutOfBudget` when the budget forbids the call.
     """
+    import openai
+
     record_stage = "refuter" if stage == "refuter_matched" else stage
     calls: list[Call] = []
     convo: list[Message] = list(messages)

@@ -20,8 +20,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import openai
-
 from rose_sql.config import JudgeConfig
 from rose_sql.errors import InputError
 
@@ -182,7 +180,10 @@ class LLM:
     """An OpenAI-compatible chat endpoint with caching, accounting and a concurrency limit."""
 
     def __init__(self, cfg: JudgeConfig, *, ledger: Ledger | None = None) -> None:
+        import openai  # imported here: the deterministic stages never pay for it
+
         self.cfg = cfg
+        self._bad_request = openai.BadRequestError
         self.client = openai.AsyncOpenAI(
             base_url=cfg.base_url,
             api_key=cfg.api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
@@ -255,7 +256,7 @@ class LLM:
                     messages=messages,  # type: ignore[arg-type]
                     **params,
                 )
-            except openai.BadRequestError as e:  # e.g. reasoning models refuse temperature
+            except self._bad_request as e:  # e.g. reasoning models refuse temperature
                 refused = {p for p in params if p in _REFUSED_PARAM_HINTS and p in str(e).lower()}
                 if not refused:
                     raise
