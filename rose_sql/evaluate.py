@@ -54,7 +54,8 @@ class Executed:
             equal=self.comparison.equal if self.comparison else None,
             judge=judge,
             matched_refuter=matched_refuter,
-            evidence_questions_match=bool(self.doubts()) or bool(self.evidence and self.evidence.questions_match),
+            evidence_questions_match=judge
+            and (bool(self.evidence and self.evidence.questions_match) or bool(self.doubts())),
         )
 
     def evidence_text(self) -> str | None:
@@ -107,12 +108,12 @@ def _readings(item: Item, db: Path, gold: Execution, pred: Execution, executor: 
         b, f1 = 0, 0.0  # BIRD's default text decoding raises on such text: the query "fails"
     else:
         b, f1 = bird_ex(p.rows, g.rows), soft_f1(p.rows, g.rows)
-    return Readings(
-        bird_ex=b,
-        soft_f1=f1,
-        ts_ex=_ts(item, db, gold, pred, executor, False),
-        ts_ex_keep_distinct=_ts(item, db, gold, pred, executor, True),
-    )
+    ts = _ts(item, db, gold, pred, executor, False)
+    same_sql = ts_gold_sql(item.gold_sql) == ts_gold_sql(item.gold_sql, keep_distinct=True) and ts_pred_sql(
+        item.pred_sql
+    ) == ts_pred_sql(item.pred_sql, keep_distinct=True)
+    keep = ts if same_sql else _ts(item, db, gold, pred, executor, True)
+    return Readings(bird_ex=b, soft_f1=f1, ts_ex=ts, ts_ex_keep_distinct=keep)
 
 
 def _ts(item: Item, db: Path, gold: Execution, pred: Execution, executor: Executor, keep: bool) -> int | None:

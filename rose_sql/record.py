@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +112,11 @@ class Record:
     """Version of this record layout."""
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False, allow_nan=False, default=str)
+        # one level of fields by hand: dataclasses.asdict deep-copies every nested dict and list
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in ("readings", "pred", "gold"):
+            data[name] = {f.name: getattr(data[name], f.name) for f in fields(data[name])}
+        return json.dumps(data, ensure_ascii=False, allow_nan=False, default=str)
 
 
 def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:

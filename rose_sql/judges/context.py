@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -170,15 +171,18 @@ def tables_in(*sqls: str | None) -> set[str]:
     """Lower-cased names of the tables the queries read (empty when they do not parse)."""
     names: set[str] = set()
     for sql in sqls:
-        if not sql:
-            continue
-        try:
-            for tree in sqlglot.parse(sql, read="sqlite"):
-                if tree is not None:
-                    names |= {t.name.lower() for t in tree.find_all(exp.Table)}
-        except (sqlglot.errors.SqlglotError, RecursionError):
-            continue
+        if sql:
+            names |= _tables(sql)
     return names
+
+
+@lru_cache(maxsize=65536)
+def _tables(sql: str) -> frozenset[str]:
+    try:
+        trees = sqlglot.parse(sql, read="sqlite")
+    except (sqlglot.errors.SqlglotError, RecursionError, ValueError):
+        return frozenset()
+    return frozenset(t.name.lower() for tree in trees if tree is not None for t in tree.find_all(exp.Table))
 
 
 def render_result(e: Execution | None) -> str:
