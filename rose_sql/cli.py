@@ -58,7 +58,12 @@ def _fail(e: RoseError) -> None:
     show_default=True,
     help="Seconds one query may run before SQLite interrupts it.",
 )
-@click.option("--workers", type=int, default=None, help="Concurrent executions (default: 2 x cores).")
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="Processes for the deterministic stages (default: one per core; 1: in this process).",
+)
 @click.option(
     "--max-rows",
     type=int,

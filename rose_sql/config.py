@@ -64,7 +64,7 @@ class JudgeConfig:
 
 
 def _default_workers() -> int:
-    return max(2, 2 * (os.cpu_count() or 1))
+    return os.cpu_count() or 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +88,7 @@ class Config:
     float_digits: int = 12
     """Numbers are compared after rounding to this many significant digits (int 1 == float 1.0)."""
     workers: int = field(default_factory=_default_workers)
-    """Threads executing items; SQLite releases the GIL while it runs a query."""
+    """Processes running the deterministic stages (1: in this process); the judges are async."""
     cache_cells: int = 20_000_000
     """Cells of query results kept in the in-process execution cache (LRU beyond it)."""
     evidence: bool = True

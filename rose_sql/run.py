@@ -9,8 +9,10 @@ client with its concurrency limit, cache and ledger. Each record is appended to 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,31 +92,110 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, indent=2) + "\n"
 
 
+BATCH = 16
+"""Items per task sent to a worker process (amortises the inter-process round trip)."""
+
+_worker: tuple[Executor, Finder | None] | None = None
+
+
+def _init_worker(config: Config) -> None:
+    """In each worker process: its own sandbox and execution cache (and evidence finder)."""
+    global _worker
+    share = config.with_(cache_cells=max(1_000_000, config.cache_cells // max(1, config.workers)))
+    _worker = (Executor(share), Finder(share) if share.evidence else None)
+
+
+def _execute_batch(items: list[Item], db_root: Path) -> list[Executed | str]:
+    """The deterministic stages for a batch, in a worker: each item's result, or its error as text."""
+    assert _worker is not None
+    executor, finder = _worker
+    out: list[Executed | str] = []
+    for it in items:
+        try:
+            out.append(execute_item(it, db_root, executor, finder))
+        except Exception as e:  # a bug of ours: reported on the item, the batch goes on
+            out.append(f"{type(e).__name__}: {e}")
+    return out
+
+
+class _Stage1:
+    """Runs the deterministic stages on batches: in worker processes on all cores, or in one thread."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.pool: ProcessPoolExecutor | None = None
+        self.local: tuple[Executor, Finder | None] | None = None
+        if config.workers > 1:
+            self._start()
+        else:
+            self.local = (Executor(config), Finder(config) if config.evidence else None)
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["rose_sql.evaluate"])
+        self.pool = ProcessPoolExecutor(self.config.workers, ctx, _init_worker, (self.config,))
+
+    async def __call__(self, items: list[Item], db_root: Path) -> list[Executed | str]:
+        loop = asyncio.get_running_loop()
+        if self.pool is None:
+            assert self.local is not None
+            executor, finder = self.local
+            return await loop.run_in_executor(None, _local_batch, items, db_root, executor, finder)
+        try:
+            return await loop.run_in_executor(self.pool, _execute_batch, items, db_root)
+        except BrokenProcessPool:  # a worker died (killed, out of memory): these items say so
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self._start()
+            return ["a worker process died while evaluating this item"] * len(items)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.local is not None:
+            self.local[0].close()
+
+
+def _local_batch(items: list[Item], db_root: Path, executor: Executor, finder: Finder | None) -> list[Executed | str]:
+    global _worker
+    _worker = (executor, finder)
+    return _execute_batch(items, db_root)
+
+
 async def _run(systems: Sequence[SystemRun], db_root: Path, config: Config, progress: Progress | None) -> Ledger | None:
     writers = {s.name: RecordWriter(s.out_dir / "records.jsonl") for s in systems}
     llm = LLM(config.judge) if config.judge is not None else None
     policy = config.judge.effective_matched_refuter if config.judge else "always"
     schemas = Schemas()
-    finder = Finder(config) if config.evidence else None
-    window = asyncio.Semaphore(config.workers * 2 + (config.judge.concurrency * 2 if config.judge else 0))
-    loop = asyncio.get_running_loop()
+    window = asyncio.Semaphore(config.workers * 2 + (config.judge.concurrency if config.judge else 0))
+    # items sharing a gold go to the same batch, so each worker process runs that gold once
+    queue = sorted(((s.name, it) for s in systems for it in s.todo), key=lambda x: (x[1].db_id, x[1].gold_sql or ""))
+    batches = [queue[i : i + BATCH] for i in range(0, len(queue), BATCH)]
+    stage1 = _Stage1(config)
+
+    async def finish(name: str, item: Item, ex: Executed | str) -> None:
+        try:
+            if isinstance(ex, str):
+                raise RuntimeError(ex)
+            record = to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy))
+        except Exception as e:  # a bug of ours: the item is unscored, the run goes on
+            record = failed_record(item, e)
+        writers[name].write(record)
+        if progress:
+            progress(name, record, llm.ledger if llm else None)
+
+    async def one(batch: list[tuple[str, Item]]) -> None:
+        async with window:
+            items = [it for _, it in batch]
+            try:
+                done = await stage1(items, db_root)
+            except Exception as e:
+                done = [f"{type(e).__name__}: {e}"] * len(items)
+            await asyncio.gather(*(finish(name, it, ex) for (name, it), ex in zip(batch, done, strict=True)))
+
     try:
-        with Executor(config) as executor, ThreadPoolExecutor(config.workers) as pool:
-
-            async def one(name: str, item: Item) -> None:
-                async with window:
-                    try:
-                        ex: Executed = await loop.run_in_executor(pool, execute_item, item, db_root, executor, finder)
-                        judged = await judge_item(ex, llm, schemas, matched_refuter=policy)
-                        record = to_record(ex, judged)
-                    except Exception as e:  # a bug of ours: the item is unscored, the run goes on
-                        record = failed_record(item, e)
-                    writers[name].write(record)
-                    if progress:
-                        progress(name, record, llm.ledger if llm else None)
-
-            await asyncio.gather(*(one(s.name, it) for s in systems for it in s.todo))
+        await asyncio.gather(*(one(b) for b in batches))
     finally:
+        stage1.close()
         for w in writers.values():
             w.close()
         if llm is not None:
