@@ -84,10 +84,8 @@ class Evidence:
                 "expose the reference as well as the prediction."
             )
         elif self.search is not None:
-            tried = ", ".join(f"{k} ({v})" for k, v in self.search["tried"].items()) or "nothing"
-            parts.append(
-                f"No witness database found (candidates tried: {tried}); this does not prove the queries equivalent."
-            )
+            # fixed wording: how far a time-bounded search got must not change the prompt (or its cache key)
+            parts.append("No witness database was found; this does not prove the queries equivalent.")
         if self.diff is not None:
             d = self.diff
             parts.append(
