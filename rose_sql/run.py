@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -98,11 +101,20 @@ BATCH = 16
 _worker: tuple[Executor, Finder | None] | None = None
 
 
-def _init_worker(config: Config) -> None:
+def _init_worker(config: Config, parent: int) -> None:
     """In each worker process: its own sandbox and execution cache (and evidence finder)."""
     global _worker
     share = config.with_(cache_cells=max(1_000_000, config.cache_cells // max(1, config.workers)))
     _worker = (Executor(share), Finder(share) if share.evidence else None)
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+
+
+def _exit_with(parent: int) -> None:
+    """Leave when the run that started this worker is gone (kill -9 included): no orphans."""
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(0)
 
 
 def _execute_batch(items: list[Item], db_root: Path) -> list[Executed | str]:
@@ -131,9 +143,9 @@ class _Stage1:
             self.local = (Executor(config), Finder(config) if config.evidence else None)
 
     def _start(self) -> None:
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["rose_sql.evaluate"])
-        self.pool = ProcessPoolExecutor(self.config.workers, ctx, _init_worker, (self.config,))
+        # spawn: workers are children of this process alone (nothing inherited from its threads)
+        ctx = multiprocessing.get_context("spawn")
+        self.pool = ProcessPoolExecutor(self.config.workers, ctx, _init_worker, (self.config, os.getpid()))
 
     async def __call__(self, items: list[Item], db_root: Path) -> list[Executed | str]:
         loop = asyncio.get_running_loop()
