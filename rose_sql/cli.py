@@ -17,7 +17,6 @@ from rose_sql.config import Config, JudgeConfig
 from rose_sql.errors import RoseError, UsageError
 from rose_sql.items import FORMATS, load_items
 from rose_sql.judges.llm import Ledger
-from rose_sql.record import Record
 from rose_sql.report import Summary
 from rose_sql.run import SystemRun, plan, run
 
@@ -201,7 +200,7 @@ def _run_with_progress(systems: Sequence[SystemRun], db_root: Path, config: Conf
     with Progress(*columns, console=err, disable=total < 20 or not err.is_terminal) as bar:
         task = bar.add_task("evaluating", total=total, llm="")
 
-        def tick(name: str, record: Record, ledger: Ledger | None) -> None:
+        def tick(name: str, ledger: Ledger | None) -> None:
             llm = f"LLM {ledger.calls} calls, {ledger.cached} cached, ${ledger.cost_usd:.4f}" if ledger else ""
             bar.update(task, advance=1, llm=llm)
 

@@ -169,7 +169,14 @@ class RecordWriter:
         self._f = path.open("a", encoding="utf-8", errors="backslashreplace")  # lone surrogates stay valid JSON
 
     def write(self, record: Record) -> None:
-        self._f.write(record.to_json() + "\n")
+        """Append a record (flushed by :meth:`flush`, which the run calls after every batch)."""
+        self.write_line(record.to_json())
+
+    def write_line(self, line: str) -> None:
+        """Append a record already serialised as one JSON line."""
+        self._f.write(line + "\n")
+
+    def flush(self) -> None:
         self._f.flush()
 
     def close(self) -> None:

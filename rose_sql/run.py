@@ -21,14 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from rose_sql.config import Config
+from rose_sql.decide import Decision, decide
 from rose_sql.errors import UsageError
-from rose_sql.evaluate import Executed, execute_item, failed_record, judge_item, to_record
+from rose_sql.evaluate import Executed, Judged, execute_item, failed_record, judge_item, to_record
 from rose_sql.evidence import Finder
 from rose_sql.execute import Executor
 from rose_sql.items import Item, Loaded
 from rose_sql.judges.context import Schemas
 from rose_sql.judges.llm import LLM, Ledger
-from rose_sql.record import Record, RecordWriter, id_key, read_records
+from rose_sql.record import RecordWriter, id_key, read_records
 from rose_sql.report import Summary, summarize, write_summary
 
 
@@ -72,7 +73,8 @@ def plan(loaded: Sequence[Loaded], out: Path, *, resume: bool) -> list[SystemRun
     return runs
 
 
-Progress = Callable[[str, Record, Ledger | None], None]
+Progress = Callable[[str, Ledger | None], None]
+"""Called once per finished item with its system's name and the LLM ledger (None without a judge)."""
 
 
 def run(systems: Sequence[SystemRun], db_root: Path, config: Config, progress: Progress | None = None) -> list[Summary]:
@@ -95,7 +97,7 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, indent=2) + "\n"
 
 
-BATCH = 16
+BATCH = 32
 """Items per task sent to a worker process (amortises the inter-process round trip)."""
 
 _worker: tuple[Executor, Finder | None] | None = None
@@ -117,14 +119,31 @@ def _exit_with(parent: int) -> None:
             os._exit(0)
 
 
-def _execute_batch(items: list[Item], db_root: Path) -> list[Executed | str]:
-    """The deterministic stages for a batch, in a worker: each item's result, or its error as text."""
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """A finished record, already serialised (no judge: the worker decides and writes it out)."""
+
+    json: str
+
+
+Outcome = Executed | _Line | str
+"""What the deterministic stages give back for one item: its stages, its finished record, or an error."""
+
+
+def _execute_batch(items: list[Item], db_root: Path, final: bool) -> list[Outcome]:
+    """The deterministic stages for a batch, in a worker; ``final``: no judge will follow, so decide here."""
     assert _worker is not None
     executor, finder = _worker
-    out: list[Executed | str] = []
+    out: list[Outcome] = []
     for it in items:
         try:
-            out.append(execute_item(it, db_root, executor, finder))
+            ex = execute_item(it, db_root, executor, finder)
+            if final:
+                decision = decide(ex.facts())
+                assert isinstance(decision, Decision)
+                out.append(_Line(to_record(ex, Judged(decision)).to_json()))
+            else:
+                out.append(ex)
         except Exception as e:  # a bug of ours: reported on the item, the batch goes on
             out.append(f"{type(e).__name__}: {e}")
     return out
@@ -147,14 +166,14 @@ class _Stage1:
         ctx = multiprocessing.get_context("spawn")
         self.pool = ProcessPoolExecutor(self.config.workers, ctx, _init_worker, (self.config, os.getpid()))
 
-    async def __call__(self, items: list[Item], db_root: Path) -> list[Executed | str]:
+    async def __call__(self, items: list[Item], db_root: Path, final: bool) -> list[Outcome]:
         loop = asyncio.get_running_loop()
         if self.pool is None:
             assert self.local is not None
             executor, finder = self.local
-            return await loop.run_in_executor(None, _local_batch, items, db_root, executor, finder)
+            return await loop.run_in_executor(None, _local_batch, items, db_root, final, executor, finder)
         try:
-            return await loop.run_in_executor(self.pool, _execute_batch, items, db_root)
+            return await loop.run_in_executor(self.pool, _execute_batch, items, db_root, final)
         except BrokenProcessPool:  # a worker died (killed, out of memory): these items say so
             self.pool.shutdown(wait=False, cancel_futures=True)
             self._start()
@@ -167,10 +186,12 @@ class _Stage1:
             self.local[0].close()
 
 
-def _local_batch(items: list[Item], db_root: Path, executor: Executor, finder: Finder | None) -> list[Executed | str]:
+def _local_batch(
+    items: list[Item], db_root: Path, final: bool, executor: Executor, finder: Finder | None
+) -> list[Outcome]:
     global _worker
     _worker = (executor, finder)
-    return _execute_batch(items, db_root)
+    return _execute_batch(items, db_root, final)
 
 
 async def _run(systems: Sequence[SystemRun], db_root: Path, config: Config, progress: Progress | None) -> Ledger | None:
@@ -184,25 +205,30 @@ async def _run(systems: Sequence[SystemRun], db_root: Path, config: Config, prog
     batches = [queue[i : i + BATCH] for i in range(0, len(queue), BATCH)]
     stage1 = _Stage1(config)
 
-    async def finish(name: str, item: Item, ex: Executed | str) -> None:
+    async def finish(name: str, item: Item, ex: Outcome) -> None:
         try:
             if isinstance(ex, str):
                 raise RuntimeError(ex)
-            record = to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy))
+            if isinstance(ex, _Line):
+                writers[name].write_line(ex.json)
+            else:
+                writers[name].write(to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy)))
         except Exception as e:  # a bug of ours: the item is unscored, the run goes on
-            record = failed_record(item, e)
-        writers[name].write(record)
+            writers[name].write(failed_record(item, e))
         if progress:
-            progress(name, record, llm.ledger if llm else None)
+            progress(name, llm.ledger if llm else None)
 
     async def one(batch: list[tuple[str, Item]]) -> None:
         async with window:
             items = [it for _, it in batch]
+            done: list[Outcome]
             try:
-                done = await stage1(items, db_root)
+                done = await stage1(items, db_root, llm is None)
             except Exception as e:
                 done = [f"{type(e).__name__}: {e}"] * len(items)
             await asyncio.gather(*(finish(name, it, ex) for (name, it), ex in zip(batch, done, strict=True)))
+            for name in {name for name, _ in batch}:
+                writers[name].flush()  # a crash loses at most the unflushed part of one batch, redone on resume
 
     try:
         await asyncio.gather(*(one(b) for b in batches))
