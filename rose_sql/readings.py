@@ -72,6 +72,8 @@ def soft_f1(pred: Sequence[Row], gold: Sequence[Row]) -> float:
     """BIRD mini-dev Soft-F1 on two fetched results."""
     if not pred and not gold:
         return 1.0
+    if list(pred) == list(gold) and all(gold):
+        return 1.0  # every row pair matches in full: tp = rows, fp = fn = 0, exactly as the loop below
     p = list(dict.fromkeys(pred))
     g = list(dict.fromkeys(gold))
     match: list[float] = []
@@ -119,6 +121,7 @@ def _remove_distinct(sql: str) -> str:
     return "".join(t.value for t in statement.flatten() if t.value.lower() != "distinct")
 
 
+@lru_cache(maxsize=65536)
 def ts_pred_sql(pred: str, *, keep_distinct: bool = False) -> str:
     """The prediction as the test suite executes it (line stripped, cut at a tab, ``value`` -> ``1``)."""
     sql = _glue_operators(pred.strip().split("\t", 1)[0].replace("value", "1"))
@@ -126,6 +129,7 @@ def ts_pred_sql(pred: str, *, keep_distinct: bool = False) -> str:
     return _CURDATE_YEAR.sub("2020", sql)
 
 
+@lru_cache(maxsize=65536)
 def ts_gold_sql(gold: str, *, keep_distinct: bool = False) -> str:
     """The gold as the test suite executes it."""
     sql = _glue_operators(gold.strip())
