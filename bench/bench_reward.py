@@ -16,9 +16,10 @@ method starting cold (no cache from an earlier method), with the same per-query 
 - ``ROSE-SQL full reward``: :class:`rose_sql.reward.RewardScorer` ``score_batch`` computing the
   whole reward (execution against the gold under our comparator with partial credit, syntax reward
   with tree edit distance and clause scores, the schedule), in two modes: ``threads`` (the default,
-  queries in threads, comparisons and syntax in the calling thread) and ``processes``
-  (``RewardConfig(processes=cores)``: a batch's distinct completions sharded over one worker process
-  per core, each with its own caches; their start-up is included), to see whether processes help;
+  queries on query threads that join only while queries are slow, comparisons and syntax in the
+  calling thread) and ``processes`` (``RewardConfig(processes=cores)``: a batch's distinct
+  completions go in balanced chunks, a question's together, to one worker process per core, each
+  with its own caches; their start-up is included), to see whether processes help;
   and ``processes, started``: the same with the workers started before the clock starts (on a
   throw-away database, so the workload's caches stay cold), as in a training run that keeps its
   scorer for hours.

@@ -11,8 +11,12 @@ import itertools
 import json
 import math
 import random
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import cache, lru_cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from rose_sql.config import Config
+from rose_sql.execute import run_query
 from rose_sql.reward import (
     Reward,
     RewardConfig,
@@ -31,6 +37,7 @@ from rose_sql.reward import (
     combine,
     compute_score,
     compute_score_batch,
+    execution_outcome,
     extract_sql,
     parse,
     parse_label,
@@ -39,6 +46,8 @@ from rose_sql.reward import (
     trl_reward,
     weights,
 )
+from rose_sql.reward import scorer as scorer_module
+from rose_sql.reward.lanes import balanced, run_in_lanes
 
 HANG_GUARD_S = 15.0  # only catches a hang; not a performance assertion
 RUNAWAY = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r"
@@ -259,6 +268,100 @@ def test_execution_only_reward(spider_db: Path) -> None:
         wrong = score(s, "SELECT 1", SINGERS, spider_db, step=0)
     assert (near.alpha, near.beta, near.total, near.syntax) == (0.0, 1.0, 0.5, 0.0)
     assert wrong.total == 0.0 and bounds(s.config, 0) == (-1.0, 1.0)
+
+
+# --------------------------------------------------------------------------- caches and concurrency
+
+
+def _plain(item: RewardItem, config: RewardConfig, step: int | None) -> tuple[Any, ...]:
+    """What a reward is made of, from the plain functions: fresh sandboxes, no scorer, no cache."""
+    sql = extract_sql(item.completion, item.prompt)
+    assert sql is not None
+    sandbox = Config(max_rows=config.max_rows, float_digits=config.float_digits, count_past_cap_s=0.0)
+    gold = run_query(item.db, item.gold_sql, replace(sandbox, timeout_s=config.gold_timeout_s))
+    pred = run_query(item.db, sql, replace(sandbox, timeout_s=config.timeout_s))
+    status, detail = execution_outcome(pred, gold, item.gold_sql, config)
+    structure = syntax_score(parse(sql, config), parse(item.gold_sql, config), config)
+    execution = {"match": 1.0, "partial": 0.5, "wrong": 0.0, "error": -1.0, "timeout": -0.5}[status]
+    return status, detail, structure, combine(structure, execution, config, step)
+
+
+def _rollouts(shared: Path) -> list[RewardItem]:
+    """Several completions per real question, repeating SQL, results and clause trees across items."""
+    items = []
+    for sql, db in real_items(shared):
+        for completion in (sql, f"```sql\n{sql}\n```", "SELECT 1", "select 1", "SELECT 1.0", f"{sql} LIMIT 1"):
+            items.append(RewardItem(completion, sql, db))
+    return items
+
+
+def test_caches_change_no_reward(shared: Path) -> None:
+    items = _rollouts(shared)
+    cold = RewardConfig(workers=2, memo_size=0)  # no parse, syntax or distance memo
+    with RewardScorer(RewardConfig(workers=2)) as warm, RewardScorer(cold) as uncached:
+        first = warm.score_batch(items, step=5)
+        again = warm.score_batch(items[::-1], step=5)[::-1]  # every cache hit
+        without = uncached.score_batch(items, step=5)
+    assert [r.as_dict() for r in first] == [r.as_dict() for r in again] == [r.as_dict() for r in without]
+    for item, r in zip(items, first, strict=True):
+        assert (r.status, r.detail, r.structure, (r.total, r.clause_part)) == _plain(item, warm.config, 5), item
+
+
+def test_each_distinct_sql_is_parsed_once(shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: Counter[str] = Counter()
+
+    def counting(sql: str, config: RewardConfig | None = None) -> Any:
+        calls[sql] += 1
+        return parse(sql, config)
+
+    monkeypatch.setattr(scorer_module, "parse", counting)
+    items = _rollouts(shared)
+    with RewardScorer(RewardConfig(workers=2)) as s:
+        s.score_batch(items[: len(items) // 2])
+        s.score_batch(items)
+    assert calls and max(calls.values()) == 1
+    assert set(calls) == {extract_sql(it.completion) for it in items} | {it.gold_sql for it in items}
+
+
+def test_equal_results_of_other_types_are_compared_apart(make_db: Callable[..., Path]) -> None:
+    # The comparison of a batch is reused for predictions with equal rows; -2**63 as an integer and as
+    # a float are equal in Python but not to the comparator: both must be compared.
+    db = make_db("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1), (-9223372036854775808), (3);")
+    gold = "SELECT x FROM t ORDER BY x DESC"
+    completions = [
+        "SELECT x FROM t ORDER BY x",
+        "SELECT CAST(x AS REAL) FROM t ORDER BY x",
+        "SELECT x FROM t ORDER BY -x",
+    ]
+    with RewardScorer(RewardConfig(workers=2)) as s:
+        rewards = s.score_batch([RewardItem(c, gold, db) for c in completions])
+    assert [(r.status, r.detail) for r in rewards] == [("partial", "order"), ("wrong", "values"), ("match", "same")]
+
+
+def test_query_threads_join_only_while_queries_are_slow() -> None:
+    def on_thread(pause: float) -> Callable[[int], int]:
+        def run(key: int) -> int:
+            time.sleep(pause)
+            return threading.get_ident()
+
+        return run
+
+    with ThreadPoolExecutor(4) as threads:
+        fast = run_in_lanes(threads, on_thread(0.0), range(6), max_lanes=4, patience_s=60.0)
+        slow = run_in_lanes(threads, on_thread(0.2), range(6), max_lanes=3, patience_s=0.01)
+        assert len(set(fast)) == 1  # fast queries: one thread, no GIL contention
+        assert len(set(slow)) == 3  # slow ones overlap, up to max_lanes
+        with pytest.raises(ZeroDivisionError):
+            run_in_lanes(threads, lambda k: 1 // k, [1, 0, 2], max_lanes=2, patience_s=0.01)
+
+
+def test_process_chunks_keep_questions_whole_and_balance() -> None:
+    groups = [[0, 1, 2, 3, 4], [5], [6, 7], [8, 9, 10], [11], [12, 13]]
+    chunks = balanced(groups, 3)
+    assert sorted(i for chunk in chunks for i in chunk) == list(range(14))
+    assert all(any(set(g) <= set(chunk) for chunk in chunks) for g in groups)
+    assert [len(c) for c in chunks] == [5, 5, 4]
+    assert balanced([[0]], 8) == [[0]]
 
 
 # --------------------------------------------------------------------------- extraction
