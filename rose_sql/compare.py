@@ -176,7 +176,7 @@ def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12
             return _diff(g, p, "multiplicity", "the same distinct rows, duplicated differently")
         if Counter(_rows(gold, digits, _numeric_text)) == Counter(_rows(pred, digits, _numeric_text)):
             return _diff(g, p, "type", "equal only if numbers stored as text are read as numbers")
-        return _diff(g, p, "values", f"{_count(p)} predicted vs {_count(g)} gold rows; the rows differ")
+        return _diff(g, p, "values", f"{len(p)} predicted vs {len(g)} gold rows; the rows differ")
     if np_ > ng:
         for cmap in _column_maps(g, p, ng, np_):
             proj = _project(p, cmap)
@@ -235,10 +235,6 @@ def _representation_notes(gold: ResultSet, pred: ResultSet, cmap: tuple[int, ...
 def _diff(g: list[tuple[Any, ...]], p: list[tuple[Any, ...]], reason: Reason, detail: str) -> Comparison:
     gc, pc = Counter(g), Counter(p)
     return Comparison(False, reason, detail, pred_only=sum((pc - gc).values()), gold_only=sum((gc - pc).values()))
-
-
-def _count(rows: list[tuple[Any, ...]]) -> str:
-    return f"{len(rows)}"
 
 
 def _same_detail(n: int) -> str:

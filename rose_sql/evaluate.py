@@ -13,24 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from rose_sql.compare import Comparison, compare
+from rose_sql.config import MatchedRefuter
 from rose_sql.decide import Decision, Facts, JudgeOutcome, decide
 from rose_sql.evidence import Evidence, Finder
 from rose_sql.execute import Execution, Executor, ResultSet
-from rose_sql.items import Item
+from rose_sql.items import Item, db_file
 from rose_sql.judges.cascade import Call, Case, JudgeFailed, OutOfBudget, ask, prover_messages, refuter_messages
 from rose_sql.judges.context import Schemas, tables_in
 from rose_sql.judges.llm import LLM
 from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.readings import Readings, bird_ex, soft_f1, ts_equal, ts_gold_sql, ts_order_matters, ts_pred_sql
 from rose_sql.record import ExecutionInfo, Record, comparison_dict
-from rose_sql.sql import has_top_level_order_by
-
-_EMPTY_SQL = ("empty SQL", "SQL is only comments")  # the gate's reasons for SQL with no statement
-
-
-def db_path(db_root: Path, db_id: str) -> Path:
-    """Where a database lives: ``<db_root>/<db_id>/<db_id>.sqlite``."""
-    return db_root / db_id / f"{db_id}.sqlite"
+from rose_sql.sql import NO_STATEMENT, has_top_level_order_by
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +40,7 @@ class Executed:
     readings: Readings = field(default_factory=Readings)
     evidence: Evidence | None = None
 
-    def facts(self, *, judge: bool = False, matched_refuter: Any = "always") -> Facts:
+    def facts(self, *, judge: bool = False, matched_refuter: MatchedRefuter = "always") -> Facts:
         return Facts(
             db_found=self.db_found,
             gold=self.gold,
@@ -77,7 +71,7 @@ class Executed:
 
 def execute_item(item: Item, db_root: Path, executor: Executor, finder: Finder | None = None) -> Executed:
     """Run gold and prediction, compare them, compute the official readings and gather evidence."""
-    db = db_path(db_root, item.db_id)
+    db = db_file(db_root, item.db_id)
     if not db.is_file():
         return Executed(item, db, db_found=False)
     gold = executor.run(db, item.gold_sql, role="gold") if item.gold_sql is not None else None
@@ -96,7 +90,7 @@ def execute_item(item: Item, db_root: Path, executor: Executor, finder: Finder |
 def _readings(item: Item, db: Path, gold: Execution, pred: Execution, executor: Executor) -> Readings:
     g, p = gold.result, pred.result
     assert g is not None and item.gold_sql is not None
-    if p is None and pred.status == "rejected" and pred.error in _EMPTY_SQL:
+    if p is None and pred.status == "rejected" and pred.error in NO_STATEMENT:
         p = ResultSet((), (), 0)  # Python's sqlite3 runs an empty or comment-only string as "no rows"
     b: int | None
     f1: float | None
@@ -143,7 +137,7 @@ class Judged:
     labels: dict[str, Any] = field(default_factory=lambda: {"goldx": None, "ambq": None})
 
 
-async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched_refuter: Any) -> Judged:
+async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched_refuter: MatchedRefuter) -> Judged:
     """Walk the decision table, asking each judge it calls for, and return the decision with the calls."""
     facts = ex.facts(judge=llm is not None, matched_refuter=matched_refuter)
     calls: list[Call] = []
@@ -239,12 +233,16 @@ def failed_record(item: Item, error: BaseException) -> Record:
     return to_record(ex, Judged(Decision(None, "internal_error", None, why)))
 
 
+def unjudged_record(ex: Executed) -> Record:
+    """The record of an item that no judge will see: what execution settles, and nothing more."""
+    decision = decide(ex.facts())
+    assert isinstance(decision, Decision)  # without a judge the table never asks for one
+    return to_record(ex, Judged(decision))
+
+
 def evaluate_item(item: Item, db_root: Path, executor: Executor) -> Record:
     """Execute, compare and decide one item without judges. Never raises: a failure is data on the record."""
     try:
-        ex = execute_item(item, db_root, executor)
-        decision = decide(ex.facts())
-        assert isinstance(decision, Decision)
-        return to_record(ex, Judged(decision))
+        return unjudged_record(execute_item(item, db_root, executor))
     except Exception as e:  # a bug of ours must not take the other items down
         return failed_record(item, e)

@@ -55,6 +55,11 @@ class Item:
     """Where the prediction came from, as ``file:line`` or ``file:key``."""
 
 
+def db_file(db_root: Path, db_id: str) -> Path:
+    """Where an item's database lives, as BIRD and Spider ship them: ``<db_root>/<db_id>/<db_id>.sqlite``."""
+    return db_root / db_id / f"{db_id}.sqlite"
+
+
 @dataclass(frozen=True, slots=True)
 class Loaded:
     """Items of one prediction file, and what was odd about it."""

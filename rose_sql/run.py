@@ -18,12 +18,10 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rose_sql.config import Config
-from rose_sql.decide import Decision, decide
 from rose_sql.errors import UsageError
-from rose_sql.evaluate import Executed, Judged, execute_item, failed_record, judge_item, to_record
+from rose_sql.evaluate import Executed, execute_item, failed_record, judge_item, to_record, unjudged_record
 from rose_sql.evidence import Finder
 from rose_sql.execute import Executor
 from rose_sql.items import Item, Loaded
@@ -79,22 +77,13 @@ Progress = Callable[[str, Ledger | None], None]
 
 def run(systems: Sequence[SystemRun], db_root: Path, config: Config, progress: Progress | None = None) -> list[Summary]:
     """Evaluate every pending item of every system, appending records as they finish; summarise each."""
-    ledger = asyncio.run(_run(systems, db_root, config, progress))
+    asyncio.run(_run(systems, db_root, config, progress))
     summaries = []
     for s in systems:
         summary = summarize(s.out_dir / "records.jsonl", s.loaded, config)
         write_summary(summary, s.out_dir / "summary.json")
         summaries.append(summary)
-    if ledger is not None:
-        for s in systems:
-            (s.out_dir / "ledger.json").write_text(_json(ledger.totals()), encoding="utf-8")
     return summaries
-
-
-def _json(obj: Any) -> str:
-    import json
-
-    return json.dumps(obj, indent=2) + "\n"
 
 
 BATCH = 32
@@ -139,9 +128,7 @@ def _execute_batch(items: list[Item], db_root: Path, final: bool) -> list[Outcom
         try:
             ex = execute_item(it, db_root, executor, finder)
             if final:
-                decision = decide(ex.facts())
-                assert isinstance(decision, Decision)
-                out.append(_Line(to_record(ex, Judged(decision)).to_json()))
+                out.append(_Line(unjudged_record(ex).to_json()))
             else:
                 out.append(ex)
         except Exception as e:  # a bug of ours: reported on the item, the batch goes on
@@ -194,7 +181,7 @@ def _local_batch(
     return _execute_batch(items, db_root, final)
 
 
-async def _run(systems: Sequence[SystemRun], db_root: Path, config: Config, progress: Progress | None) -> Ledger | None:
+async def _run(systems: Sequence[SystemRun], db_root: Path, config: Config, progress: Progress | None) -> None:
     writers = {s.name: RecordWriter(s.out_dir / "records.jsonl") for s in systems}
     llm = LLM(config.judge) if config.judge is not None else None
     policy = config.judge.effective_matched_refuter if config.judge else "always"
@@ -238,4 +225,3 @@ async def _run(systems: Sequence[SystemRun], db_root: Path, config: Config, prog
             w.close()
         if llm is not None:
             await llm.aclose()
-    return llm.ledger if llm else None

@@ -25,10 +25,21 @@ def _tokens(sql: str) -> list[Token] | None:
         return None
 
 
+EMPTY = "empty SQL"
+ONLY_COMMENTS = "SQL is only comments"
+NO_STATEMENT = (EMPTY, ONLY_COMMENTS)
+"""The gate's reasons for SQL that holds no statement (Python's sqlite3 would run it as "no rows")."""
+
+
+def quote_identifier(name: str) -> str:
+    """A table or column name as a double-quoted SQLite identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def gate(sql: str, *, max_chars: int = 200_000) -> str | None:
     """Why this SQL may not run (None: it may). Accepts exactly one SELECT / WITH / VALUES statement."""
     if not sql.strip():
-        return "empty SQL"
+        return EMPTY
     if "\x00" in sql:
         return "SQL contains a NUL byte"
     if len(sql) > max_chars:
@@ -41,7 +52,7 @@ def gate(sql: str, *, max_chars: int = 200_000) -> str | None:
     if tokens is None:
         return None  # let SQLite report the syntax error in its own words
     if not tokens:
-        return "SQL is only comments"
+        return ONLY_COMMENTS
     statements = _split(tokens)
     if len(statements) != 1:
         return f"{len(statements)} statements; exactly one SELECT is allowed"

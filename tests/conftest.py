@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,26 @@ def build_db(path: Path, script: str) -> Path:
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def peak_rss_mb() -> int:
+    """This process's peak resident memory (VmHWM), in MB."""
+    m = re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text())
+    assert m is not None
+    return int(m.group(1)) // 1024
+
+
+@contextmanager
+def peak_rss_growth() -> Iterator[list[int]]:
+    """Yields a list that receives the growth (MB) of this process's peak RSS during the block."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to the current RSS
+    except OSError as e:
+        pytest.skip(f"cannot reset the peak RSS here ({e}); the memory bound needs Linux /proc")
+    before = peak_rss_mb()
+    out: list[int] = []
+    yield out
+    out.append(peak_rss_mb() - before)
 
 
 @pytest.fixture

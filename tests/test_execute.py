@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import peak_rss_growth
 
 from rose_sql.config import Config
 from rose_sql.execute import Execution, Executor, ResultSet, db_key, run_query
@@ -32,23 +31,6 @@ def rows_to(n: int, select: str = "x") -> str:
 def result(e: Execution) -> ResultSet:
     assert e.status == "ok" and e.result is not None, (e.status, e.error)
     return e.result
-
-
-def peak_rss_mb() -> int:
-    return int(re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) // 1024  # type: ignore[union-attr]
-
-
-@contextmanager
-def peak_rss_growth() -> Iterator[list[int]]:
-    """Yields a list that receives the growth (MB) of this process's peak RSS during the block."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to the current RSS
-    except OSError as e:
-        pytest.skip(f"cannot reset the peak RSS here ({e}); the memory bound needs Linux /proc")
-    before = peak_rss_mb()
-    out: list[int] = []
-    yield out
-    out.append(peak_rss_mb() - before)
 
 
 # --------------------------------------------------------------------------- results and errors

@@ -14,22 +14,20 @@ but a bounded result), ``inert`` (harmless text that looks hostile: runs as the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import peak_rss_growth, sha256
 
 import rose_sql.execute
 import rose_sql.sql
@@ -162,29 +160,6 @@ CASES = [
 ]
 WRITES = [c for c in CASES if c.kind == "write"]
 REAL_DB = Path("spider/database/concert_singer/concert_singer.sqlite")
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def peak_rss_mb() -> int:
-    m = re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text())
-    assert m is not None
-    return int(m.group(1)) // 1024
-
-
-@contextmanager
-def peak_rss_growth() -> Iterator[list[int]]:
-    """Yields a list that receives the growth (MB) of this process's peak RSS during the block."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to the current RSS
-    except OSError as e:
-        pytest.skip(f"cannot reset the peak RSS here ({e}); the memory bound needs Linux /proc")
-    before = peak_rss_mb()
-    out: list[int] = []
-    yield out
-    out.append(peak_rss_mb() - before)
 
 
 def bounded_result(e: Execution, config: Config) -> bool:

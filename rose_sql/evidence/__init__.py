@@ -197,6 +197,3 @@ class Finder:
             ev.diff = describe(p, g, comparison, cfg.float_digits)
         ev.seconds = time.monotonic() - start
         return ev
-
-    def close(self) -> None:
-        """Nothing to release explicitly: workspaces are in-memory and die with their threads."""

@@ -12,7 +12,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from rose_sql.compare import Comparison, canon
+from rose_sql.compare import NULL, Comparison, canon, json_value
 from rose_sql.execute import ResultSet
 
 EXAMPLES = 5
@@ -101,8 +101,4 @@ def describe(pred: ResultSet, gold: ResultSet, cmp: Comparison, digits: int = 12
 
 
 def _json(v: Any) -> Any:
-    if isinstance(v, bytes):
-        return "x'" + v[:32].hex() + "'"
-    if v.__class__.__name__ == "_Null":
-        return None
-    return v
+    return None if v is NULL else json_value(v)

@@ -20,8 +20,9 @@ import sqlglot
 from sqlglot import exp
 
 from rose_sql.compare import compare
-from rose_sql.evidence.workspace import Workspace, _q
+from rose_sql.evidence.workspace import Workspace
 from rose_sql.execute import ResultSet
+from rose_sql.sql import quote_identifier as _q
 
 Smell = dict[str, Any]
 _NUMBER = re.compile(r"^\s*-?\d+(\.\d+)?\s*$")

@@ -17,12 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from rose_sql.execute import ResultSet, _authorize
+from rose_sql.sql import quote_identifier as _q
 
 Change = dict[str, Any]
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 @dataclass

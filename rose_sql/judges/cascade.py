@@ -179,7 +179,7 @@ async def ask(llm: LLM, stage: Stage, messages: list[Message], kind: type[R]) ->
     convo: list[Message] = list(messages)
     for _attempt in range(1 + llm.cfg.reask):
         try:
-            c = await llm.complete(convo, stage=record_stage)
+            c = await llm.complete(convo)
         except BudgetExhausted:
             raise OutOfBudget(calls) from None
         except openai.APIError as e:

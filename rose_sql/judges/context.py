@@ -25,6 +25,7 @@ import sqlglot
 from sqlglot import exp
 
 from rose_sql.execute import Execution
+from rose_sql.sql import quote_identifier
 
 SMALL_SCHEMA_CHARS = 12_000
 EXAMPLES_PER_COLUMN = 3
@@ -85,10 +86,6 @@ class Schema:
         return "\n".join(lines)
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _short(v: Any, limit: int = 60) -> Any:
     if isinstance(v, bytes):
         return f"<{len(v)} bytes>"
@@ -129,14 +126,13 @@ def read_schema(db: Path, *, deadline_s: float = 2.0) -> Schema:
         ).fetchall()
         tables = {}
         for name, ddl in rows:
-            cols = tuple(r[1] for r in conn.execute(f"PRAGMA table_info({_quote(name)})"))
-            foreign = tuple(sorted({r[2] for r in conn.execute(f"PRAGMA foreign_key_list({_quote(name)})")}))
+            cols = tuple(r[1] for r in conn.execute(f"PRAGMA table_info({quote_identifier(name)})"))
+            foreign = tuple(sorted({r[2] for r in conn.execute(f"PRAGMA foreign_key_list({quote_identifier(name)})")}))
             examples: dict[str, list[Any]] = {}
             for col in cols:
                 try:
-                    sample = conn.execute(
-                        f"SELECT {_quote(col)} FROM {_quote(name)} WHERE {_quote(col)} IS NOT NULL LIMIT 50"
-                    ).fetchall()
+                    c, t = quote_identifier(col), quote_identifier(name)
+                    sample = conn.execute(f"SELECT {c} FROM {t} WHERE {c} IS NOT NULL LIMIT 50").fetchall()
                 except sqlite3.Error:
                     continue
                 seen: list[Any] = []

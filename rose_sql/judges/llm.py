@@ -122,16 +122,15 @@ class Cache:
 
 @dataclass
 class Ledger:
-    """Running totals of calls, tokens and cost, per stage; thread- and task-safe."""
+    """Live totals of calls and cost for the progress bar and the budget; thread- and task-safe.
+
+    Per-stage tokens and costs are not kept here: summary.json derives them from the records.
+    """
 
     budget_usd: float | None = None
     calls: int = 0
     cached: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
     cost_usd: float = 0.0
-    unpriced_calls: int = 0
-    by_stage: dict[str, dict[str, float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def check(self) -> None:
@@ -139,35 +138,13 @@ class Ledger:
         if self.budget_usd is not None and self.cost_usd >= self.budget_usd:
             raise BudgetExhausted(f"budget of {self.budget_usd:g} USD spent")
 
-    def add(self, stage: str, c: Completion) -> None:
+    def add(self, c: Completion) -> None:
         with self._lock:
-            s = self.by_stage.setdefault(
-                stage, {"calls": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
-            )
             if c.cached:
                 self.cached += 1
-                s["cached"] += 1
-                return
-            self.calls += 1
-            self.prompt_tokens += c.prompt_tokens
-            self.completion_tokens += c.completion_tokens
-            self.cost_usd += c.cost_usd or 0.0
-            self.unpriced_calls += c.cost_usd is None
-            s["calls"] += 1
-            s["prompt_tokens"] += c.prompt_tokens
-            s["completion_tokens"] += c.completion_tokens
-            s["cost_usd"] = round(s["cost_usd"] + (c.cost_usd or 0.0), 8)
-
-    def totals(self) -> dict[str, Any]:
-        return {
-            "calls": self.calls,
-            "cached": self.cached,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "cost_usd": round(self.cost_usd, 6),
-            "unpriced_calls": self.unpriced_calls,
-            "by_stage": self.by_stage,
-        }
+            else:
+                self.calls += 1
+                self.cost_usd += c.cost_usd or 0.0
 
 
 # --------------------------------------------------------------------------- client
@@ -223,7 +200,7 @@ class LLM:
             return None
         return round((prompt_tokens * self.price[0] + completion_tokens * self.price[1]) / 1e6, 8)
 
-    async def complete(self, messages: list[Message], *, stage: str) -> Completion:
+    async def complete(self, messages: list[Message]) -> Completion:
         """One chat completion: from the cache if this exact call was made before, else from the endpoint.
 
         Raises :class:`BudgetExhausted` before a call that the budget no longer allows, and the
@@ -232,7 +209,7 @@ class LLM:
         key = self.key(messages)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             c = _from_entry(hit, key, cached=True)
-            self.ledger.add(stage, c)
+            self.ledger.add(c)
             return c
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.cfg.concurrency)
@@ -244,7 +221,7 @@ class LLM:
         c = self._completion(response, key, seconds)
         if self.cache is not None:
             self.cache.put(key, _to_entry(c, self.cfg.model))
-        self.ledger.add(stage, c)
+        self.ledger.add(c)
         return c
 
     async def _create(self, messages: list[Message]) -> Any:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rose_sql.items import db_file
+
 
 class LabelError(ValueError):
     """A label or column that does not say which gold SQL and database an item has."""
@@ -71,7 +73,7 @@ def resolve_db(db_id: Any, db_path: Any, db_root: Path | str | None, *, confine:
     elif isinstance(db_id, str) and _DB_ID.match(db_id) and db_id not in (".", ".."):
         if root is None:
             raise LabelError(f"db_id {db_id!r} needs a db_root (the folder holding <db_id>/<db_id>.sqlite)")
-        path = root / db_id / f"{db_id}.sqlite"
+        path = db_file(root, db_id)
     else:
         raise LabelError("label names no database: give db_id (a bare name) or db_path")
     if confine and (root is None or not path.resolve().is_relative_to(root.resolve())):
