@@ -295,14 +295,20 @@ class Executor:
         try:
             columns = tuple(d[0] for d in cur.description) if cur.description else ()
             rows: list[Row] = []
+            keep = rows.append
             nbytes, truncated = 0, False
+            max_rows, max_bytes = cfg.max_rows, cfg.max_result_bytes
             # One row at a time: a batch of rows holding 16 MB values each would be gigabytes.
+            # (the size is computed inline: this loop runs once per result row)
             for row in cur:
-                size = _row_bytes(row)
-                if len(rows) >= cfg.max_rows or nbytes + size > cfg.max_result_bytes:
+                size = _CELL_BYTES * len(row)
+                for v in row:
+                    if type(v) is str or type(v) is bytes:
+                        size += len(v)
+                if len(rows) >= max_rows or nbytes + size > max_bytes:
                     truncated = True
                     break
-                rows.append(row)
+                keep(row)
                 nbytes += size
             count, exact = len(rows), True
             if truncated:
@@ -324,14 +330,6 @@ class Executor:
             return counted, False
         finally:
             c.conn.text_factory = c._text
-
-
-def _row_bytes(row: Row) -> int:
-    n = _CELL_BYTES * len(row)
-    for v in row:
-        if isinstance(v, str | bytes):
-            n += len(v)
-    return n
 
 
 def run_query(db: Path, sql: str, config: Config | None = None) -> Execution:

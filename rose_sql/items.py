@@ -22,6 +22,7 @@ import csv
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ class Item:
     """Where the prediction came from, as ``file:line`` or ``file:key``."""
 
 
+@lru_cache(maxsize=4096)
 def db_file(db_root: Path, db_id: str) -> Path:
     """Where an item's database lives, as BIRD and Spider ship them: ``<db_root>/<db_id>/<db_id>.sqlite``."""
     return db_root / db_id / f"{db_id}.sqlite"

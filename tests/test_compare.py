@@ -32,6 +32,8 @@ def test_compare_case(case: dict[str, Any], make_db: Callable[..., Path], execut
     assert (c.equal, c.reason) == (case["equal"], case["reason"]), c.detail
     if "note" in case:
         assert any(case["note"] in n for n in c.notes), c.notes
+    if "notes" in case:
+        assert list(c.notes) == case["notes"]
 
 
 def rs(rows: list[tuple[Any, ...]], cols: int | None = None, truncated: bool = False) -> ResultSet:

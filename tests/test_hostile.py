@@ -310,6 +310,36 @@ def test_gate_survives_any_tokenizer_exception(exc: type[Exception], monkeypatch
         has_top_level_order_by.cache_clear()
 
 
+def test_the_gates_shortcut_agrees_with_the_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(20261130)
+    words = [
+        "SELECT",
+        "select",
+        "WITH",
+        "values",
+        "(",
+        ")",
+        ";",
+        " ",
+        "\n",
+        "--",
+        "/*",
+        "*/",
+        "'",
+        '"',
+        "x",
+        "1",
+        "DROP",
+    ]
+    texts = [*WEIRD, *(c.sql for c in CASES), "SELECT 1;", "select 1 ; \n", "(SELECT 1)", "selectx 1", "WITH$ 1"]
+    texts += ["".join(rng.choice(words) for _ in range(rng.randint(1, 12))) for _ in range(3000)]
+    fast = [gate(sql) for sql in texts]
+    assert rose_sql.sql._plainly_one_select("SELECT a FROM t WHERE b = ';' ;") is False
+    assert rose_sql.sql._plainly_one_select("  select a from t;  ") is True  # the common case takes it
+    monkeypatch.setattr(rose_sql.sql, "_plainly_one_select", lambda sql: False)
+    assert [gate(sql) for sql in texts] == fast
+
+
 @pytest.mark.parametrize(
     ("sql", "reason"),
     [

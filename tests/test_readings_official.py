@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlparse.engine import FilterStack
 
 from rose_sql.config import Config
 from rose_sql.evaluate import evaluate_item
@@ -90,6 +91,23 @@ def test_ts_sql_rewrites() -> None:
     assert ts_pred_sql("  SELECT a FROM t\tWHERE b = 1\n") == "SELECT a FROM t"  # cut at the first tab
     assert ts_pred_sql("SELECT a FROM t; SELECT b FROM u") == "SELECT a FROM t; "  # sqlparse keeps one statement
     assert ts_gold_sql("SELECT YEAR(CURDATE()) - age FROM t") == "SELECT 2020- age FROM t"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT DISTINCT a FROM t\n",
+        "select distinct(x) from y -- distinct\n",
+        "SELECT 'distinct', \"distinct\", [distinct] FROM t /* DISTINCT */",
+        "SELECT count(DISTINCT a) FROM t; SELECT DISTINCT b FROM u",
+        "SELECT DISTINCT a FROM t GO SELECT DISTINCT b FROM u",
+        "SELECT Distinct a, distinct_b FROM t WHERE c = 'x;y'",
+    ],
+)
+def test_distinct_removal_is_sqlparses_first_statement_without_distinct_tokens(sql: str) -> None:
+    statement = next(iter(FilterStack().run(sql.strip())))  # the gold is stripped first
+    expected = "".join(t.value for t in statement.flatten() if t.value.lower() != "distinct")
+    assert ts_gold_sql(sql) == expected
 
 
 def test_ts_equal_quirks() -> None:
