@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -16,16 +19,49 @@ from rose_sql import __version__
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.errors import RoseError, UsageError
 from rose_sql.items import FORMATS, load_items
-from rose_sql.judges.llm import Ledger
 from rose_sql.report import Summary
 from rose_sql.run import SystemRun, plan, run
+
+if TYPE_CHECKING:
+    from rose_sql.judges.llm import Ledger
 
 DEFAULTS = Config()
 console = Console(stderr=False)
 err = Console(stderr=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+_ELSEWHERE = {
+    **{
+        name: f"rose_sql.cli_calibration:{attr}"
+        for name, attr in (
+            ("agree", "agree_cmd"),
+            ("import-rose", "import_rose_cmd"),
+            ("replay", "replay_cmd"),
+            ("judge-card", "judge_card_cmd"),
+            ("judge-compare", "judge_compare_cmd"),
+            ("compare", "compare_cmd"),
+            ("report", "report_cmd"),
+            ("audit", "audit_cmd"),
+        )
+    },
+    "serve-reward": "rose_sql.cli_reward:serve_reward_cmd",
+}
+"""Commands defined in other modules, imported only when invoked (or listed): ``rose run`` starts faster."""
+
+
+class _Commands(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *_ELSEWHERE])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in _ELSEWHERE:
+            module, attr = _ELSEWHERE[name].split(":")
+            command: click.Command = getattr(importlib.import_module(module), attr)
+            return command
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rose")
 def main() -> None:
     """ROSE-SQL: judge whether predicted SQL answers the question, not whether it equals one gold query."""
@@ -197,12 +233,19 @@ def _run_with_progress(systems: Sequence[SystemRun], db_root: Path, config: Conf
         TimeElapsedColumn(),
         TextColumn("{task.fields[llm]}"),
     )
-    with Progress(*columns, console=err, disable=total < 20 or not err.is_terminal) as bar:
+    # Refreshed from tick() rather than by rich's refresh thread: the run forks its worker
+    # processes only while this process has a single thread.
+    shown = [0.0]
+    with Progress(*columns, console=err, disable=total < 20 or not err.is_terminal, auto_refresh=False) as bar:
         task = bar.add_task("evaluating", total=total, llm="")
 
         def tick(name: str, ledger: Ledger | None) -> None:
             llm = f"LLM {ledger.calls} calls, {ledger.cached} cached, ${ledger.cost_usd:.4f}" if ledger else ""
             bar.update(task, advance=1, llm=llm)
+            now = time.monotonic()
+            if now - shown[0] >= 0.1:
+                shown[0] = now
+                bar.refresh()
 
         return run(systems, db_root, config, progress=tick)
 
@@ -263,104 +306,3 @@ def demo_cmd(out: Path) -> None:
         run_demo(out, console)
     except RoseError as e:
         _fail(e)
-
-
-# --------------------------------------------------------------------------- calibration and re-evaluation
-# agree, import-rose, replay, judge-card, judge-compare, compare, report, audit (rose_sql/cli_calibration.py)
-from rose_sql.cli_calibration import COMMANDS as _CALIBRATION_COMMANDS  # noqa: E402
-
-for _command in _CALIBRATION_COMMANDS:
-    main.add_command(_command)
-
-
-# serve-reward: the RL reward over HTTP (rose_sql/serve.py)
-from rose_sql.reward import RewardConfig  # noqa: E402
-from rose_sql.serve import DEADLINE_S  # noqa: E402
-
-_REWARD = RewardConfig()
-
-
-@main.command("serve-reward")
-@click.option(
-    "--db-root", required=True, type=click.Path(path_type=Path), help="Folder holding <db_id>/<db_id>.sqlite."
-)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", type=int, default=5000, show_default=True, help="TCP port (0: any free one).")
-@click.option(
-    "--timeout", type=float, default=_REWARD.timeout_s, show_default=True, help="Seconds one predicted query may run."
-)
-@click.option(
-    "--deadline",
-    type=float,
-    default=DEADLINE_S,
-    show_default=True,
-    help="Seconds within which every request is answered.",
-)
-@click.option("--workers", type=int, default=None, help="Threads running queries (default: 2 x cores).")
-@click.option(
-    "--processes",
-    type=int,
-    default=_REWARD.processes,
-    show_default=True,
-    help="Worker processes sharing comparisons and syntax scores (0: threads only).",
-)
-@click.option(
-    "--schedule",
-    type=click.Choice(["constant", "linear", "cosine"]),
-    default=_REWARD.schedule,
-    show_default=True,
-    help="How the syntax weight moves from --alpha-start to --alpha-end over --total-steps.",
-)
-@click.option(
-    "--alpha-start", type=float, default=_REWARD.alpha_start, show_default=True, help="Syntax weight at step 0."
-)
-@click.option("--alpha-end", type=float, default=_REWARD.alpha_end, show_default=True, help="Syntax weight at the end.")
-@click.option("--total-steps", type=int, default=_REWARD.total_steps, show_default=True, help="Steps of the schedule.")
-@click.option("--verbose", is_flag=True, help="Log every request to stderr.")
-def serve_reward_cmd(
-    db_root: Path,
-    host: str,
-    port: int,
-    timeout: float,
-    deadline: float,
-    workers: int | None,
-    processes: int,
-    schedule: str,
-    alpha_start: float,
-    alpha_end: float,
-    total_steps: int,
-    verbose: bool,
-) -> None:
-    """Serve the RL reward over HTTP in OpenRLHF's remote reward shape.
-
-    POST {"query": [...], "prompts": [...], "labels": [...]} to http://HOST:PORT/get_reward and get
-    {"rewards": [...], "scores": [...], "extra_logs": {...}, "errors": [...]}. A label is
-    {"gold_sql": SQL, "db_id": ID} (JSON) or "SQL<TAB>db_id". See docs/rewards.md.
-    """
-    from rose_sql.serve import RewardServer, ServeConfig
-
-    if not db_root.is_dir():
-        _fail(UsageError(f"--db-root {db_root} is not a folder"))
-        return
-    try:
-        reward = replace(
-            _REWARD,
-            timeout_s=timeout,
-            schedule=schedule,  # type: ignore[arg-type]
-            alpha_start=alpha_start,
-            alpha_end=alpha_end,
-            total_steps=total_steps,
-            workers=workers or _REWARD.workers,
-            processes=processes,
-        )
-        server = RewardServer(ServeConfig(db_root, host, port, deadline_s=deadline, reward=reward), verbose=verbose)
-    except (OSError, ValueError) as e:
-        _fail(UsageError(f"cannot start the reward server: {e}"))
-        return
-    err.print(f"rose reward server on {server.url} (databases under {db_root}); Ctrl-C stops it", highlight=False)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()

@@ -1,5 +1,5 @@
 """The calibration and re-evaluation commands: agree, import-rose, replay, judge-card, judge-compare,
-compare, report, audit. Added to the ``rose`` group at the end of :mod:`rose_sql.cli`.
+compare, report, audit. Listed in :data:`rose_sql.cli._ELSEWHERE`, imported when one is invoked.
 
 As in the rest of the CLI, exceptions become messages (exit status 2) only here.
 """
@@ -510,15 +510,3 @@ def audit_cmd(runs: tuple[Path, ...], out: Path) -> None:
         _fail(e)
     jsonl, csv_path = write_audit(rows, out)
     console.print(f"{len(rows)} flagged items -> {jsonl}, {csv_path}", highlight=False)
-
-
-COMMANDS = (
-    agree_cmd,
-    import_rose_cmd,
-    replay_cmd,
-    judge_card_cmd,
-    judge_compare_cmd,
-    compare_cmd,
-    report_cmd,
-    audit_cmd,
-)

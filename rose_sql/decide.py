@@ -20,11 +20,13 @@ returns a :class:`Decision`:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from rose_sql.config import MatchedRefuter
 from rose_sql.execute import Execution
-from rose_sql.judges.replies import ProverReply, RefuterReply
+
+if TYPE_CHECKING:  # the replies' pydantic models are loaded only where a judge is configured
+    from rose_sql.judges.replies import ProverReply, RefuterReply
 
 Unscored = Literal[
     "db_missing", "no_gold", "gold_error", "awaiting_judge", "judge_error", "budget_exhausted", "internal_error"
@@ -101,7 +103,7 @@ def decide(f: Facts) -> Decision | Step:
         return _refuted(f.refuter)
     if f.prover is None:
         return "prover"
-    assert isinstance(f.prover, ProverReply)
+    assert not isinstance(f.prover, str)  # a reply: the judge problems returned above
     if not f.prover.answers_question:
         return Decision(0, None, "prover", "the Prover found that the result does not answer the question")
     if gold is None:
@@ -112,7 +114,7 @@ def decide(f: Facts) -> Decision | Step:
 
 
 def _refuted(r: RefuterReply | JudgeOutcome) -> Decision:
-    assert isinstance(r, RefuterReply)
+    assert not isinstance(r, str)  # a reply: the judge problems were returned before
     if r.overturn:
         return Decision(0, None, "refuter", f"the Refuter overturned the pass ({r.label or 'no label'})")
     return Decision(1, None, "refuter", "the Refuter found no hard evidence against the prediction")

@@ -10,21 +10,22 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rose_sql.compare import Comparison, compare
 from rose_sql.config import MatchedRefuter
 from rose_sql.decide import Decision, Facts, JudgeOutcome, decide
-from rose_sql.evidence import Evidence, Finder
 from rose_sql.execute import Execution, Executor, ResultSet
 from rose_sql.items import Item, db_file
-from rose_sql.judges.cascade import Call, Case, JudgeFailed, OutOfBudget, ask, prover_messages, refuter_messages
-from rose_sql.judges.context import Schemas, tables_in
-from rose_sql.judges.llm import LLM
-from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.readings import Readings, bird_ex, soft_f1, ts_equal, ts_gold_sql, ts_order_matters, ts_pred_sql
 from rose_sql.record import ExecutionInfo, Record, comparison_dict
 from rose_sql.sql import NO_STATEMENT, has_top_level_order_by
+
+if TYPE_CHECKING:  # loaded when evidence or a judge is configured: a judge-free run starts faster
+    from rose_sql.evidence import Evidence, Finder
+    from rose_sql.judges.cascade import Call
+    from rose_sql.judges.context import Schemas
+    from rose_sql.judges.llm import LLM
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,13 @@ class Executed:
     comparison: Comparison | None = None
     readings: Readings = field(default_factory=Readings)
     evidence: Evidence | None = None
+
+    def for_item(self, item: Item) -> Executed:
+        """These stages' outcome for another item with the same database, gold and prediction (one
+        question that several systems answered alike): the same results, the executions now cached."""
+        gold = replace(self.gold, cached=True) if self.gold is not None else None
+        pred = replace(self.pred, cached=True) if self.pred is not None else None
+        return replace(self, item=item, gold=gold, pred=pred)
 
     def facts(self, *, judge: bool = False, matched_refuter: MatchedRefuter = "always") -> Facts:
         return Facts(
@@ -61,6 +69,8 @@ class Executed:
         """Cheap, deterministic reasons to doubt a match (the Refuter is asked about these)."""
         if self.comparison is None or self.comparison.equal is not True:
             return []
+        from rose_sql.judges.context import tables_in
+
         out = []
         if self.gold is not None and self.gold.result is not None and self.gold.result.row_count == 0:
             out.append("Both results are empty: any query that selects nothing would match.")
@@ -139,6 +149,9 @@ class Judged:
 
 async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched_refuter: MatchedRefuter) -> Judged:
     """Walk the decision table, asking each judge it calls for, and return the decision with the calls."""
+    from rose_sql.judges.cascade import Case, JudgeFailed, OutOfBudget, ask, prover_messages, refuter_messages
+    from rose_sql.judges.replies import ProverReply, RefuterReply
+
     facts = ex.facts(judge=llm is not None, matched_refuter=matched_refuter)
     calls: list[Call] = []
     while True:
@@ -165,6 +178,8 @@ async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched
 
 
 def _labels(refuter: object) -> dict[str, Any]:
+    from rose_sql.judges.replies import RefuterReply
+
     if not isinstance(refuter, RefuterReply):
         return {"goldx": None, "ambq": None}
     return {

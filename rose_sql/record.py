@@ -111,12 +111,35 @@ class Record:
     schema: int = SCHEMA_VERSION
     """Version of this record layout."""
 
-    def to_json(self) -> str:
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready data (nested dicts and lists are shared, not copied)."""
         # one level of fields by hand: dataclasses.asdict deep-copies every nested dict and list
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name in ("readings", "pred", "gold"):
-            data[name] = {f.name: getattr(data[name], f.name) for f in fields(data[name])}
-        return json.dumps(data, ensure_ascii=False, allow_nan=False, default=str)
+        data = {name: getattr(self, name) for name in _RECORD_FIELDS}
+        data["readings"] = {name: getattr(self.readings, name) for name in _READINGS_FIELDS}
+        data["pred"] = {name: getattr(self.pred, name) for name in _EXECUTION_FIELDS}
+        data["gold"] = {name: getattr(self.gold, name) for name in _EXECUTION_FIELDS}
+        return data
+
+    def to_json(self) -> str:
+        return dumps(self.to_dict())
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(Record))
+_READINGS_FIELDS = tuple(f.name for f in fields(Readings))
+_EXECUTION_FIELDS = tuple(f.name for f in fields(ExecutionInfo))
+
+BRIEF_FIELDS = ("id", "score", "unscored_reason", "decided_by", "readings", "difficulty", "comparison", "judges")
+"""The fields of a record that its run's summary reads."""
+
+
+def brief(record: dict[str, Any]) -> dict[str, Any]:
+    """What the summary needs of a record (as read back or as :meth:`Record.to_dict` gives it)."""
+    return {name: record.get(name) for name in BRIEF_FIELDS}
+
+
+def dumps(data: dict[str, Any]) -> str:
+    """A record's data as its one JSON line (without the newline)."""
+    return json.dumps(data, ensure_ascii=False, allow_nan=False, default=str)
 
 
 def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:

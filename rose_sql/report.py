@@ -1,13 +1,15 @@
 """Summaries of a run: ``summary.json`` and the numbers the terminal shows.
 
-Computed from ``records.jsonl`` itself (not from memory), so a resumed run summarises every item
-exactly once, old and new alike.
+Computed from records (the whole records or their :func:`~rose_sql.record.brief`), deduplicated by
+id, the last one winning: a run passes the records it wrote plus those an interrupted run had
+already written, so a resumed run summarises every item exactly once, old and new alike.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,13 +125,20 @@ def judge_info(config: Config | None) -> dict[str, Any] | None:
 
 def summarize(records_path: Path, loaded: Loaded | None = None, config: Config | None = None) -> Summary:
     """Summarise a ``records.jsonl`` (deduplicated by id, the last record of an id winning)."""
-    by_id = {json.dumps(r["id"]): r for r in read_records(records_path)}
+    return summarize_records(read_records(records_path), records_path.parent.name, loaded, config)
+
+
+def summarize_records(
+    records_in: Iterable[dict[str, Any]], system: str, loaded: Loaded | None = None, config: Config | None = None
+) -> Summary:
+    """Summarise records of one system (deduplicated by id, the last record of an id winning)."""
+    by_id = {json.dumps(r["id"]): r for r in records_in}
     records = list(by_id.values())
     main = _block(records)
     n = len(records)
     difficulties = sorted({r["difficulty"] for r in records if r.get("difficulty")})
     return Summary(
-        system=records_path.parent.name,
+        system=system,
         n=n,
         scored=main["scored"],
         coverage=round(main["scored"] / n, 6) if n else 0.0,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -18,17 +19,20 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rose_sql.config import Config
 from rose_sql.errors import UsageError
 from rose_sql.evaluate import Executed, execute_item, failed_record, judge_item, to_record, unjudged_record
-from rose_sql.evidence import Finder
 from rose_sql.execute import Executor
 from rose_sql.items import Item, Loaded
-from rose_sql.judges.context import Schemas
-from rose_sql.judges.llm import LLM, Ledger
-from rose_sql.record import RecordWriter, id_key, read_records
-from rose_sql.report import Summary, summarize, write_summary
+from rose_sql.record import RecordWriter, brief, dumps, id_key, read_records
+from rose_sql.report import Summary, summarize_records, write_summary
+
+if TYPE_CHECKING:  # evidence and judges are loaded only when configured: a judge-free run starts faster
+    from rose_sql.evidence import Finder
+    from rose_sql.judges.context import Schemas
+    from rose_sql.judges.llm import LLM, Ledger
 
 
 @dataclass
@@ -43,6 +47,8 @@ class SystemRun:
     """Items still to evaluate (all of them unless resuming)."""
     resumed: int = 0
     """Items already recorded by an earlier, interrupted run."""
+    briefs: list[dict[str, Any]] = field(default_factory=list)
+    """What the summary needs of every record written (read back for resumed items)."""
 
     @property
     def name(self) -> str:
@@ -59,45 +65,78 @@ def plan(loaded: Sequence[Loaded], out: Path, *, resume: bool) -> list[SystemRun
     for lf in loaded:
         out_dir = out / lf.path.stem
         records = out_dir / "records.jsonl"
-        done: set[str] = set()
+        earlier: list[dict[str, Any]] = []
         if records.exists() and records.stat().st_size > 0:
             if not resume:
                 raise UsageError(
                     f"{records} already exists; pass --resume to continue that run, or choose another --out"
                 )
-            done = {id_key(r["id"]) for r in read_records(records)}
+            earlier = [brief(r) for r in read_records(records)]
+        done = {id_key(r["id"]) for r in earlier}
         todo = [it for it in lf.items if id_key(it.id) not in done]
-        runs.append(SystemRun(lf, out_dir, todo, resumed=len(lf.items) - len(todo)))
+        runs.append(SystemRun(lf, out_dir, todo, resumed=len(lf.items) - len(todo), briefs=earlier))
     return runs
 
 
-Progress = Callable[[str, Ledger | None], None]
+Progress = Callable[[str, "Ledger | None"], None]
 """Called once per finished item with its system's name and the LLM ledger (None without a judge)."""
 
 
 def run(systems: Sequence[SystemRun], db_root: Path, config: Config, progress: Progress | None = None) -> list[Summary]:
     """Evaluate every pending item of every system, appending records as they finish; summarise each."""
-    asyncio.run(_run(systems, db_root, config, progress))
+    stage1 = _Stage1(config)  # first, while this process may have a single thread (see _Stage1._start)
+    try:
+        asyncio.run(_run(systems, db_root, config, stage1, progress))
+    finally:
+        stage1.close()
     summaries = []
     for s in systems:
-        summary = summarize(s.out_dir / "records.jsonl", s.loaded, config)
+        summary = summarize_records(s.briefs, s.name, s.loaded, config)
         write_summary(summary, s.out_dir / "summary.json")
         summaries.append(summary)
     return summaries
 
 
-BATCH = 32
+BATCH = 16
 """Items per task sent to a worker process (amortises the inter-process round trip)."""
 
 _worker: tuple[Executor, Finder | None] | None = None
+
+
+def _batches(queue: list[tuple[str, Item]]) -> list[list[tuple[str, Item]]]:
+    """Batches of at most BATCH items in which the items sharing a question (database and gold) stay
+    together where they fit: a worker process then runs that gold, and the predictions several
+    systems share, once for all of them."""
+    groups: dict[tuple[str, str], list[tuple[str, Item]]] = {}
+    for entry in sorted(queue, key=lambda e: e[1].pred_sql):  # alike predictions side by side
+        it = entry[1]
+        groups.setdefault((it.db_id, it.gold_sql or ""), []).append(entry)
+    batches: list[list[tuple[str, Item]]] = [[]]
+    for key in sorted(groups):
+        group = groups[key]
+        if len(batches[-1]) + len(group) > BATCH:
+            batches.append([])
+        for i in range(0, len(group), BATCH):  # a question asked more often than BATCH times is split
+            if len(batches[-1]) == BATCH:
+                batches.append([])
+            batches[-1].extend(group[i : i + BATCH])
+    return [b for b in batches if b]
 
 
 def _init_worker(config: Config, parent: int) -> None:
     """In each worker process: its own sandbox and execution cache (and evidence finder)."""
     global _worker
     share = config.with_(cache_cells=max(1_000_000, config.cache_cells // max(1, config.workers)))
-    _worker = (Executor(share), Finder(share) if share.evidence else None)
+    _worker = (Executor(share), _finder(share))
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+
+
+def _finder(config: Config) -> Finder | None:
+    if not config.evidence:
+        return None
+    from rose_sql.evidence import Finder
+
+    return Finder(config)
 
 
 def _exit_with(parent: int) -> None:
@@ -113,6 +152,7 @@ class _Line:
     """A finished record, already serialised (no judge: the worker decides and writes it out)."""
 
     json: str
+    brief: dict[str, Any]
 
 
 Outcome = Executed | _Line | str
@@ -124,11 +164,16 @@ def _execute_batch(items: list[Item], db_root: Path, final: bool) -> list[Outcom
     assert _worker is not None
     executor, finder = _worker
     out: list[Outcome] = []
+    alike: dict[tuple[str, str | None, str], Executed] = {}  # systems that predicted the same SQL
     for it in items:
         try:
-            ex = execute_item(it, db_root, executor, finder)
+            key = (it.db_id, it.gold_sql, it.pred_sql)
+            earlier = alike.get(key)
+            ex = earlier.for_item(it) if earlier is not None else execute_item(it, db_root, executor, finder)
+            alike[key] = ex
             if final:
-                out.append(_Line(unjudged_record(ex).to_json()))
+                data = unjudged_record(ex).to_dict()
+                out.append(_Line(dumps(data), brief(data)))
             else:
                 out.append(ex)
         except Exception as e:  # a bug of ours: reported on the item, the batch goes on
@@ -146,12 +191,16 @@ class _Stage1:
         if config.workers > 1:
             self._start()
         else:
-            self.local = (Executor(config), Finder(config) if config.evidence else None)
+            self.local = (Executor(config), _finder(config))
 
     def _start(self) -> None:
-        # spawn: workers are children of this process alone (nothing inherited from its threads)
-        ctx = multiprocessing.get_context("spawn")
+        # fork when this process has no other thread (no lock can be inherited held, and the
+        # workers start at once with everything imported); otherwise spawn fresh interpreters
+        method = "fork" if _can_fork() else "spawn"
+        ctx = multiprocessing.get_context(method)
         self.pool = ProcessPoolExecutor(self.config.workers, ctx, _init_worker, (self.config, os.getpid()))
+        if method == "fork":
+            self.pool.submit(os.getpid).result()  # forks every worker now, before any thread starts
 
     async def __call__(self, items: list[Item], db_root: Path, final: bool) -> list[Outcome]:
         loop = asyncio.get_running_loop()
@@ -173,6 +222,11 @@ class _Stage1:
             self.local[0].close()
 
 
+def _can_fork() -> bool:
+    """Whether forking worker processes is safe here: Linux (macOS frameworks are not fork-safe), one thread."""
+    return sys.platform == "linux" and threading.active_count() == 1
+
+
 def _local_batch(
     items: list[Item], db_root: Path, final: bool, executor: Executor, finder: Finder | None
 ) -> list[Outcome]:
@@ -181,29 +235,37 @@ def _local_batch(
     return _execute_batch(items, db_root, final)
 
 
-async def _run(systems: Sequence[SystemRun], db_root: Path, config: Config, progress: Progress | None) -> None:
+async def _run(
+    systems: Sequence[SystemRun], db_root: Path, config: Config, stage1: _Stage1, progress: Progress | None
+) -> None:
+    by_name = {s.name: s for s in systems}
     writers = {s.name: RecordWriter(s.out_dir / "records.jsonl") for s in systems}
-    llm = LLM(config.judge) if config.judge is not None else None
+    llm: LLM | None = None
+    schemas: Schemas | None = None
+    if config.judge is not None:
+        from rose_sql.judges.context import Schemas
+        from rose_sql.judges.llm import LLM
+
+        llm, schemas = LLM(config.judge), Schemas()
     policy = config.judge.effective_matched_refuter if config.judge else "always"
-    schemas = Schemas()
     window = asyncio.Semaphore(config.workers * 2 + (config.judge.concurrency if config.judge else 0))
-    # items sharing a gold go to the same batch, so each worker process runs that gold once
-    queue = sorted(((s.name, it) for s in systems for it in s.todo), key=lambda x: (x[1].db_id, x[1].gold_sql or ""))
-    batches = [queue[i : i + BATCH] for i in range(0, len(queue), BATCH)]
-    stage1 = _Stage1(config)
+    batches = _batches([(s.name, it) for s in systems for it in s.todo])
+
+    def write(name: str, line: str, summary_fields: dict[str, Any]) -> None:
+        writers[name].write_line(line)
+        by_name[name].briefs.append(summary_fields)
+        if progress:
+            progress(name, llm.ledger if llm else None)
 
     async def finish(name: str, item: Item, ex: Outcome) -> None:
         try:
             if isinstance(ex, str):
                 raise RuntimeError(ex)
-            if isinstance(ex, _Line):
-                writers[name].write_line(ex.json)
-            else:
-                writers[name].write(to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy)))
+            assert not isinstance(ex, _Line) and schemas is not None  # a judge is configured
+            data = to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy)).to_dict()
         except Exception as e:  # a bug of ours: the item is unscored, the run goes on
-            writers[name].write(failed_record(item, e))
-        if progress:
-            progress(name, llm.ledger if llm else None)
+            data = failed_record(item, e).to_dict()
+        write(name, dumps(data), brief(data))
 
     async def one(batch: list[tuple[str, Item]]) -> None:
         async with window:
@@ -213,14 +275,19 @@ async def _run(systems: Sequence[SystemRun], db_root: Path, config: Config, prog
                 done = await stage1(items, db_root, llm is None)
             except Exception as e:
                 done = [f"{type(e).__name__}: {e}"] * len(items)
-            await asyncio.gather(*(finish(name, it, ex) for (name, it), ex in zip(batch, done, strict=True)))
+            judged = []
+            for (name, it), ex in zip(batch, done, strict=True):
+                if isinstance(ex, _Line):  # finished in the worker: written here, no task per item
+                    write(name, ex.json, ex.brief)
+                else:
+                    judged.append(finish(name, it, ex))
+            await asyncio.gather(*judged)
             for name in {name for name, _ in batch}:
                 writers[name].flush()  # a crash loses at most the unflushed part of one batch, redone on resume
 
     try:
         await asyncio.gather(*(one(b) for b in batches))
     finally:
-        stage1.close()
         for w in writers.values():
             w.close()
         if llm is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -39,7 +40,17 @@ def test_public_api_is_pinned() -> None:
         assert hasattr(rose_sql, name), name
 
 
-@pytest.mark.parametrize("command", sorted(main.commands))
+COMMANDS = main.list_commands(click.Context(main))
+
+
+def test_commands_defined_elsewhere_are_listed_and_load_under_their_names() -> None:
+    assert {"run", "demo", "agree", "report", "serve-reward"} <= set(COMMANDS)
+    for name in COMMANDS:
+        command = main.get_command(click.Context(main), name)
+        assert command is not None and command.name == name
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_help_and_is_in_the_readme(command: str) -> None:
     result = CliRunner().invoke(main, [command, "--help"])
     assert result.exit_code == 0 and "Usage:" in result.output

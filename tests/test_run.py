@@ -1,0 +1,154 @@
+"""``rose_sql.run`` in this process: batching, worker start methods, predictions several systems share."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rose_sql import run as run_module
+from rose_sql.config import Config
+from rose_sql.items import Item, load_items
+from rose_sql.run import BATCH, _batches, plan, run
+
+GOLDS = ["SELECT count(*) FROM t", "SELECT a FROM t ORDER BY a", "SELECT DISTINCT b FROM t"]
+PREDS = [
+    "SELECT count(a) FROM t",
+    "SELECT a FROM t ORDER BY a DESC",
+    "SELECT b FROM t",
+    "SELECT nope FROM t",
+    "SELECT count(*) FROM t",
+]
+
+
+def item(i: int, db: str = "d", gold: str | None = "g", pred: str = "p") -> tuple[str, Item]:
+    return ("sys", Item(i, db, pred, gold))
+
+
+def test_batches_hold_every_item_once_and_keep_a_question_together() -> None:
+    queue = [item(i, db=f"db{i % 3}", gold=f"g{i % 7}", pred=f"p{i % 4}") for i in range(300)]
+    batches = _batches(queue)
+    assert sorted(e[1].id for b in batches for e in b) == list(range(300))
+    assert all(0 < len(b) <= BATCH for b in batches)
+    where = {}
+    for n, b in enumerate(batches):
+        for _, it in b:
+            where.setdefault((it.db_id, it.gold_sql), set()).add(n)
+    # 21 questions of about 14 items each: every one fits a batch, so none is split
+    assert all(len(batches_of_question) == 1 for batches_of_question in where.values())
+
+
+def test_a_question_asked_more_often_than_a_batch_is_split() -> None:
+    batches = _batches([item(i) for i in range(5 * BATCH + 3)])
+    assert [len(b) for b in batches] == [BATCH] * 5 + [3]
+
+
+@pytest.fixture
+def two_systems(make_db: Callable[..., Path], tmp_path: Path) -> tuple[list[Path], Path]:
+    db = make_db("CREATE TABLE t (a INTEGER, b TEXT); INSERT INTO t VALUES (1, 'x'), (2, 'x'), (3, 'y');", db_id="d")
+    files = []
+    for name, shift in (("alpha", 0), ("beta", 1)):
+        rows = [
+            {"id": i, "db_id": "d", "gold_sql": GOLDS[i % 3], "pred_sql": PREDS[(i + shift * (i % 2)) % 5]}
+            for i in range(40)
+        ]
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        files.append(path)
+    return files, db.parent.parent
+
+
+def records(out: Path, name: str) -> dict[Any, dict[str, Any]]:
+    lines = (out / name / "records.jsonl").read_text(encoding="utf-8").splitlines()
+    found = {}
+    for line in lines:
+        r = json.loads(line)
+        for side in ("pred", "gold"):
+            r[side].pop("seconds")
+        found[r["id"]] = r
+    assert len(found) == len(lines) == 40
+    return found
+
+
+def evaluate(files: list[Path], db_root: Path, out: Path, workers: int) -> dict[str, dict[Any, dict[str, Any]]]:
+    systems = plan([load_items(f) for f in files], out, resume=False)
+    summaries = run(systems, db_root, Config(workers=workers, evidence=False))
+    assert [s.n for s in summaries] == [40, 40]
+    for s in summaries:  # the summary written is the one returned, made from the records written
+        assert json.loads((out / s.system / "summary.json").read_text())["n"] == 40
+    return {name: records(out, name) for name in ("alpha", "beta")}
+
+
+@contextmanager
+def another_thread() -> Iterator[None]:
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_workers_are_forked_only_from_a_single_threaded_process_on_linux() -> None:
+    alone = subprocess.run(
+        [sys.executable, "-c", "from rose_sql.run import _can_fork; print(_can_fork())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert alone.stdout.strip() == str(sys.platform == "linux")
+    with another_thread():
+        assert run_module._can_fork() is False
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "spawned"])
+def test_worker_processes_write_the_records_one_process_writes(
+    fork: bool, two_systems: tuple[list[Path], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if fork and sys.platform != "linux":
+        pytest.skip("workers are forked on Linux only")
+    files, db_root = two_systems
+    methods: list[str] = []
+    real_start = run_module._Stage1._start
+
+    def spy(self: Any) -> None:
+        real_start(self)
+        assert self.pool is not None
+        methods.append(self.pool._mp_context.get_start_method())
+
+    monkeypatch.setattr(run_module._Stage1, "_start", spy)
+    # whether the test process has other threads depends on the tests before: decide it here
+    monkeypatch.setattr(run_module, "_can_fork", lambda: fork)
+    in_workers = evaluate(files, db_root, tmp_path / "workers", workers=2)
+    in_process = evaluate(files, db_root, tmp_path / "local", workers=1)
+    assert methods == ["fork" if fork else "spawn"]
+    for found in (in_workers, in_process):  # which executions a worker's cache served varies
+        for r in (r for system in found.values() for r in system.values()):
+            del r["pred"]["cached"], r["gold"]["cached"]
+    assert in_workers == in_process
+
+
+def test_systems_that_predict_alike_get_the_same_outcome_with_cached_executions(
+    two_systems: tuple[list[Path], Path], tmp_path: Path
+) -> None:
+    files, db_root = two_systems
+    found = evaluate(files, db_root, tmp_path / "out", workers=1)
+    alike = [i for i in range(40) if found["alpha"][i]["pred_sql"] == found["beta"][i]["pred_sql"]]
+    assert len(alike) == 20
+    for i in alike:
+        a, b = found["alpha"][i], found["beta"][i]
+        assert b["pred"]["cached"] and b["gold"]["cached"]  # run once, for the first of them
+        for r in (a, b):
+            del r["source"], r["pred"]["cached"], r["gold"]["cached"]
+        assert a == b
+    assert {r["comparison"]["reason"] for r in found["alpha"].values() if r["comparison"]} >= {"same", "values"}
+    assert any(r["pred"]["status"] == "error" for r in found["beta"].values())
