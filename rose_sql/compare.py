@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import islice
@@ -70,6 +70,15 @@ class Comparison:
     """Rows (with multiplicity) in the gold but not in the prediction."""
 
 
+def same_bag(a: Iterable[Any], b: Iterable[Any]) -> bool:
+    """Whether two collections hold the same elements with the same multiplicities.
+
+    Compared as plain dicts: ``Counter.__eq__`` walks every key in Python, ``dict.__eq__`` in C
+    (the same answer for counts, which are never zero here).
+    """
+    return dict.__eq__(Counter(a), Counter(b)) is True
+
+
 def canon(value: Any, digits: int = 12) -> Any:
     """A hashable key under which values that are equal by our rules coincide."""
     if value is None:
@@ -116,7 +125,7 @@ def _column_maps(
 
     def sig(rows: list[tuple[Any, ...]], j: int) -> Any:
         col = [r[j] for r in rows]
-        return Counter(col) if same_len and ng == np_ else frozenset(col)
+        return dict(Counter(col)) if same_len and ng == np_ else frozenset(col)
 
     gsig = [sig(gold, i) for i in range(ng)]
     psig = [sig(pred, j) for j in range(np_)]
@@ -156,8 +165,7 @@ def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12
         return Comparison(None, "truncated", f"{which} cut at the row cap; equality cannot be decided")
     ng, np_ = len(gold.columns), len(pred.columns)
     if ng == np_ and (
-        gold.rows == pred.rows
-        or (not ordered and len(gold.rows) == len(pred.rows) and Counter(gold.rows) == Counter(pred.rows))
+        gold.rows == pred.rows or (not ordered and len(gold.rows) == len(pred.rows) and same_bag(gold.rows, pred.rows))
     ):
         # The common cases, before any canonicalising: Python's == is stricter than canon's
         # equality, and with equal rows the identity is the first column map the search would take.
@@ -179,17 +187,15 @@ def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12
             return Comparison(
                 False, "order", "the same rows in another order, and the gold is ordered", tuple(notes), cmap
             )
-        if Counter(g) != Counter(p) and set(g) == set(p):
+        if not same_bag(g, p) and set(g) == set(p):
             return _diff(g, p, "multiplicity", "the same distinct rows, duplicated differently")
-        if len(g) == len(p) and Counter(_rows(gold, digits, _numeric_text)) == Counter(
-            _rows(pred, digits, _numeric_text)
-        ):
+        if len(g) == len(p) and same_bag(_rows(gold, digits, _numeric_text), _rows(pred, digits, _numeric_text)):
             return _diff(g, p, "type", "equal only if numbers stored as text are read as numbers")
         return _diff(g, p, "values", f"{len(p)} predicted vs {len(g)} gold rows; the rows differ")
     if np_ > ng:
         for cmap in _column_maps(g, p, ng, np_):
             proj = _project(p, cmap)
-            if Counter(proj) == Counter(g) or set(proj) == set(g):
+            if same_bag(proj, g) or set(proj) == set(g):
                 extra = np_ - ng
                 return Comparison(
                     False,
@@ -200,7 +206,7 @@ def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12
     else:
         for cmap in _column_maps(p, g, np_, ng):
             proj = _project(g, cmap)
-            if Counter(proj) == Counter(p) or set(proj) == set(p):
+            if same_bag(proj, p) or set(proj) == set(p):
                 return Comparison(
                     False, "missing_columns", f"the prediction returns {np_} of the gold's {ng} columns, rows aligned"
                 )
@@ -213,13 +219,13 @@ def _equal_up_to_columns(
     """A column permutation under which the row multisets agree, and whether the order agrees too."""
     if len(g) != len(p):
         return None
-    gbag = Counter(g)
+    gbag = dict(Counter(g))
     first: tuple[int, ...] | None = None
     identity = tuple(range(n))
     maps = _column_maps(g, p, n, n)
     for cmap in maps:
         perm = p if cmap == identity else _project(p, cmap)
-        if Counter(perm) != gbag:
+        if dict(Counter(perm)) != gbag:
             continue
         if not ordered or perm == g:
             return cmap, True
@@ -231,13 +237,12 @@ def _representation_notes(gold: ResultSet, pred: ResultSet, cmap: tuple[int, ...
     """Differences that equality tolerated: value types or rounding, column names."""
     notes = []
 
-    def typed(rows: Sequence[Row], cols: Sequence[int]) -> Counter[tuple[Any, ...]]:
-        return Counter(tuple((type(r[j]).__name__, r[j]) for j in cols) for r in rows)
+    def typed(rows: Sequence[Row], cols: Sequence[int]) -> Iterator[tuple[Any, ...]]:
+        return (tuple((type(r[j]).__name__, r[j]) for j in cols) for r in rows)
 
     identity = cmap == tuple(range(len(gold.columns)))
-    if not (identity and repr(gold.rows) == repr(pred.rows)) and typed(gold.rows, range(len(gold.columns))) != typed(
-        pred.rows, cmap
-    ):
+    same_values = identity and (gold.rows is pred.rows or repr(gold.rows) == repr(pred.rows))
+    if not same_values and not same_bag(typed(gold.rows, range(len(gold.columns))), typed(pred.rows, cmap)):
         notes.append("numbers equal by value with different types or rounding (e.g. 1 vs 1.0)")
     if [c.lower() for c in gold.columns] != [pred.columns[j].lower() for j in cmap]:
         notes.append("column names differ")

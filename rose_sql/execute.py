@@ -42,6 +42,8 @@ _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECU
 _DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "sqlite_dbpage"}
 _PROGRESS_OPS = 2000
 _CELL_BYTES = 16
+_NOT_UTF8 = "Could not decode to UTF-8"
+"""How Python's sqlite3 reports text it cannot decode with the default text_factory."""
 """Bytes a cell is reckoned to take besides its text or blob (for the byte cap)."""
 _CONNS_PER_THREAD = 16
 """Open connections kept per thread (least recently used closed beyond it): bounds file handles."""
@@ -134,7 +136,8 @@ class _Conn:
             self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
             self.conn.set_authorizer(_authorize)
             self.conn.set_progress_handler(self._expired, _PROGRESS_OPS)
-            self.conn.text_factory = self._text
+            # text_factory stays str (decoded in C); a result with text that is not UTF-8 is
+            # fetched again with self._text (see Executor._fetch)
         except BaseException:
             self.conn.close()
             raise
@@ -271,7 +274,16 @@ class Executor:
         except sqlite3.Error as e:
             return Execution("error", time.monotonic() - start, error=f"cannot open database: {e}"), 0
         try:
-            result, nbytes = self._fetch(c, sql, start)
+            try:
+                result, nbytes = self._fetch(c, sql, start)
+            except sqlite3.OperationalError as e:
+                if not str(e).startswith(_NOT_UTF8):
+                    raise
+                c.conn.text_factory = c._text  # again, decoding what can be decoded, with a flag
+                try:
+                    result, nbytes = self._fetch(c, sql, start)
+                finally:
+                    c.conn.text_factory = str
         except Exception as e:  # sqlite3.Error, MemoryError, OverflowError, ValueError, UnicodeError
             return self._failure(e, start), 0
         finally:
@@ -321,7 +333,7 @@ class Executor:
     def _count_rest(self, c: _Conn, cur: sqlite3.Cursor, counted: int) -> tuple[int, bool]:
         """Step through the rows past the cap without keeping them, within a time limit."""
         c.deadline = min(c.deadline, time.monotonic() + self.config.count_past_cap_s)
-        c.conn.text_factory = bytes  # not decoding text we drop is faster and cannot fail
+        factory, c.conn.text_factory = c.conn.text_factory, bytes  # text we drop: not decoded, cannot fail
         try:
             for _ in cur:
                 counted += 1
@@ -329,7 +341,7 @@ class Executor:
         except Exception:  # interrupted at the deadline, or out of memory: the count is a lower bound
             return counted, False
         finally:
-            c.conn.text_factory = c._text
+            c.conn.text_factory = factory
 
 
 def run_query(db: Path, sql: str, config: Config | None = None) -> Execution:

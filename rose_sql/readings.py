@@ -181,7 +181,7 @@ def ts_equal(gold: Sequence[Row], pred: Sequence[Row], ordered: bool) -> bool:
     gold_cols = [{row[i] for row in gold} for i in range(n)]
     pred_cols = [{row[j] for row in pred} for j in range(n)]
     cands = [[j for j in range(n) if pred_cols[j] <= gold_cols[i]] for i in range(n)]
-    gbag = None if ordered else Counter(gold)
+    gbag = None if ordered else dict(Counter(gold))  # compared as dicts: in C
     perm: list[int] = []
     used: set[int] = set()
     budget = [_PERMUTATION_BUDGET]
@@ -190,7 +190,7 @@ def ts_equal(gold: Sequence[Row], pred: Sequence[Row], ordered: bool) -> bool:
         if i == n:
             budget[0] -= 1
             permuted = [tuple(row[j] for j in perm) for row in pred]
-            return list(gold) == permuted if gbag is None else gbag == Counter(permuted)
+            return list(gold) == permuted if gbag is None else gbag == dict(Counter(permuted))
         for j in cands[i]:
             if j in used or budget[0] <= 0:
                 continue

@@ -128,18 +128,31 @@ _RECORD_FIELDS = tuple(f.name for f in fields(Record))
 _READINGS_FIELDS = tuple(f.name for f in fields(Readings))
 _EXECUTION_FIELDS = tuple(f.name for f in fields(ExecutionInfo))
 
-BRIEF_FIELDS = ("id", "score", "unscored_reason", "decided_by", "readings", "difficulty", "comparison", "judges")
-"""The fields of a record that its run's summary reads."""
+_CALL_BRIEF = ("stage", "cached", "prompt_tokens", "completion_tokens", "cost_usd")
 
 
 def brief(record: dict[str, Any]) -> dict[str, Any]:
-    """What the summary needs of a record (as read back or as :meth:`Record.to_dict` gives it)."""
-    return {name: record.get(name) for name in BRIEF_FIELDS}
+    """What a run's summary reads of a record (as read back, or as :meth:`Record.to_dict` gives it):
+    a small record of the same shape, cheap to keep and to send between processes."""
+    comparison = record.get("comparison")
+    return {
+        "id": record["id"],
+        "score": record.get("score"),
+        "unscored_reason": record.get("unscored_reason"),
+        "decided_by": record.get("decided_by"),
+        "readings": record.get("readings") or {},
+        "difficulty": record.get("difficulty"),
+        "comparison": {"reason": comparison.get("reason")} if comparison else None,
+        "judges": [{k: c.get(k) for k in _CALL_BRIEF} for c in record.get("judges") or []],
+    }
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=str)
 
 
 def dumps(data: dict[str, Any]) -> str:
     """A record's data as its one JSON line (without the newline)."""
-    return json.dumps(data, ensure_ascii=False, allow_nan=False, default=str)
+    return _ENCODER.encode(data)
 
 
 def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:

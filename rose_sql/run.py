@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rose_sql.config import Config
 from rose_sql.errors import UsageError
@@ -147,9 +147,10 @@ def _exit_with(parent: int) -> None:
             os._exit(0)
 
 
-@dataclass(frozen=True, slots=True)
-class _Line:
-    """A finished record, already serialised (no judge: the worker decides and writes it out)."""
+class _Line(NamedTuple):
+    """A finished record, already serialised (no judge: the worker decides and writes it out).
+
+    A named tuple: thousands cross from the workers, and tuples pickle several times faster."""
 
     json: str
     brief: dict[str, Any]

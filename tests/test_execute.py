@@ -219,6 +219,10 @@ def test_invalid_utf8_text_is_decoded_with_a_flag(make_db: Callable[..., Path]) 
         assert bad.rows == (("ab",), ("ok",)) and bad.decode_errors
         clean = result(ex.run(db, "SELECT v FROM s WHERE id = 2"))  # same connection: the flag is per query
         assert clean.rows == (("ok",),) and not clean.decode_errors
+        later = result(ex.run(db, "SELECT v, id FROM s ORDER BY id DESC"))  # found after a good row
+        assert later.rows == (("ok", 2), ("ab", 1)) and later.decode_errors
+        capped = result(Executor(Config(max_rows=1)).run(db, "SELECT v FROM s ORDER BY id DESC"))
+        assert capped.rows == (("ok",),) and capped.row_count == 2 and capped.truncated  # counted past the cap
 
 
 def test_gold_and_pred_use_different_connections(make_db: Callable[..., Path]) -> None:
