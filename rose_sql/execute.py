@@ -189,7 +189,7 @@ class Executor:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
-                return replace(hit[0], cached=True)
+                return hit[0]
             fut = self._inflight.get(key)
             owner = fut is None
             if fut is None:
@@ -231,7 +231,7 @@ class Executor:
         max_bytes = 4 * self.config.max_result_bytes
         if cells > self.config.cache_cells // 4 or nbytes > max_bytes // 4:
             return
-        self._cache[key] = (execution, cells, nbytes)
+        self._cache[key] = (replace(execution, cached=True), cells, nbytes)  # as every hit returns it
         self._cache_cells += cells
         self._cache_bytes += nbytes
         while (self._cache_cells > self.config.cache_cells or self._cache_bytes > max_bytes) and self._cache:
