@@ -1,9 +1,14 @@
-"""Evaluate whole prediction files: one process, shared executions, records streamed to disk.
+"""Evaluate whole prediction files: the items of every file in one run, records streamed to disk.
 
-Items of every prediction file share one thread pool for executions, one execution cache (a gold
-query runs once however many systems are evaluated) and, when a judge is configured, one LLM
-client with its concurrency limit, cache and ledger. Each record is appended to its system's
-``records.jsonl`` as soon as it is finished; ``resume=True`` skips items already recorded.
+The deterministic stages run in worker processes on all cores (forked at the start of
+:func:`run` when that is safe, so they begin with everything imported; spawned otherwise), on
+batches that keep a question's items together: each worker process has its own execution cache,
+so a gold query runs once however many systems are evaluated, and items of several systems with
+the same gold and prediction share one outcome. Without a judge the workers also decide and
+serialise the records; with one, the judge cascade runs here with one LLM client (its
+concurrency limit, cache and ledger). Each record is appended to its system's ``records.jsonl``
+as its batch finishes; ``resume=True`` skips items already recorded, and the summary counts
+every record once, old and new alike.
 """
 
 from __future__ import annotations
