@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import subprocess
 import sys
 import threading
@@ -118,14 +119,13 @@ def test_worker_processes_write_the_records_one_process_writes(
         pytest.skip("workers are forked on Linux only")
     files, db_root = two_systems
     methods: list[str] = []
-    real_start = run_module._Stage1._start
+    real_get_context = multiprocessing.get_context
 
-    def spy(self: Any) -> None:
-        real_start(self)
-        assert self.pool is not None
-        methods.append(self.pool._mp_context.get_start_method())
+    def spy(method: str) -> Any:
+        methods.append(method)
+        return real_get_context(method)
 
-    monkeypatch.setattr(run_module._Stage1, "_start", spy)
+    monkeypatch.setattr(run_module.multiprocessing, "get_context", spy)
     # whether the test process has other threads depends on the tests before: decide it here
     monkeypatch.setattr(run_module, "_can_fork", lambda: fork)
     in_workers = evaluate(files, db_root, tmp_path / "workers", workers=2)
