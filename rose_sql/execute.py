@@ -42,9 +42,9 @@ _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECU
 _DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "sqlite_dbpage"}
 _PROGRESS_OPS = 2000
 _CELL_BYTES = 16
+"""Bytes a cell is reckoned to take besides its text or blob (for the byte cap)."""
 _NOT_UTF8 = "Could not decode to UTF-8"
 """How Python's sqlite3 reports text it cannot decode with the default text_factory."""
-"""Bytes a cell is reckoned to take besides its text or blob (for the byte cap)."""
 _CONNS_PER_THREAD = 16
 """Open connections kept per thread (least recently used closed beyond it): bounds file handles."""
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from rose_sql.config import Config
 from rose_sql.items import Loaded
-from rose_sql.record import SCHEMA_VERSION, read_records
+from rose_sql.record import SCHEMA_VERSION, id_key, read_records
 
 READINGS = ("bird_ex", "ts_ex", "ts_ex_keep_distinct", "soft_f1")
 
@@ -132,7 +132,7 @@ def summarize_records(
     records_in: Iterable[dict[str, Any]], system: str, loaded: Loaded | None = None, config: Config | None = None
 ) -> Summary:
     """Summarise records of one system (deduplicated by id, the last record of an id winning)."""
-    by_id = {json.dumps(r["id"]): r for r in records_in}
+    by_id = {id_key(r["id"]): r for r in records_in}
     records = list(by_id.values())
     main = _block(records)
     n = len(records)
