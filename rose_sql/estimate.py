@@ -21,7 +21,7 @@ from rose_sql.decide import Decision, decide
 from rose_sql.evaluate import Executed, execute_item
 from rose_sql.execute import Executor
 from rose_sql.items import Loaded
-from rose_sql.judges.cascade import Case, prover_messages, refuter_messages
+from rose_sql.judges.ask import Case, prover_messages, refuter_messages
 from rose_sql.judges.context import Schemas
 from rose_sql.judges.llm import load_prices, price_of
 

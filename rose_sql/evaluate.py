@@ -23,7 +23,7 @@ from rose_sql.sql import NO_STATEMENT, has_top_level_order_by
 
 if TYPE_CHECKING:  # loaded when evidence or a judge is configured: a judge-free run starts faster
     from rose_sql.evidence import Evidence, Finder
-    from rose_sql.judges.cascade import Call
+    from rose_sql.judges.ask import Call
     from rose_sql.judges.context import Schemas
     from rose_sql.judges.llm import LLM
 
@@ -149,7 +149,7 @@ class Judged:
 
 async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched_refuter: MatchedRefuter) -> Judged:
     """Walk the decision table, asking each judge it calls for, and return the decision with the calls."""
-    from rose_sql.judges.cascade import Case, JudgeFailed, OutOfBudget, ask, prover_messages, refuter_messages
+    from rose_sql.judges.ask import Case, JudgeFailed, OutOfBudget, ask, prover_messages, refuter_messages
     from rose_sql.judges.replies import ProverReply, RefuterReply
 
     facts = ex.facts(judge=llm is not None, matched_refuter=matched_refuter)

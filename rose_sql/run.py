@@ -32,7 +32,7 @@ from rose_sql.evaluate import Executed, execute_item, failed_record, judge_item,
 from rose_sql.execute import Executor
 from rose_sql.items import Item, Loaded
 from rose_sql.record import RecordWriter, brief, dumps, id_key, read_records
-from rose_sql.report import Summary, summarize_records, write_summary
+from rose_sql.summary import Summary, summarize_records, write_summary
 
 if TYPE_CHECKING:  # evidence and judges are loaded only when configured: a judge-free run starts faster
     from rose_sql.evidence import Finder

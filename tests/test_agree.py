@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from rose_sql.agree import Confusion, agree, block, kappa, metrics, pair
+from rose_sql.analysis.agree import Confusion, agree, block, kappa, metrics, pair
+from rose_sql.analysis.labels import load_labels, reviewed_only, with_tags
+from rose_sql.analysis.runs import Run, load_run
 from rose_sql.cli import main
 from rose_sql.errors import InputError
-from rose_sql.labels import load_labels, reviewed_only, with_tags
-from rose_sql.runs import Run, load_run
 
 # (tp, fp, fn, tn) -> kappa, accuracy, mcc, f1, precision, recall, all in percent, computed by hand:
 # 20/5/10/15: po = 35/50, pe = (25*30 + 25*20)/2500 = .5, kappa = (.7-.5)/.5; MCC = 250/sqrt(25*30*20*25)

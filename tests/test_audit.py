@@ -9,9 +9,9 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from rose_sql.audit import CSV_COLUMNS, audit_rows, reasons
+from rose_sql.analysis.audit import CSV_COLUMNS, audit_rows, reasons
+from rose_sql.analysis.runs import load_run
 from rose_sql.cli import main
-from rose_sql.runs import load_run
 
 
 def _rec(i: int, labels: dict[str, Any] | None = None, smells: list[Any] | None = None) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from typing import Any
 
 from click.testing import CliRunner
 
+from rose_sql.analysis.runs import Run, load_run
+from rose_sql.analysis.systems import Discordance, Scores, leaderboard, ordered_difficulties, system_row, to_csv
 from rose_sql.cli import main
-from rose_sql.leaderboard import Discordance, Scores, leaderboard, ordered_difficulties, system_row, to_csv
-from rose_sql.runs import Run, load_run
 
 
 def _rec(i: int, ex: int | None, score: int | None, difficulty: str | None = None, **labels: Any) -> dict[str, Any]:

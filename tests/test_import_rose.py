@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from rose_sql.analysis.labels import load_labels
+from rose_sql.analysis.replay import replay
+from rose_sql.analysis.rose_import import import_outputs, write_run
+from rose_sql.analysis.runs import load_run
 from rose_sql.cli import main
-from rose_sql.cli_calibration import replay_table
-from rose_sql.labels import load_labels
-from rose_sql.replay import replay
-from rose_sql.rose_import import import_outputs, write_run
-from rose_sql.runs import load_run
+from rose_sql.cli.calibration import replay_table
 
 PAPER = {  # ROSE paper, ROSE-VEC (o3): kappa, accuracy, MCC, F1
     "merged": {"kappa": 80.43, "accuracy": 91.79, "mcc": 81.04, "f1": 94.16, "n": 585},

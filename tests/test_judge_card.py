@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from rose_sql.analysis.judge_card import card_name, upgrade
 from rose_sql.cli import main
 from rose_sql.errors import UsageError
-from rose_sql.judge_card import card_name, upgrade
 
 OLD = {"kappa": 80.0, "accuracy": 90.0, "mcc": 81.0, "f1": 94.0}
 

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from rose_sql.analysis.html import build_report
+from rose_sql.analysis.runs import load_run
 from rose_sql.cli import main
-from rose_sql.report_html import build_report
-from rose_sql.runs import load_run
 
 CHARTS = ("ex-rose", "gap", "sources", "direction", "calls", "cost")
 HOSTILE = '</script><img src="https://tracker.example/pixel.png" onerror="document.title=1"> <b>bold</b>'

@@ -9,8 +9,8 @@ from rose_sql.config import Config
 from rose_sql.demo.build import DemoPaths
 from rose_sql.items import load_items
 from rose_sql.record import read_records
-from rose_sql.report import Summary
 from rose_sql.run import plan, run
+from rose_sql.summary import Summary
 
 
 @dataclass(frozen=True, slots=True)

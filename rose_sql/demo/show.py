@@ -16,7 +16,7 @@ from rich.text import Text
 
 from rose_sql.demo.build import DemoItem, DemoPaths
 from rose_sql.demo.evaluate import ItemResult
-from rose_sql.report import Summary
+from rose_sql.summary import Summary
 
 WIDTH = 100
 """The demo's output fits a terminal this wide."""

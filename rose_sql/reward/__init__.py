@@ -29,7 +29,7 @@ from rose_sql.reward.clauses import ParsedSQL, parse
 from rose_sql.reward.config import RewardConfig, Schedule
 from rose_sql.reward.execution import Status, execution_outcome
 from rose_sql.reward.extract import Completion, extract_sql
-from rose_sql.reward.labels import Gold, LabelError, parse_label
+from rose_sql.reward.gold import Gold, LabelError, parse_label
 from rose_sql.reward.schedule import Reward, bounds, combine, invalid, weights
 from rose_sql.reward.scorer import RewardItem, RewardScorer
 from rose_sql.reward.syntax import SyntaxScore, syntax_score

@@ -1,5 +1,5 @@
 """Framework adapters over one long-lived scorer: verl's ``compute_score`` (and its batch form) and
-TRL reward functions. The OpenRLHF-style HTTP server is :mod:`rose_sql.serve`."""
+TRL reward functions. The OpenRLHF-style HTTP server is :mod:`rose_sql.reward.server`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rose_sql.reward.config import RewardConfig
-from rose_sql.reward.labels import Gold, LabelError, parse_label, resolve_db
+from rose_sql.reward.gold import Gold, LabelError, parse_label, resolve_db
 from rose_sql.reward.schedule import Reward, invalid
 from rose_sql.reward.scorer import RewardItem, RewardScorer
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from rose_sql.report_html.page import build_report
-from rose_sql.runs import Run
+from rose_sql.analysis.html.page import build_report
+from rose_sql.analysis.runs import Run
 
 __all__ = ["build_report", "write_report"]
 

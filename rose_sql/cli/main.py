@@ -19,8 +19,8 @@ from rose_sql import __version__
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.errors import RoseError, UsageError
 from rose_sql.items import FORMATS, load_items
-from rose_sql.report import Summary
 from rose_sql.run import SystemRun, plan, run
+from rose_sql.summary import Summary
 
 if TYPE_CHECKING:
     from rose_sql.judges.llm import Ledger
@@ -32,7 +32,7 @@ err = Console(stderr=True)
 
 _ELSEWHERE = {
     **{
-        name: f"rose_sql.cli_calibration:{attr}"
+        name: f"rose_sql.cli.calibration:{attr}"
         for name, attr in (
             ("agree", "agree_cmd"),
             ("import-rose", "import_rose_cmd"),
@@ -44,7 +44,7 @@ _ELSEWHERE = {
             ("audit", "audit_cmd"),
         )
     },
-    "serve-reward": "rose_sql.cli_reward:serve_reward_cmd",
+    "serve-reward": "rose_sql.cli.reward:serve_reward_cmd",
 }
 """Commands defined in other modules, imported only when invoked (or listed): ``rose run`` starts faster."""
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rose_sql.audit import smells
-from rose_sql.runs import Run
+from rose_sql.analysis.audit import smells
+from rose_sql.analysis.runs import Run
 
 OUTCOMES = {
     "both_correct": "EX ✓ ROSE ✓",

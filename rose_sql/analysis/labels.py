@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from rose_sql.analysis.runs import read_table
 from rose_sql.errors import InputError
-from rose_sql.runs import read_table
 
 Flag = Literal["goldx", "ambq"]
 FLAGS: tuple[Flag, ...] = ("goldx", "ambq")

@@ -12,7 +12,7 @@ What their flow did is recovered from which judges ran: the Prover alone ran whe
 differ; the Refuter alone when the results matched (its comparator's verdict); neither when the
 prediction did not execute. Each imported item is then decided by :func:`rose_sql.decide.decide`
 under the paper's policy (``matched_refuter="always"``) from the stored replies, and the decision is
-checked against their score. ``replay`` re-decides under another variant (:mod:`rose_sql.replay`).
+checked against their score. ``replay`` re-decides under another variant (:mod:`rose_sql.analysis.replay`).
 
 Their EX (``decisive/EX`` beside the run, when present) becomes the records' ``bird_ex`` reading.
 Labels with no entry in their outputs become records unscored with reason ``absent_from_outputs``.
@@ -25,13 +25,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rose_sql.analysis.labels import LabelSet, key
+from rose_sql.analysis.replay import Variant, replay
 from rose_sql.errors import InputError, UsageError
 from rose_sql.judges.replies import ProverReply, RefuterReply
-from rose_sql.labels import LabelSet, key
 from rose_sql.readings import Readings
 from rose_sql.record import ExecutionInfo, Record, RecordWriter
-from rose_sql.replay import Variant, replay
-from rose_sql.report import Summary, summarize, write_summary
+from rose_sql.summary import Summary, summarize, write_summary
 
 AMBIGUITY = {"na": "none", "none": "none", "ambiguous question": "question", "ambiguous schema": "schema"}
 

@@ -1,4 +1,4 @@
-"""``rose serve-reward``: the RL reward over HTTP (the server is :mod:`rose_sql.serve`)."""
+"""``rose serve-reward``: the RL reward over HTTP (the server is :mod:`rose_sql.reward.server`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from rose_sql.cli import _fail, err
+from rose_sql.cli.main import _fail, err
 from rose_sql.errors import UsageError
 from rose_sql.reward import RewardConfig
-from rose_sql.serve import DEADLINE_S
+from rose_sql.reward.server import DEADLINE_S
 
 _REWARD = RewardConfig()
 
@@ -72,7 +72,7 @@ def serve_reward_cmd(
     {"rewards": [...], "scores": [...], "extra_logs": {...}, "errors": [...]}. A label is
     {"gold_sql": SQL, "db_id": ID} (JSON) or "SQL<TAB>db_id". See docs/rewards.md.
     """
-    from rose_sql.serve import RewardServer, ServeConfig
+    from rose_sql.reward.server import RewardServer, ServeConfig
 
     if not db_root.is_dir():
         _fail(UsageError(f"--db-root {db_root} is not a folder"))

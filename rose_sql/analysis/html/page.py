@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-from rose_sql.leaderboard import SystemRow, ordered_difficulties, system_row
-from rose_sql.report_html.assets import CSS, JS
-from rose_sql.report_html.data import OUTCOMES, browser_item, flags, outcome, stage_usage
-from rose_sql.report_html.svg import Series, bar_chart, stacked_chart
-from rose_sql.runs import Run
+from rose_sql.analysis.html.assets import CSS, JS
+from rose_sql.analysis.html.data import OUTCOMES, browser_item, flags, outcome, stage_usage
+from rose_sql.analysis.html.svg import Series, bar_chart, stacked_chart
+from rose_sql.analysis.runs import Run
+from rose_sql.analysis.systems import SystemRow, ordered_difficulties, system_row
 
 EX_COLOR, ROSE_COLOR = "#94a3b8", "#2563eb"
 SOURCES = (

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from rose_sql.analysis.labels import LabelSet
+from rose_sql.analysis.runs import Run
 from rose_sql.errors import InputError, UsageError
-from rose_sql.labels import LabelSet
-from rose_sql.runs import Run
 
 CARD_VERSION = 1
 UPGRADE_METRICS = ("kappa", "accuracy", "mcc", "f1")

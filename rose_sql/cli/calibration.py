@@ -18,11 +18,11 @@ from rich.console import Console
 from rich.table import Table
 
 from rose_sql import __version__
-from rose_sql.agree import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Pairing, UnscoredPolicy, agree, pair
+from rose_sql.analysis.agree import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Pairing, UnscoredPolicy, agree, pair
+from rose_sql.analysis.labels import Flag, LabelSet, load_labels, reviewed_only, with_tags
+from rose_sql.analysis.replay import VARIANTS, Variant, replay_record
+from rose_sql.analysis.runs import Run, load_run
 from rose_sql.errors import RoseError, UsageError
-from rose_sql.labels import Flag, LabelSet, load_labels, reviewed_only, with_tags
-from rose_sql.replay import VARIANTS, Variant, replay_record
-from rose_sql.runs import Run, load_run
 
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)  # messages stay on one line, whole paths included
@@ -271,7 +271,7 @@ def import_rose_cmd(
     the stored replies (checked against their scores). Folders with scores only (decisive/EX) are
     imported as scores.
     """
-    from rose_sql.rose_import import import_outputs, write_run
+    from rose_sql.analysis.rose_import import import_outputs, write_run
 
     try:
         variant = _variant(replay)
@@ -395,7 +395,7 @@ def judge_card_cmd(
     Model, provider, prompt hashes and parameters come from the runs' summary.json; agreement
     (with 95% intervals) is measured against the labels, per subset and merged.
     """
-    from rose_sql.judge_card import build_card
+    from rose_sql.analysis.judge_card import build_card
 
     try:
         loaded = [load_run(p) for p in runs]
@@ -423,7 +423,7 @@ def judge_compare_cmd(old: Path, new: Path, as_json: bool) -> None:
 
     Exit status 0 when NEW should replace OLD, 1 when OLD stays, 2 when the cards cannot be compared.
     """
-    from rose_sql.judge_card import load_card, upgrade
+    from rose_sql.analysis.judge_card import load_card, upgrade
 
     try:
         a, b = load_card(old), load_card(new)
@@ -453,7 +453,7 @@ def compare_cmd(runs: tuple[Path, ...], reading: str, csv_out: Path | None, json
     Discordance (EX and ROSE differ) is shown overall and inside the GoldX and AmbQ subsets flagged
     by the judges, with the share of all discordance each explains.
     """
-    from rose_sql.leaderboard import leaderboard, rich_tables, to_csv, to_json
+    from rose_sql.analysis.systems import leaderboard, rich_tables, to_csv, to_json
 
     try:
         rows = leaderboard([load_run(p) for p in runs], reading)
@@ -479,7 +479,7 @@ def report_cmd(runs: tuple[Path, ...], several: bool, out: Path | None, reading:
 
     The page loads nothing from the network; open it from the file.
     """
-    from rose_sql.report_html import write_report
+    from rose_sql.analysis.html import write_report
 
     try:
         if len(runs) > 1 and not several:
@@ -502,7 +502,7 @@ def audit_cmd(runs: tuple[Path, ...], out: Path) -> None:
 
     For benchmark maintainers: audit.jsonl has everything, audit.csv one line per item.
     """
-    from rose_sql.audit import audit_rows, write_audit
+    from rose_sql.analysis.audit import audit_rows, write_audit
 
     try:
         rows = audit_rows([load_run(p) for p in runs])

@@ -2,7 +2,7 @@
 
 The positive class is "the prediction is correct" (score 1, label true). Figures are in percent,
 rounded to two decimals, as the ROSE paper reports them; on the paper's own outputs they reproduce its
-numbers exactly (see :mod:`rose_sql.rose_import`).
+numbers exactly (see :mod:`rose_sql.analysis.rose_import`).
 
 **Unscored items are never dropped silently.** A labelled item whose record is unscored, or that has
 no record at all (reason ``absent_from_run``), is counted under ``unscored`` with its reason. By
@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rose_sql.labels import FLAGS, Flag, HumanLabel, LabelSet, key
-from rose_sql.runs import Run
+from rose_sql.analysis.labels import FLAGS, Flag, HumanLabel, LabelSet, key
+from rose_sql.analysis.runs import Run
 
 UnscoredPolicy = Literal["exclude", "wrong"]
 BOOTSTRAP_RESAMPLES = 1000

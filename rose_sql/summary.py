@@ -107,7 +107,7 @@ def judge_info(config: Config | None) -> dict[str, Any] | None:
     """What identifies the judge that produced the scores (no secrets)."""
     if config is None or config.judge is None:
         return None
-    from rose_sql.judges.cascade import prompt_hashes
+    from rose_sql.judges.ask import prompt_hashes
 
     j = config.judge
     return {

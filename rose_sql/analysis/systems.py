@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.table import Table
 
-from rose_sql.runs import Run
+from rose_sql.analysis.runs import Run
 
 SUBSETS = ("goldx", "ambq", "goldx_or_ambq")
 _DIFFICULTY_RANK = {"simple": 0, "easy": 0, "moderate": 1, "medium": 1, "challenging": 2, "hard": 2, "extra": 3}

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rose_sql.runs import Run
+from rose_sql.analysis.runs import Run
 
 CSV_COLUMNS = (
     "system",
