@@ -1,7 +1,7 @@
-"""The decision table: from what the stages established to a score, or to the next judge to ask.
+"""The decision table, the one walk over it, and the vocabulary of decisions.
 
-A pure function, tested as a table. :func:`decide` is called again after every judge reply until it
-returns a :class:`Decision`:
+:func:`decide` is a pure function, tested as a table: from what the stages established it returns a
+:class:`Decision`, or the judge to ask next:
 
 - the database is missing -> unscored ``db_missing``;
 - the prediction does not execute (error, rejected) -> 0, decided by execution;
@@ -11,16 +11,24 @@ returns a :class:`Decision`:
 - results match -> the matched-results policy: ``never`` accepts (1, by execution); ``evidence``
   asks the Refuter only when deterministic evidence questions the match; ``always`` (the paper)
   always asks it; the Refuter's overturn gives 0, otherwise 1;
-- results differ -> the Prover; false gives 0; true -> the Refuter decides (without a gold, the
-  Prover's pass stands);
+- results differ -> the Prover; false gives 0; true -> the Refuter decides (without a gold, or when
+  the Refuter is not consulted, the Prover's pass stands);
 - a judge that gives no valid reply -> unscored ``judge_error``; the budget is spent ->
   unscored ``budget_exhausted``.
+
+:func:`walk` walks the table, asking for each judge's answer as the table calls for it: evaluation
+answers with the LLM, replay and the import of the ROSE authors' outputs with stored replies, the dry
+run with each possible reply. Every caller goes through it, so they cannot disagree.
+
+:data:`UNSCORED` is the one vocabulary of reasons an item has no score, with what each means and what
+to do about it; nothing else in the package invents a reason.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal, cast
 
 from rose_sql.config import MatchedRefuter
 from rose_sql.execute import Execution
@@ -29,11 +37,92 @@ if TYPE_CHECKING:  # the replies' pydantic models are loaded only where a judge 
     from rose_sql.judges.replies import ProverReply, RefuterReply
 
 Unscored = Literal[
-    "db_missing", "no_gold", "gold_error", "awaiting_judge", "judge_error", "budget_exhausted", "internal_error"
+    "db_missing",
+    "no_gold",
+    "gold_error",
+    "awaiting_judge",
+    "judge_error",
+    "budget_exhausted",
+    "internal_error",
+    "no_score",
+    "absent_from_outputs",
+    "not_replayable",
 ]
-DecidedBy = Literal["execution", "prover", "refuter"]
+"""Why an item has no score. Each is described in :data:`UNSCORED`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """What an unscored reason means, and what to do about it."""
+
+    means: str
+    """What happened, in a sentence."""
+    fix: str
+    """What the user can do."""
+    transient: bool = False
+    """Whether evaluating the item again can give a score (``--resume`` retries these)."""
+
+
+UNSCORED: dict[Unscored, Reason] = {
+    "db_missing": Reason(
+        "the item's database file does not exist", "check --db-root: it must hold <db_id>/<db_id>.sqlite"
+    ),
+    "no_gold": Reason("the item has no gold SQL and no judge is configured", "give --gold, or configure a judge"),
+    "gold_error": Reason(
+        "the gold SQL does not execute (or exceeded a limit)",
+        "fix the gold SQL; `rose audit` lists such items for benchmark maintainers",
+    ),
+    "awaiting_judge": Reason(
+        "execution cannot settle the item; whether it answers the question needs a judge",
+        "rerun with --judge-model (and --resume to keep what is done)",
+    ),
+    "judge_error": Reason(
+        "a judge gave no valid reply, or its endpoint kept failing",
+        "check the endpoint and model, then --resume",
+        transient=True,
+    ),
+    "budget_exhausted": Reason(
+        "the --budget was spent before this item's judges could be asked",
+        "--resume with a larger --budget",
+        transient=True,
+    ),
+    "internal_error": Reason(
+        "a bug in ROSE-SQL while evaluating this item",
+        "report it (the record's why says where); --resume retries it",
+        True,
+    ),
+    "no_score": Reason("the scores file gives no score for this item", "nothing: imported as it was"),
+    "absent_from_outputs": Reason(
+        "the item is labelled but the imported outputs have no entry for it", "nothing: their run dropped it"
+    ),
+    "not_replayable": Reason(
+        "the policy replayed needs a judge reply that the original run never asked for",
+        "rerun with that policy (stored replies are reused from the cache)",
+    ),
+}
+
+DecidedBy = Literal["execution", "prover", "refuter", "imported"]
+"""The stage that settled a score (``imported``: taken as published from outputs we could not re-decide)."""
 Step = Literal["prover", "refuter", "refuter_matched"]
+"""A judge the table asks for: the Prover, the Refuter on a Prover's pass, or the Refuter on a match."""
 JudgeOutcome = Literal["failed", "no_budget"]
+"""A judge that was asked but gave no usable answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetLabels:
+    """What the Refuter said about the dataset item itself (``record.labels``): GoldX and AmbQ."""
+
+    goldx: bool | None = None
+    """The gold SQL is wrong (None: no Refuter looked)."""
+    goldx_confidence: float | None = None
+    """How sure the Refuter was that the gold is wrong or right (0-1), when it said."""
+    ambq: bool | None = None
+    """The question is ambiguous (the paper's AmbQ; None: no Refuter looked)."""
+    ambiguity: str | None = None
+    """The Refuter's ambiguity: ``none``, ``question`` or ``schema`` (schema ambiguity is not AmbQ)."""
+    diagnostic: str | None = None
+    """The Refuter's short diagnostic label (``missing_filter``, ``harmless_format``...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +137,8 @@ class Decision:
     """Which stage settled the score (None when unscored)."""
     why: str
     """One line a person can read."""
+    labels: DatasetLabels = field(default_factory=DatasetLabels)
+    """GoldX / AmbQ, from the Refuter's reply when one was asked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +154,13 @@ class Facts:
     """Whether an LLM judge is configured."""
     matched_refuter: MatchedRefuter = "always"
     evidence_questions_match: bool = False
-    """Deterministic evidence (a witness, a gold smell) casts doubt on a match."""
+    """Deterministic evidence (a doubt, a witness, a gold smell) casts doubt on a match."""
+    consult_refuter: bool = True
+    """Whether the Refuter is consulted on a Prover's pass (replay's ``no-refuter`` variant turns it off)."""
     prover: ProverReply | JudgeOutcome | None = None
+    """The Prover's answer, once asked."""
     refuter: RefuterReply | JudgeOutcome | None = None
+    """The Refuter's answer, once asked."""
 
 
 def _judge_problem(value: object, stage: str) -> Decision | None:
@@ -108,6 +203,8 @@ def decide(f: Facts) -> Decision | Step:
         return Decision(0, None, "prover", "the Prover found that the result does not answer the question")
     if gold is None:
         return Decision(1, None, "prover", "the Prover found that the result answers the question (no gold)")
+    if not f.consult_refuter:
+        return Decision(1, None, "prover", "the Prover's pass stands (the Refuter is not consulted)")
     if f.refuter is None:
         return "refuter"
     return _refuted(f.refuter)
@@ -118,3 +215,59 @@ def _refuted(r: RefuterReply | JudgeOutcome) -> Decision:
     if r.overturn:
         return Decision(0, None, "refuter", f"the Refuter overturned the pass ({r.label or 'no label'})")
     return Decision(1, None, "refuter", "the Refuter found no hard evidence against the prediction")
+
+
+def walk(facts: Facts) -> Generator[Step, ProverReply | RefuterReply | JudgeOutcome, Decision]:
+    """Walk the table: yields each judge it asks for, takes the answer sent back, returns the decision.
+
+    The decision carries the dataset labels (GoldX, AmbQ) of the Refuter's reply, when there is one.
+    Drive it with :func:`settle`, or by hand where answers come asynchronously::
+
+        steps = walk(facts)
+        try:
+            step = next(steps)
+            while True:
+                step = steps.send(await ask(step))
+        except StopIteration as done:
+            decision = done.value
+    """
+    while True:
+        step = decide(facts)
+        if isinstance(step, Decision):
+            return replace(step, labels=labels_of(facts.refuter))
+        answer = yield step
+        if step == "prover":  # the Prover's answer is a ProverReply (or an outcome), the Refuter's a RefuterReply
+            facts = replace(facts, prover=cast("ProverReply | JudgeOutcome", answer))
+        else:
+            facts = replace(facts, refuter=cast("RefuterReply | JudgeOutcome", answer))
+
+
+def settle(facts: Facts, answer: Callable[[Step], ProverReply | RefuterReply | JudgeOutcome | None]) -> Decision:
+    """Walk the table with answers at hand (stored replies): ``answer(step)`` gives the judge's
+    answer, or None when there is none, which leaves the item unscored ``not_replayable``."""
+    steps = walk(facts)
+    try:
+        step = next(steps)
+        while True:
+            got = answer(step)
+            if got is None:
+                stage = "Prover" if step == "prover" else "Refuter"
+                why = f"the original run never asked the {stage} here; this policy needs it"
+                return Decision(None, "not_replayable", None, why)
+            step = steps.send(got)
+    except StopIteration as done:
+        decision: Decision = done.value
+        return decision
+
+
+def labels_of(refuter: RefuterReply | JudgeOutcome | None) -> DatasetLabels:
+    """GoldX / AmbQ as the paper reads a Refuter's reply (none without a reply)."""
+    if refuter is None or isinstance(refuter, str):
+        return DatasetLabels()
+    return DatasetLabels(
+        goldx=not refuter.gold_correct,
+        goldx_confidence=refuter.gold_confidence,
+        ambq=refuter.ambiguity == "question",  # the paper's AmbQ; schema ambiguity is kept apart
+        ambiguity=refuter.ambiguity,
+        diagnostic=refuter.label,
+    )

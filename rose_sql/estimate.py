@@ -13,9 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from rose_sql.config import Config
 from rose_sql.decide import Decision, decide
 from rose_sql.evaluate import Executed, execute_item
@@ -99,25 +96,3 @@ def estimate(loaded: Sequence[Loaded], db_root: Path, config: Config) -> list[Es
                 )
             )
     return out
-
-
-def print_estimate(estimates: Sequence[Estimate], console: Console) -> None:
-    """The dry-run table."""
-    table = Table(title="Dry run: expected LLM usage (nothing was called)", title_justify="left")
-    for col in ("system", "items", "no LLM needed", "calls", "prompt tokens (est.)", "cost USD (est.)"):
-        table.add_column(col, justify="left" if col == "system" else "right")
-    for e in estimates:
-        cost = "no price for this model" if e.cost_min_usd is None else f"{e.cost_min_usd:.4f} - {e.cost_max_usd:.4f}"
-        table.add_row(
-            e.system,
-            str(e.items),
-            str(e.decided_without_llm),
-            f"{e.min_calls} - {e.max_calls}",
-            f"{e.prompt_tokens_min} - {e.prompt_tokens_max}",
-            cost,
-        )
-    console.print(table)
-    console.print(
-        f"Tokens are estimated at {CHARS_PER_TOKEN} characters per token; completions at "
-        f"{ASSUMED_COMPLETION_TOKENS} tokens per call (reasoning models can use far more)."
-    )

@@ -1,29 +1,31 @@
-"""One item, start to finish: execute, compare, read the official metrics, ask the judges, decide.
+"""One item, start to finish: execute, compare, read the official metrics, find evidence, judge, decide.
 
-:func:`execute_item` is the deterministic part (runs in a worker thread); :func:`judge_item` walks
-the decision table, asking the Prover and the Refuter as :func:`rose_sql.decide.decide` requires;
-:func:`evaluate_item` is the synchronous, judge-free path for scripts and tests.
+:func:`execute_item` is the deterministic part (it runs in the worker processes); :func:`judge_item`
+drives the walk over the decision table (:func:`rose_sql.decide.walk`), asking the Prover and the
+Refuter as it requires; :func:`to_record` makes the record. :func:`evaluate_item` is the synchronous,
+judge-free path for scripts and tests, and :func:`evaluate_items` the whole path, judges included.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rose_sql.compare import Comparison, compare
-from rose_sql.config import MatchedRefuter
-from rose_sql.decide import Decision, Facts, JudgeOutcome, decide
+from rose_sql.config import Config, MatchedRefuter
+from rose_sql.decide import Decision, Facts, JudgeOutcome, Step, decide, walk
+from rose_sql.evidence.findings import Evidence, questions_match, render
 from rose_sql.execute import Execution, Executor, ResultSet
 from rose_sql.items import Item, db_file
 from rose_sql.readings import Readings, bird_ex, soft_f1, ts_equal, ts_gold_sql, ts_order_matters, ts_pred_sql
-from rose_sql.record import ExecutionInfo, Record, comparison_dict
+from rose_sql.record import ComparisonInfo, ExecutionInfo, JudgeCall, Record
 from rose_sql.sql import NO_STATEMENT, has_top_level_order_by
 
 if TYPE_CHECKING:  # loaded when evidence or a judge is configured: a judge-free run starts faster
-    from rose_sql.evidence import Evidence, Finder
-    from rose_sql.judges.ask import Call
+    from rose_sql.evidence.finder import Finder
     from rose_sql.judges.context import Schemas
     from rose_sql.judges.llm import LLM
 
@@ -33,13 +35,23 @@ class Executed:
     """An item after the deterministic stages."""
 
     item: Item
+    """The item."""
     db: Path
+    """Its database file."""
     db_found: bool
+    """Whether the file exists."""
     gold: Execution | None = None
+    """The gold's execution (None without gold SQL)."""
     pred: Execution | None = None
+    """The prediction's execution."""
     comparison: Comparison | None = None
+    """Our comparator's outcome, when both ran."""
     readings: Readings = field(default_factory=Readings)
+    """The official readings."""
     evidence: Evidence | None = None
+    """What the evidence stage found, when it ran."""
+    doubts: list[str] | None = None
+    """Cheap reasons to doubt a match; computed when a judge is configured."""
 
     def for_item(self, item: Item) -> Executed:
         """These stages' outcome for another item with the same database, gold and prediction (one
@@ -49,6 +61,7 @@ class Executed:
         return replace(self, item=item, gold=gold, pred=pred)
 
     def facts(self, *, judge: bool = False, matched_refuter: MatchedRefuter = "always") -> Facts:
+        """What the decision table starts from (no judge answered yet)."""
         return Facts(
             db_found=self.db_found,
             gold=self.gold,
@@ -56,31 +69,20 @@ class Executed:
             equal=self.comparison.equal if self.comparison else None,
             judge=judge,
             matched_refuter=matched_refuter,
-            evidence_questions_match=judge
-            and (bool(self.evidence and self.evidence.questions_match) or bool(self.doubts())),
+            evidence_questions_match=judge and questions_match(self.doubts, self.evidence),
         )
 
     def evidence_text(self) -> str | None:
         """Everything deterministic the judges should see, rendered."""
-        parts = [*self.doubts(), self.evidence.render() if self.evidence else ""]
-        return "\n\n".join(p for p in parts if p) or None
-
-    def doubts(self) -> list[str]:
-        """Cheap, deterministic reasons to doubt a match (the Refuter is asked about these)."""
-        if self.comparison is None or self.comparison.equal is not True:
-            return []
-        from rose_sql.judges.context import tables_in
-
-        out = []
-        if self.gold is not None and self.gold.result is not None and self.gold.result.row_count == 0:
-            out.append("Both results are empty: any query that selects nothing would match.")
-        if tables_in(self.item.pred_sql) != tables_in(self.item.gold_sql):
-            out.append("The two queries read different tables, yet return the same result on this database.")
-        return out
+        return render(self.doubts, self.evidence)
 
 
-def execute_item(item: Item, db_root: Path, executor: Executor, finder: Finder | None = None) -> Executed:
-    """Run gold and prediction, compare them, compute the official readings and gather evidence."""
+def execute_item(
+    item: Item, db_root: Path, executor: Executor, finder: Finder | None = None, *, doubts: bool = False
+) -> Executed:
+    """Run gold and prediction, compare them, compute the official readings and gather evidence.
+
+    ``doubts``: also note the cheap reasons to doubt a match (a judge will read them)."""
     db = db_file(db_root, item.db_id)
     if not db.is_file():
         return Executed(item, db, db_found=False)
@@ -94,7 +96,12 @@ def execute_item(item: Item, db_root: Path, executor: Executor, finder: Finder |
     evidence = None
     if finder is not None and gold is not None and gold.ok and pred.ok and item.gold_sql is not None:
         evidence = finder.gather(db, item.gold_sql, item.pred_sql, gold, pred, comparison)
-    return Executed(item, db, True, gold, pred, comparison, readings, evidence)
+    found_doubts = None
+    if doubts:
+        from rose_sql.evidence.doubts import match_doubts
+
+        found_doubts = match_doubts(item.pred_sql, item.gold_sql, gold, comparison)
+    return Executed(item, db, True, gold, pred, comparison, readings, evidence, found_doubts)
 
 
 def _readings(item: Item, db: Path, gold: Execution, pred: Execution, executor: Executor) -> Readings:
@@ -140,55 +147,48 @@ def _ts(item: Item, db: Path, gold: Execution, pred: Execution, executor: Execut
 
 @dataclass(frozen=True, slots=True)
 class Judged:
-    """The judges' part of a record."""
+    """The judges' part of a record: the decision, and the calls that led to it."""
 
     decision: Decision
-    calls: list[Call] = field(default_factory=list)
-    labels: dict[str, Any] = field(default_factory=lambda: {"goldx": None, "ambq": None})
+    """The decision, with GoldX / AmbQ from the Refuter's reply."""
+    calls: list[JudgeCall] = field(default_factory=list)
+    """Every call made, in order (re-asks included)."""
 
 
 async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched_refuter: MatchedRefuter) -> Judged:
-    """Walk the decision table, asking each judge it calls for, and return the decision with the calls."""
+    """Walk the decision table, asking each judge it calls for; the decision with the calls made."""
     from rose_sql.judges.ask import Case, JudgeFailed, OutOfBudget, ask, prover_messages, refuter_messages
     from rose_sql.judges.replies import ProverReply, RefuterReply
 
-    facts = ex.facts(judge=llm is not None, matched_refuter=matched_refuter)
-    calls: list[Call] = []
-    while True:
-        step = decide(facts)
-        if isinstance(step, Decision):
-            return Judged(step, calls, _labels(facts.refuter))
+    calls: list[JudgeCall] = []
+    passed: ProverReply | None = None  # the Prover's pass, which the Refuter reads
+
+    async def answer(step: Step) -> ProverReply | RefuterReply | JudgeOutcome:
+        nonlocal passed
         assert llm is not None and ex.pred is not None
         schema = await asyncio.to_thread(schemas.get, ex.db)
         case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence=ex.evidence_text())
+        reply: ProverReply | RefuterReply
         try:
             if step == "prover":
-                prover, made = await ask(llm, step, prover_messages(case, schema), ProverReply)
-                facts = replace(facts, prover=prover)
+                passed, made = await ask(llm, step, prover_messages(case, schema), ProverReply)
+                reply = passed
             else:
-                passed = facts.prover if isinstance(facts.prover, ProverReply) else None
                 msgs = refuter_messages(case, schema, passed, matched=step == "refuter_matched")
-                refuter, made = await ask(llm, step, msgs, RefuterReply)
-                facts = replace(facts, refuter=refuter)
+                reply, made = await ask(llm, step, msgs, RefuterReply)
         except (JudgeFailed, OutOfBudget) as e:
-            made = e.calls
-            outcome: JudgeOutcome = "failed" if isinstance(e, JudgeFailed) else "no_budget"
-            facts = replace(facts, prover=outcome) if step == "prover" else replace(facts, refuter=outcome)
+            calls.extend(e.calls)
+            return "failed" if isinstance(e, JudgeFailed) else "no_budget"
         calls.extend(made)
+        return reply
 
-
-def _labels(refuter: object) -> dict[str, Any]:
-    from rose_sql.judges.replies import RefuterReply
-
-    if not isinstance(refuter, RefuterReply):
-        return {"goldx": None, "ambq": None}
-    return {
-        "goldx": not refuter.gold_correct,
-        "goldx_confidence": refuter.gold_confidence,
-        "ambq": refuter.ambiguity == "question",  # the paper's AmbQ; schema ambiguity is kept apart
-        "ambiguity": refuter.ambiguity,
-        "diagnostic": refuter.label,
-    }
+    steps = walk(ex.facts(judge=llm is not None, matched_refuter=matched_refuter))
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(await answer(step))
+    except StopIteration as done:
+        return Judged(done.value, calls)
 
 
 # --------------------------------------------------------------------------- records
@@ -197,7 +197,7 @@ def _labels(refuter: object) -> dict[str, Any]:
 def to_record(ex: Executed, judged: Judged) -> Record:
     """The on-disk record of an item."""
     it, d = ex.item, judged.decision
-    calls = [_call_dict(c) for c in judged.calls]
+    made = [c for c in judged.calls if not c.cached]
     return Record(
         id=it.id,
         db_id=it.db_id,
@@ -206,7 +206,7 @@ def to_record(ex: Executed, judged: Judged) -> Record:
         decided_by=d.decided_by,
         why=d.why,
         readings=ex.readings,
-        comparison=comparison_dict(ex.comparison),
+        comparison=ComparisonInfo.of(ex.comparison),
         pred=ExecutionInfo.of(ex.pred),
         gold=ExecutionInfo.of(ex.gold),
         difficulty=it.difficulty,
@@ -214,38 +214,20 @@ def to_record(ex: Executed, judged: Judged) -> Record:
         pred_sql=it.pred_sql,
         gold_sql=it.gold_sql,
         source=it.source,
-        labels=judged.labels,
-        judges=calls,
-        evidence=ex.evidence.to_dict() if ex.evidence else None,
-        llm_calls=sum(1 for c in judged.calls if not c.cached),
-        cost_usd=round(sum(c.cost_usd or 0.0 for c in judged.calls if not c.cached), 8),
+        labels=d.labels,
+        judges=list(judged.calls),
+        evidence=ex.evidence,
+        doubts=ex.doubts,
+        llm_calls=len(made),
+        cost_usd=round(sum(c.cost_usd or 0.0 for c in made), 8),
     )
 
 
-def _call_dict(c: Call) -> dict[str, Any]:
-    return {
-        "stage": c.stage,
-        "model": c.model,
-        "reply": c.reply,
-        "raw": c.raw,
-        "reasoning": c.reasoning,
-        "cached": c.cached,
-        "prompt_tokens": c.prompt_tokens,
-        "completion_tokens": c.completion_tokens,
-        "reasoning_tokens": c.reasoning_tokens,
-        "cost_usd": c.cost_usd,
-        "seconds": c.seconds,
-        "prompt_sha256": c.prompt_sha256,
-        "params": c.params,
-        "error": c.error,
-    }
-
-
-def failed_record(item: Item, error: BaseException) -> Record:
+def failed_record(item: Item, error: BaseException | str) -> Record:
     """The record of an item whose evaluation hit a bug of ours: unscored, and the run goes on."""
-    why = f"internal error while evaluating: {type(error).__name__}: {error}"
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     ex = Executed(item, Path(), db_found=True)
-    return to_record(ex, Judged(Decision(None, "internal_error", None, why)))
+    return to_record(ex, Judged(Decision(None, "internal_error", None, f"internal error while evaluating: {text}")))
 
 
 def unjudged_record(ex: Executed) -> Record:
@@ -261,3 +243,44 @@ def evaluate_item(item: Item, db_root: Path, executor: Executor) -> Record:
         return unjudged_record(execute_item(item, db_root, executor))
     except Exception as e:  # a bug of ours must not take the other items down
         return failed_record(item, e)
+
+
+def evaluate_items(items: Sequence[Item], db_root: Path, config: Config | None = None) -> list[Record]:
+    """Evaluate items in this process, judges and evidence as ``config`` says: the records, in order.
+
+    The library's whole path for scripts and notebooks (``rose run`` adds worker processes, resume and
+    the files). Never raises for an item's problem: each one's failure is data on its record.
+    """
+    return asyncio.run(_evaluate_items(items, db_root, config or Config()))
+
+
+async def _evaluate_items(items: Sequence[Item], db_root: Path, config: Config) -> list[Record]:
+    llm: LLM | None = None
+    schemas: Schemas | None = None
+    finder: Finder | None = None
+    if config.evidence:
+        from rose_sql.evidence.finder import Finder
+
+        finder = Finder(config)
+    if config.judge is not None:
+        from rose_sql.judges.context import Schemas
+        from rose_sql.judges.llm import LLM
+
+        llm, schemas = LLM(config.judge), Schemas()
+    policy = config.judge.effective_matched_refuter if config.judge else "always"
+    try:
+        with Executor(config) as executor:
+
+            async def one(item: Item) -> Record:
+                try:
+                    ex = await asyncio.to_thread(execute_item, item, db_root, executor, finder, doubts=llm is not None)
+                    if llm is None or schemas is None:
+                        return unjudged_record(ex)
+                    return to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy))
+                except Exception as e:  # a bug of ours: the item says so, the others go on
+                    return failed_record(item, e)
+
+            return list(await asyncio.gather(*(one(it) for it in items)))
+    finally:
+        if llm is not None:
+            await llm.aclose()

@@ -1,8 +1,17 @@
-"""The on-disk record of one item, and the append-only ``records.jsonl`` it lives in.
+"""The record of one item: typed on the way out and on the way back, versioned, in an append-only file.
 
-One JSON line per item, appended and flushed as the item finishes, so a crash loses at most the
-line being written; :func:`read_records` skips a torn last line and :class:`RecordWriter`
-truncates it before appending again. The schema is versioned (``schema``).
+:class:`Record` is one line of ``records.jsonl``. :meth:`Record.to_dict` writes it;
+:meth:`Record.from_dict` reads it back, validating every field (with pydantic, loaded only by readers)
+and lifting records of older layouts to this one (:func:`migrate`), so everything downstream of a run
+works with the same typed record that the run wrote. ``records.jsonl`` is appended and flushed as items
+finish, so a crash loses at most the line being written: :func:`read_records` skips a torn last line and
+:class:`RecordWriter` truncates it before appending again.
+
+Layout versions (``schema``):
+
+- 1: the first layout;
+- 2: ``labels`` always carries all five GoldX/AmbQ fields; ``doubts`` (cheap reasons to doubt a match,
+  recorded when a judge is configured) is new; judge calls may carry ``imported_from``.
 """
 
 from __future__ import annotations
@@ -10,25 +19,37 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rose_sql.compare import Comparison, json_value
+from rose_sql.decide import DatasetLabels, DecidedBy, Unscored
 from rose_sql.errors import InputError
+from rose_sql.evidence.findings import Evidence
 from rose_sql.execute import Execution
 from rose_sql.items import ItemId
 from rose_sql.readings import Readings
 
-SCHEMA_VERSION = 1
+if TYPE_CHECKING:  # pydantic models: imported by the judges and by readers, never by a judge-free run
+    from pydantic import TypeAdapter
+
+    from rose_sql.judges.replies import ProverReply, RefuterReply
+
+SCHEMA_VERSION = 2
+"""The layout this version writes; :func:`migrate` reads every earlier one."""
 PREVIEW_ROWS = 5
+"""Rows of each result a record keeps."""
+
+ExecutionStatus = Literal["ok", "error", "timeout", "rejected", "skipped"]
 
 
 @dataclass(frozen=True, slots=True)
 class ExecutionInfo:
     """What the record keeps of one execution."""
 
-    status: str
-    """``ok``, ``error``, ``timeout``, ``rejected`` or ``skipped``."""
+    status: ExecutionStatus
+    """``ok``, ``error``, ``timeout``, ``rejected`` or ``skipped`` (not run)."""
     seconds: float
     """Wall time in seconds (of the original run when cached)."""
     error: str | None = None
@@ -63,6 +84,77 @@ class ExecutionInfo:
             cached=e.cached,
         )
 
+    def execution(self) -> Execution | None:
+        """The execution as the decision table needs it (status and error; no rows), None when skipped."""
+        return None if self.status == "skipped" else Execution(self.status, self.seconds, error=self.error)
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonInfo:
+    """What the record keeps of our comparator's outcome."""
+
+    equal: bool | None
+    """True, False, or None when undecidable (a truncated result)."""
+    reason: str
+    """``same`` when equal, otherwise the kind of mismatch (``imported`` for the ROSE authors' comparator)."""
+    detail: str
+    """One line a person can read."""
+    notes: list[str] = field(default_factory=list)
+    """Representation differences that were tolerated."""
+    pred_only: int | None = 0
+    """Rows (with multiplicity) only in the prediction (None when unknown)."""
+    gold_only: int | None = 0
+    """Rows (with multiplicity) only in the gold (None when unknown)."""
+
+    @classmethod
+    def of(cls, c: Comparison | None) -> ComparisonInfo | None:
+        if c is None:
+            return None
+        return cls(c.equal, c.reason, c.detail, list(c.notes), c.pred_only, c.gold_only)
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeCall:
+    """One call of a judge, as the record keeps it."""
+
+    stage: Literal["prover", "refuter"]
+    """Which judge (a Refuter on a match is recorded as ``refuter``)."""
+    model: str
+    """The model that answered."""
+    reply: ProverReply | RefuterReply | None
+    """The validated reply; None when the reply was unusable (see ``error``)."""
+    raw: str
+    """The reply text as received."""
+    reasoning: str | None
+    """The provider's separate reasoning text, when it returns one."""
+    cached: bool
+    """Served from the LLM cache: no call was made."""
+    prompt_tokens: int
+    """Input tokens the provider counted."""
+    completion_tokens: int
+    """Output tokens the provider counted (reasoning included)."""
+    reasoning_tokens: int | None
+    """Reasoning tokens, where reported."""
+    cost_usd: float | None
+    """Cost from the price table; None when the model has no price."""
+    seconds: float
+    """Wall time of the call (0 when cached)."""
+    prompt_sha256: str | None
+    """Digest of the system prompt (None for imported replies)."""
+    params: dict[str, Any]
+    """Sampling parameters the provider accepted."""
+    error: str | None = None
+    """Why the reply could not be used, when it could not."""
+    imported_from: str | None = None
+    """The file an imported reply came from (``rose import-rose``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in _CALL_FIELDS}
+        data["reply"] = self.reply.model_dump() if self.reply is not None else None
+        if self.imported_from is None:
+            del data["imported_from"]
+        return data
+
 
 @dataclass(frozen=True, slots=True)
 class Record:
@@ -74,16 +166,16 @@ class Record:
     """Database name."""
     score: int | None
     """1 (answers the question), 0 (does not) or None (unscored, see ``unscored_reason``)."""
-    unscored_reason: str | None
-    """Why there is no score: db_missing, no_gold, gold_error, awaiting_judge."""
-    decided_by: str | None
-    """The stage that settled the score (``execution``), None when unscored."""
+    unscored_reason: Unscored | None
+    """Why there is no score: one of :data:`rose_sql.decide.UNSCORED`."""
+    decided_by: DecidedBy | None
+    """The stage that settled the score, None when unscored."""
     why: str
     """One line explaining the decision."""
     readings: Readings
     """The official metrics (bird_ex, ts_ex, ts_ex_keep_distinct, soft_f1)."""
-    comparison: dict[str, Any] | None
-    """Our comparator's outcome: equal, reason, detail, notes (None when nothing to compare)."""
+    comparison: ComparisonInfo | None
+    """Our comparator's outcome (None when there was nothing to compare)."""
     pred: ExecutionInfo
     """The prediction's execution."""
     gold: ExecutionInfo
@@ -98,53 +190,94 @@ class Record:
     """The gold SQL as given."""
     source: str = ""
     """Where the item came from (file:line or file:key)."""
-    labels: dict[str, Any] = field(default_factory=lambda: {"goldx": None, "ambq": None})
-    """Dataset labels (GoldX, AmbQ); None until a Refuter has looked."""
-    judges: list[dict[str, Any]] = field(default_factory=list)
-    """LLM calls in order: stage, model, validated reply, raw reply, cached, tokens, cost."""
+    labels: DatasetLabels = field(default_factory=DatasetLabels)
+    """What the Refuter said about the item itself: GoldX, AmbQ (None until a Refuter looked)."""
+    judges: list[JudgeCall] = field(default_factory=list)
+    """LLM calls in order."""
     llm_calls: int = 0
     """Calls made to the endpoint for this item (cached replies not counted)."""
     cost_usd: float = 0.0
     """What those calls cost."""
-    evidence: dict[str, Any] | None = None
+    evidence: Evidence | None = None
     """Deterministic evidence (witness, distinguishing rows, gold smells) when that stage ran."""
+    doubts: list[str] | None = None
+    """Cheap deterministic reasons to doubt a match (both results empty, other tables read); recorded
+    when a judge is configured, None otherwise. With the evidence, they decide whether the matched-results
+    policy ``evidence`` asks the Refuter."""
     schema: int = SCHEMA_VERSION
-    """Version of this record layout."""
+    """Version of this record's layout."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as JSON-ready data (nested dicts and lists are shared, not copied)."""
-        # one level of fields by hand: dataclasses.asdict deep-copies every nested dict and list
+        """The record as JSON-ready data (nested lists are shared, not copied)."""
         data = {name: getattr(self, name) for name in _RECORD_FIELDS}
         data["readings"] = {name: getattr(self.readings, name) for name in _READINGS_FIELDS}
-        data["pred"] = {name: getattr(self.pred, name) for name in _EXECUTION_FIELDS}
-        data["gold"] = {name: getattr(self.gold, name) for name in _EXECUTION_FIELDS}
+        data["comparison"] = _plain(self.comparison, _COMPARISON_FIELDS)
+        data["pred"] = _plain(self.pred, _EXECUTION_FIELDS)
+        data["gold"] = _plain(self.gold, _EXECUTION_FIELDS)
+        data["labels"] = _plain(self.labels, _LABEL_FIELDS)
+        data["judges"] = [c.to_dict() for c in self.judges]
+        data["evidence"] = self.evidence.to_dict() if self.evidence is not None else None
         return data
 
     def to_json(self) -> str:
         return dumps(self.to_dict())
 
+    @classmethod
+    def from_dict(cls, data: Any) -> Record:
+        """A record read back: older layouts migrated, every field validated.
+
+        Raises :class:`ValueError` naming the first field that is not what this layout holds.
+        """
+        from pydantic import ValidationError
+
+        try:
+            record: Record = _adapter().validate_python(migrate(data))
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            raise ValueError(f"not a valid record: {where}: {err['msg']}") from None
+        return record
+
+    @property
+    def id_key(self) -> str:
+        """A key under which ids read back from JSON equal the ids they were written from."""
+        return id_key(self.id)
+
 
 _RECORD_FIELDS = tuple(f.name for f in fields(Record))
 _READINGS_FIELDS = tuple(f.name for f in fields(Readings))
 _EXECUTION_FIELDS = tuple(f.name for f in fields(ExecutionInfo))
+_COMPARISON_FIELDS = tuple(f.name for f in fields(ComparisonInfo))
+_LABEL_FIELDS = tuple(f.name for f in fields(DatasetLabels))
+_CALL_FIELDS = tuple(f.name for f in fields(JudgeCall))
 
-_CALL_BRIEF = ("stage", "cached", "prompt_tokens", "completion_tokens", "cost_usd")
+
+def _plain(obj: Any, names: tuple[str, ...]) -> dict[str, Any] | None:
+    return None if obj is None else {name: getattr(obj, name) for name in names}
 
 
-def brief(record: dict[str, Any]) -> dict[str, Any]:
-    """What a run's summary reads of a record (as read back, or as :meth:`Record.to_dict` gives it):
-    a small record of the same shape, cheap to keep and to send between processes."""
-    comparison = record.get("comparison")
-    return {
-        "id": record["id"],
-        "score": record.get("score"),
-        "unscored_reason": record.get("unscored_reason"),
-        "decided_by": record.get("decided_by"),
-        "readings": record.get("readings") or {},
-        "difficulty": record.get("difficulty"),
-        "comparison": {"reason": comparison.get("reason")} if comparison else None,
-        "judges": [{k: c.get(k) for k in _CALL_BRIEF} for c in record.get("judges") or []],
-    }
+def migrate(data: Any) -> Any:
+    """A record of an earlier layout, lifted to :data:`SCHEMA_VERSION` (a dict of this layout is returned as is)."""
+    if not isinstance(data, dict):
+        raise ValueError("not a valid record: not a JSON object")
+    version = data.get("schema", 1)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ValueError(f"record layout {version!r} is newer than this rose-sql reads ({SCHEMA_VERSION}); upgrade")
+    if version == SCHEMA_VERSION:
+        return data
+    # 1 -> 2: new fields take their defaults (labels' three Refuter fields, doubts); nothing was renamed
+    return {**data, "schema": SCHEMA_VERSION}
+
+
+@cache
+def _adapter() -> TypeAdapter[Record]:
+    from pydantic import TypeAdapter
+
+    from rose_sql.judges.replies import ProverReply, RefuterReply
+
+    adapter = TypeAdapter(Record)
+    adapter.rebuild(_types_namespace={"ProverReply": ProverReply, "RefuterReply": RefuterReply})
+    return adapter
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=str)
@@ -155,27 +288,16 @@ def dumps(data: dict[str, Any]) -> str:
     return _ENCODER.encode(data)
 
 
-def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
-    """The JSON form of a comparison."""
-    if c is None:
-        return None
-    return {
-        "equal": c.equal,
-        "reason": c.reason,
-        "detail": c.detail,
-        "notes": list(c.notes),
-        "pred_only": c.pred_only,
-        "gold_only": c.gold_only,
-    }
-
-
 def id_key(item_id: Any) -> str:
     """A key under which an id read back from JSON equals the id it was written from."""
     return json.dumps(item_id)
 
 
-def read_records(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of a ``records.jsonl`` as dicts; a torn (unterminated) last line is skipped."""
+def read_records(path: Path) -> Iterator[Record]:
+    """The records of a ``records.jsonl``, typed; a torn (unterminated) last line is skipped.
+
+    Raises :class:`~rose_sql.errors.InputError` naming the file and line of a line that is not a record.
+    """
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -185,9 +307,11 @@ def read_records(path: Path) -> Iterator[dict[str, Any]]:
         if not raw.strip():
             continue
         try:
-            yield json.loads(raw)
+            yield Record.from_dict(json.loads(raw))
         except json.JSONDecodeError as e:
             raise InputError(path, f"not a record ({e.msg}); the file was edited or corrupted", where=lineno) from None
+        except ValueError as e:
+            raise InputError(path, str(e), where=lineno) from None
 
 
 class RecordWriter:

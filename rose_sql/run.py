@@ -24,18 +24,18 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from rose_sql.config import Config
 from rose_sql.errors import UsageError
 from rose_sql.evaluate import Executed, execute_item, failed_record, judge_item, to_record, unjudged_record
 from rose_sql.execute import Executor
 from rose_sql.items import Item, Loaded
-from rose_sql.record import RecordWriter, brief, dumps, id_key, read_records
-from rose_sql.summary import Summary, summarize_records, write_summary
+from rose_sql.record import RecordWriter, id_key, read_records
+from rose_sql.summary import Brief, Summary, summarize_briefs, write_summary
 
 if TYPE_CHECKING:  # evidence and judges are loaded only when configured: a judge-free run starts faster
-    from rose_sql.evidence import Finder
+    from rose_sql.evidence.finder import Finder
     from rose_sql.judges.context import Schemas
     from rose_sql.judges.llm import LLM, Ledger
 
@@ -52,7 +52,7 @@ class SystemRun:
     """Items still to evaluate (all of them unless resuming)."""
     resumed: int = 0
     """Items already recorded by an earlier, interrupted run."""
-    briefs: list[dict[str, Any]] = field(default_factory=list)
+    briefs: list[Brief] = field(default_factory=list)
     """What the summary needs of every record written (read back for resumed items)."""
 
     @property
@@ -70,14 +70,14 @@ def plan(loaded: Sequence[Loaded], out: Path, *, resume: bool) -> list[SystemRun
     for lf in loaded:
         out_dir = out / lf.path.stem
         records = out_dir / "records.jsonl"
-        earlier: list[dict[str, Any]] = []
+        earlier: list[Brief] = []
         if records.exists() and records.stat().st_size > 0:
             if not resume:
                 raise UsageError(
                     f"{records} already exists; pass --resume to continue that run, or choose another --out"
                 )
-            earlier = [brief(r) for r in read_records(records)]
-        done = {id_key(r["id"]) for r in earlier}
+            earlier = [Brief.of(r) for r in read_records(records)]
+        done = {id_key(b.id) for b in earlier}
         todo = [it for it in lf.items if id_key(it.id) not in done]
         runs.append(SystemRun(lf, out_dir, todo, resumed=len(lf.items) - len(todo), briefs=earlier))
     return runs
@@ -96,7 +96,7 @@ def run(systems: Sequence[SystemRun], db_root: Path, config: Config, progress: P
         stage1.close()
     summaries = []
     for s in systems:
-        summary = summarize_records(s.briefs, s.name, s.loaded, config)
+        summary = summarize_briefs(s.briefs, s.name, s.loaded, config)
         write_summary(summary, s.out_dir / "summary.json")
         summaries.append(summary)
     return summaries
@@ -139,7 +139,7 @@ def _init_worker(config: Config, parent: int) -> None:
 def _finder(config: Config) -> Finder | None:
     if not config.evidence:
         return None
-    from rose_sql.evidence import Finder
+    from rose_sql.evidence.finder import Finder
 
     return Finder(config)
 
@@ -158,7 +158,7 @@ class _Line(NamedTuple):
     A named tuple: thousands cross from the workers, and tuples pickle several times faster."""
 
     json: str
-    brief: dict[str, Any]
+    brief: Brief
 
 
 Outcome = Executed | _Line | str
@@ -175,11 +175,14 @@ def _execute_batch(items: list[Item], db_root: Path, final: bool) -> list[Outcom
         try:
             key = (it.db_id, it.gold_sql, it.pred_sql)
             earlier = alike.get(key)
-            ex = earlier.for_item(it) if earlier is not None else execute_item(it, db_root, executor, finder)
+            if earlier is not None:
+                ex = earlier.for_item(it)
+            else:
+                ex = execute_item(it, db_root, executor, finder, doubts=not final)
             alike[key] = ex
             if final:
-                data = unjudged_record(ex).to_dict()
-                out.append(_Line(dumps(data), brief(data)))
+                record = unjudged_record(ex)
+                out.append(_Line(record.to_json(), Brief.of(record)))
             else:
                 out.append(ex)
         except Exception as e:  # a bug of ours: reported on the item, the batch goes on
@@ -257,7 +260,7 @@ async def _run(
     window = asyncio.Semaphore(config.workers * 2 + (config.judge.concurrency if config.judge else 0))
     batches = _batches([(s.name, it) for s in systems for it in s.todo])
 
-    def write(name: str, line: str, summary_fields: dict[str, Any]) -> None:
+    def write(name: str, line: str, summary_fields: Brief) -> None:
         writers[name].write_line(line)
         by_name[name].briefs.append(summary_fields)
         if progress:
@@ -268,10 +271,10 @@ async def _run(
             if isinstance(ex, str):
                 raise RuntimeError(ex)
             assert not isinstance(ex, _Line) and schemas is not None  # a judge is configured
-            data = to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy)).to_dict()
+            record = to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy))
         except Exception as e:  # a bug of ours: the item is unscored, the run goes on
-            data = failed_record(item, e).to_dict()
-        write(name, dumps(data), brief(data))
+            record = failed_record(item, e)
+        write(name, record.to_json(), Brief.of(record))
 
     async def one(batch: list[tuple[str, Item]]) -> None:
         async with window:

@@ -1,24 +1,133 @@
 """Summaries of a run: ``summary.json`` and the numbers the terminal shows.
 
-Computed from records (the whole records or their :func:`~rose_sql.record.brief`), deduplicated by
-id, the last one winning: a run passes the records it wrote plus those an interrupted run had
-already written, so a resumed run summarises every item exactly once, old and new alike.
+Computed from :class:`Brief`\\ s (what a summary needs of a record: small enough to cross between
+processes cheaply), deduplicated by id, the last one winning: a run passes the records it wrote plus
+those an interrupted run had already written, so a resumed run summarises every item exactly once, old
+and new alike. :meth:`Summary.from_dict` reads a ``summary.json`` back, typed, as
+:meth:`rose_sql.record.Record.from_dict` reads records.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rose_sql.config import Config
-from rose_sql.items import Loaded
-from rose_sql.record import SCHEMA_VERSION, id_key, read_records
+from rose_sql.items import ItemId, Loaded
+from rose_sql.readings import Readings
+from rose_sql.record import SCHEMA_VERSION, Record, id_key, read_records
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 READINGS = ("bird_ex", "ts_ex", "ts_ex_keep_distinct", "soft_f1")
+
+
+class CallBrief(NamedTuple):
+    """What a summary needs of one judge call."""
+
+    stage: str
+    cached: bool
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+
+
+class Brief(NamedTuple):
+    """What a summary needs of one record (a named tuple: thousands cross from the worker processes)."""
+
+    id: ItemId
+    score: int | None
+    unscored_reason: str | None
+    decided_by: str | None
+    readings: Readings
+    difficulty: str | None
+    comparison_reason: str | None
+    """Our comparator's reason; None when nothing was compared."""
+    calls: tuple[CallBrief, ...]
+
+    @classmethod
+    def of(cls, r: Record) -> Brief:
+        calls = tuple(CallBrief(c.stage, c.cached, c.prompt_tokens, c.completion_tokens, c.cost_usd) for c in r.judges)
+        reason = r.comparison.reason if r.comparison is not None else None
+        return cls(r.id, r.score, r.unscored_reason, r.decided_by, r.readings, r.difficulty, reason, calls)
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """ROSE and the official readings over a group of items."""
+
+    n: int
+    """Items in the group."""
+    scored: int
+    """Items with a score."""
+    rose: float | None
+    """Mean score over scored items (None when nothing is scored)."""
+    bird_ex: float | None = None
+    """Mean BIRD EX where defined."""
+    ts_ex: float | None = None
+    """Mean Spider test-suite EX where defined."""
+    ts_ex_keep_distinct: float | None = None
+    """Mean Spider test-suite EX with --keep_distinct where defined."""
+    soft_f1: float | None = None
+    """Mean BIRD Soft-F1 where defined."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageUsage:
+    """LLM calls of one judge stage."""
+
+    calls: int = 0
+    """Calls made to the endpoint."""
+    cached: int = 0
+    """Replies served from the cache."""
+    prompt_tokens: int = 0
+    """Input tokens of the calls made."""
+    completion_tokens: int = 0
+    """Output tokens of the calls made."""
+    cost_usd: float = 0.0
+    """What the calls made cost."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """LLM calls, cached replies, tokens and cost of a run: totals and per stage (from the records)."""
+
+    calls: int = 0
+    cached: int = 0
+    calls_per_item: float = 0.0
+    """Calls made and cached, per item."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    by_stage: dict[str, StageUsage] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeInfo:
+    """What identifies the judge that produced the scores (no secrets)."""
+
+    model: str
+    """The judge model."""
+    base_url: str | None = None
+    """The endpoint (None: the SDK's default)."""
+    temperature: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    policy: str | None = None
+    """``rose`` or ``paper`` (or how imported judgements were decided)."""
+    matched_refuter: str | None = None
+    """The matched-results policy in effect."""
+    reask: int | None = None
+    prompts: dict[str, str] | None = None
+    """Digests of the system prompts (None for imported judgements)."""
+    provider: str | None = None
+    """Where the judgements came from, when not from an endpoint of this run (``imported: ...``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +160,11 @@ class Summary:
     """Our comparator's outcomes by reason (same, order, values, ...)."""
     readings_n: dict[str, int]
     """How many items each reading is defined on."""
-    by_difficulty: dict[str, dict[str, Any]] = field(default_factory=dict)
+    by_difficulty: dict[str, Block] = field(default_factory=dict)
     """The same means per difficulty label, where the data has them."""
-    llm: dict[str, Any] = field(default_factory=dict)
+    llm: Usage = field(default_factory=Usage)
     """LLM calls, cached replies, tokens and cost: totals and per stage (from the records)."""
-    judge: dict[str, Any] | None = None
+    judge: JudgeInfo | None = None
     """The judge configuration that produced the scores (model, endpoint, parameters, prompt hashes)."""
     format: str = ""
     """Input format the predictions were read as."""
@@ -64,95 +173,127 @@ class Summary:
     schema: int = SCHEMA_VERSION
     """Version of the record and summary layout."""
 
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
-def _mean(values: list[float]) -> float | None:
+    @classmethod
+    def from_dict(cls, data: Any) -> Summary:
+        """A ``summary.json`` read back, older layouts lifted (see :func:`rose_sql.record.migrate`), validated."""
+        from pydantic import ValidationError
+
+        if not isinstance(data, dict):
+            raise ValueError("not a summary: not a JSON object")
+        version = data.get("schema", 1)
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise ValueError(f"summary layout {version!r} is newer than this rose-sql reads; upgrade")
+        try:
+            summary: Summary = _adapter().validate_python({**data, "schema": SCHEMA_VERSION})
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise ValueError(f"not a valid summary: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        return summary
+
+
+@cache
+def _adapter() -> TypeAdapter[Summary]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(Summary)
+
+
+def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 6) if values else None
 
 
-def _block(records: list[dict[str, Any]]) -> dict[str, Any]:
-    scored = [r["score"] for r in records if r["score"] is not None]
-    out: dict[str, Any] = {"n": len(records), "scored": len(scored), "rose": _mean(scored)}
-    for name in READINGS:
-        out[name] = _mean([r["readings"][name] for r in records if r["readings"].get(name) is not None])
-    return out
+def _block(briefs: list[Brief]) -> Block:
+    scored = [b.score for b in briefs if b.score is not None]
+    means = {name: _mean([v for b in briefs if (v := getattr(b.readings, name)) is not None]) for name in READINGS}
+    return Block(len(briefs), len(scored), _mean(scored), **means)
 
 
-def _llm(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _usage(briefs: list[Brief]) -> Usage:
     stages: dict[str, dict[str, float]] = {}
-    for r in records:
-        for c in r.get("judges") or []:
+    for b in briefs:
+        for c in b.calls:
             s = stages.setdefault(
-                c["stage"], {"calls": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+                c.stage, {"calls": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
             )
-            key = "cached" if c.get("cached") else "calls"
-            s[key] += 1
-            if not c.get("cached"):
-                s["prompt_tokens"] += c.get("prompt_tokens") or 0
-                s["completion_tokens"] += c.get("completion_tokens") or 0
-                s["cost_usd"] = round(s["cost_usd"] + (c.get("cost_usd") or 0.0), 8)
-    n = len(records) or 1
-    total_calls = sum(int(s["calls"] + s["cached"]) for s in stages.values())
-    return {
-        "calls": sum(int(s["calls"]) for s in stages.values()),
-        "cached": sum(int(s["cached"]) for s in stages.values()),
-        "calls_per_item": round(total_calls / n, 4),
-        "prompt_tokens": sum(int(s["prompt_tokens"]) for s in stages.values()),
-        "completion_tokens": sum(int(s["completion_tokens"]) for s in stages.values()),
-        "cost_usd": round(sum(s["cost_usd"] for s in stages.values()), 6),
-        "by_stage": stages,
+            if c.cached:
+                s["cached"] += 1
+            else:
+                s["calls"] += 1
+                s["prompt_tokens"] += c.prompt_tokens or 0
+                s["completion_tokens"] += c.completion_tokens or 0
+                s["cost_usd"] = round(s["cost_usd"] + (c.cost_usd or 0.0), 8)
+    n = len(briefs) or 1
+    by_stage = {
+        name: StageUsage(
+            int(s["calls"]), int(s["cached"]), int(s["prompt_tokens"]), int(s["completion_tokens"]), s["cost_usd"]
+        )
+        for name, s in stages.items()
     }
+    return Usage(
+        calls=sum(s.calls for s in by_stage.values()),
+        cached=sum(s.cached for s in by_stage.values()),
+        calls_per_item=round(sum(s.calls + s.cached for s in by_stage.values()) / n, 4),
+        prompt_tokens=sum(s.prompt_tokens for s in by_stage.values()),
+        completion_tokens=sum(s.completion_tokens for s in by_stage.values()),
+        cost_usd=round(sum(s.cost_usd for s in by_stage.values()), 6),
+        by_stage=by_stage,
+    )
 
 
-def judge_info(config: Config | None) -> dict[str, Any] | None:
-    """What identifies the judge that produced the scores (no secrets)."""
+def judge_info(config: Config | None) -> JudgeInfo | None:
+    """What identifies the judge of a run (no secrets); None without one."""
     if config is None or config.judge is None:
         return None
     from rose_sql.judges.ask import prompt_hashes
 
     j = config.judge
-    return {
-        "model": j.model,
-        "base_url": j.base_url,
-        "temperature": j.temperature,
-        "seed": j.seed,
-        "max_tokens": j.max_tokens,
-        "policy": j.policy,
-        "matched_refuter": j.effective_matched_refuter,
-        "reask": j.reask,
-        "prompts": prompt_hashes(),
-    }
+    return JudgeInfo(
+        model=j.model,
+        base_url=j.base_url,
+        temperature=j.temperature,
+        seed=j.seed,
+        max_tokens=j.max_tokens,
+        policy=j.policy,
+        matched_refuter=j.effective_matched_refuter,
+        reask=j.reask,
+        prompts=prompt_hashes(),
+    )
 
 
 def summarize(records_path: Path, loaded: Loaded | None = None, config: Config | None = None) -> Summary:
     """Summarise a ``records.jsonl`` (deduplicated by id, the last record of an id winning)."""
-    return summarize_records(read_records(records_path), records_path.parent.name, loaded, config)
+    briefs = (Brief.of(r) for r in read_records(records_path))
+    return summarize_briefs(briefs, records_path.parent.name, loaded, config)
 
 
-def summarize_records(
-    records_in: Iterable[dict[str, Any]], system: str, loaded: Loaded | None = None, config: Config | None = None
+def summarize_briefs(
+    briefs_in: Iterable[Brief], system: str, loaded: Loaded | None = None, config: Config | None = None
 ) -> Summary:
-    """Summarise records of one system (deduplicated by id, the last record of an id winning)."""
-    by_id = {id_key(r["id"]): r for r in records_in}
-    records = list(by_id.values())
-    main = _block(records)
-    n = len(records)
-    difficulties = sorted({r["difficulty"] for r in records if r.get("difficulty")})
+    """Summarise the briefs of one system's records (deduplicated by id, the last of an id winning)."""
+    by_id = {id_key(b.id): b for b in briefs_in}
+    briefs = list(by_id.values())
+    main = _block(briefs)
+    n = len(briefs)
+    difficulties = sorted({b.difficulty for b in briefs if b.difficulty})
     return Summary(
         system=system,
         n=n,
-        scored=main["scored"],
-        coverage=round(main["scored"] / n, 6) if n else 0.0,
-        rose=main["rose"],
-        bird_ex=main["bird_ex"],
-        ts_ex=main["ts_ex"],
-        ts_ex_keep_distinct=main["ts_ex_keep_distinct"],
-        soft_f1=main["soft_f1"],
-        unscored=dict(Counter(r["unscored_reason"] for r in records if r["score"] is None)),
-        decided_by=dict(Counter(r["decided_by"] for r in records if r["score"] is not None)),
-        comparison=dict(Counter((r["comparison"] or {}).get("reason", "not_compared") for r in records)),
-        readings_n={k: sum(1 for r in records if r["readings"].get(k) is not None) for k in READINGS},
-        by_difficulty={d: _block([r for r in records if r.get("difficulty") == d]) for d in difficulties},
-        llm=_llm(records),
+        scored=main.scored,
+        coverage=round(main.scored / n, 6) if n else 0.0,
+        rose=main.rose,
+        bird_ex=main.bird_ex,
+        ts_ex=main.ts_ex,
+        ts_ex_keep_distinct=main.ts_ex_keep_distinct,
+        soft_f1=main.soft_f1,
+        unscored=dict(Counter(str(b.unscored_reason) for b in briefs if b.score is None)),
+        decided_by=dict(Counter(str(b.decided_by) for b in briefs if b.score is not None)),
+        comparison=dict(Counter(b.comparison_reason or "not_compared" for b in briefs)),
+        readings_n={k: sum(1 for b in briefs if getattr(b.readings, k) is not None) for k in READINGS},
+        by_difficulty={d: _block([b for b in briefs if b.difficulty == d]) for d in difficulties},
+        llm=_usage(briefs),
         judge=judge_info(config),
         format=loaded.format if loaded else "",
         warnings=list(loaded.warnings) if loaded else [],
@@ -162,5 +303,5 @@ def summarize_records(
 def write_summary(summary: Summary, path: Path) -> None:
     """Write ``summary.json`` atomically."""
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(asdict(summary), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(summary.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(path)

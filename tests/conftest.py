@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from rose_sql.record import Record
+from rose_sql.summary import Summary
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -65,3 +70,78 @@ def shared() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"shared data not found at {SHARED} (it sits beside the repository in CI)")
     return SHARED
+
+
+# --------------------------------------------------------------------------- records written by hand
+
+_PROVER = {"expected_answer": "", "sql_behaviour": "", "reasoning": "", "answers_question": True}
+_REFUTER = {"reasoning": "", "overturn": False, "ambiguity": "none", "gold_correct": True}
+_CALL = {
+    "model": "judge-x",
+    "raw": "",
+    "reasoning": None,
+    "cached": False,
+    "prompt_tokens": 0,
+    "completion_tokens": 0,
+    "reasoning_tokens": None,
+    "cost_usd": None,
+    "seconds": 0.0,
+    "prompt_sha256": None,
+    "params": {},
+}
+
+
+def make_record(data: dict[str, Any]) -> Record:
+    """A typed record from the fields a test cares about; the others take neutral values."""
+    full: dict[str, Any] = {
+        "db_id": "",
+        "unscored_reason": None,
+        "decided_by": None,
+        "why": "",
+        "readings": {},
+        "comparison": None,
+        "pred": {"status": "skipped", "seconds": 0.0},
+        "gold": {"status": "skipped", "seconds": 0.0},
+        **data,
+    }
+    if full.get("score") is not None and full["decided_by"] is None:
+        full["decided_by"] = "refuter"
+    calls = []
+    for call in full.get("judges") or []:
+        reply = call.get("reply")
+        if reply is not None:
+            reply = {**(_PROVER if call["stage"] == "prover" else _REFUTER), **reply}
+        calls.append({**_CALL, **call, "reply": reply})
+    full["judges"] = calls
+    if full.get("evidence") is not None:
+        full["evidence"] = {"witness": None, **full["evidence"]}
+    return Record.from_dict(full)
+
+
+def write_records(folder: Path, records: list[Record], summary: dict[str, Any] | None = None) -> Path:
+    """A run folder holding ``records`` (and a summary.json made of ``summary``'s fields, when given)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "records.jsonl").write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
+    if summary is not None:
+        (folder / "summary.json").write_text(json.dumps(make_summary(folder.name, summary).to_dict()))
+    return folder
+
+
+def make_summary(system: str, data: dict[str, Any]) -> Summary:
+    """A typed summary from the fields a test cares about."""
+    base: dict[str, Any] = {
+        "system": system,
+        "n": 0,
+        "scored": 0,
+        "coverage": 0.0,
+        "rose": None,
+        "bird_ex": None,
+        "ts_ex": None,
+        "ts_ex_keep_distinct": None,
+        "soft_f1": None,
+        "unscored": {},
+        "decided_by": {},
+        "comparison": {},
+        "readings_n": {},
+    }
+    return Summary.from_dict({**base, **data})

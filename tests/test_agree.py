@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import make_record, write_records
 
 from rose_sql.analysis.agree import Confusion, agree, block, kappa, metrics, pair
 from rose_sql.analysis.labels import load_labels, reviewed_only, with_tags
 from rose_sql.analysis.runs import Run, load_run
 from rose_sql.cli import main
 from rose_sql.errors import InputError
+from rose_sql.record import Record
 
 # (tp, fp, fn, tn) -> kappa, accuracy, mcc, f1, precision, recall, all in percent, computed by hand:
 # 20/5/10/15: po = 35/50, pe = (25*30 + 25*20)/2500 = .5, kappa = (.7-.5)/.5; MCC = 250/sqrt(25*30*20*25)
@@ -114,11 +116,11 @@ def test_id_lists_tag_every_item_of_the_set(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- pairing
 
 
-def _rec(item_id: Any, score: int | None, reason: str | None = None, **labels: Any) -> dict[str, Any]:
-    return {"id": item_id, "score": score, "unscored_reason": reason, "labels": {"goldx": None, "ambq": None, **labels}}
+def _rec(item_id: Any, score: int | None, reason: str | None = None, **labels: Any) -> Record:
+    return make_record({"id": item_id, "score": score, "unscored_reason": reason, "labels": labels})
 
 
-def _run(records: list[dict[str, Any]], name: str = "sys") -> Run:
+def _run(records: list[Record], name: str = "sys") -> Run:
     return Run(name, Path(name), records)
 
 
@@ -179,20 +181,18 @@ def test_bootstrap_is_seeded_and_brackets_the_estimate(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- files and CLI
 
 
-def _records_dir(path: Path, records: list[dict[str, Any]]) -> Path:
-    path.mkdir(parents=True)
-    (path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return path
+def _records_dir(path: Path, records: list[Record]) -> Path:
+    return write_records(path, records)
 
 
 def test_scores_files_are_runs_too(tmp_path: Path) -> None:
-    assert [r["score"] for r in load_run(_write(tmp_path / "s.json", {"1": 1, "2": 0, "3": None})).records] == [
+    assert [r.score for r in load_run(_write(tmp_path / "s.json", {"1": 1, "2": 0, "3": None})).records] == [
         1,
         0,
         None,
     ]
     csv_run = load_run(_write(tmp_path / "s.csv", "id,score\n1,1\n2,\n"))
-    assert [(r["id"], r["score"], r["unscored_reason"]) for r in csv_run.records] == [
+    assert [(r.id, r.score, r.unscored_reason) for r in csv_run.records] == [
         ("1", 1, None),
         ("2", None, "no_score"),
     ]

@@ -8,33 +8,45 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
+from conftest import make_record, write_records
 
 from rose_sql.analysis.audit import CSV_COLUMNS, audit_rows, reasons
 from rose_sql.analysis.runs import load_run
 from rose_sql.cli import main
+from rose_sql.record import Record
 
 
-def _rec(i: int, labels: dict[str, Any] | None = None, smells: list[Any] | None = None) -> dict[str, Any]:
-    return {
-        "id": i,
-        "db_id": "shop",
-        "score": 1,
-        "unscored_reason": None,
-        "why": "the Refuter found no hard evidence against the prediction",
-        "question": f"question {i}, with a comma",
-        "pred_sql": "SELECT name FROM t",
-        "gold_sql": "SELECT name FROM t LIMIT 1",
-        "readings": {"bird_ex": 0},
-        "labels": {"goldx": None, "ambq": None, **(labels or {})},
-        "judges": [
-            {"stage": "prover", "reply": {"reasoning": f"prover says {i}", "answers_question": True}},
-            {"stage": "refuter", "reply": {"reasoning": f"refuter says {i}\non two lines", "overturn": False}},
-        ],
-        "evidence": None
-        if smells is None
-        else {"gold_smells": smells, "witness": {"reason": "ties", "label": "+1 row"}},
-    }
+def _rec(i: int, labels: dict[str, Any] | None = None, smells: list[Any] | None = None) -> Record:
+    return make_record(
+        {
+            "id": i,
+            "db_id": "shop",
+            "score": 1,
+            "unscored_reason": None,
+            "why": "the Refuter found no hard evidence against the prediction",
+            "question": f"question {i}, with a comma",
+            "pred_sql": "SELECT name FROM t",
+            "gold_sql": "SELECT name FROM t LIMIT 1",
+            "readings": {"bird_ex": 0},
+            "labels": labels or {},
+            "judges": [
+                {"stage": "prover", "reply": {"reasoning": f"prover says {i}", "answers_question": True}},
+                {"stage": "refuter", "reply": {"reasoning": f"refuter says {i}\non two lines", "overturn": False}},
+            ],
+            "evidence": None if smells is None else {"gold_smells": smells, "witness": WITNESS},
+        }
+    )
 
+
+WITNESS = {
+    "kind": "tie",
+    "reason": "ties",
+    "label": "+1 row",
+    "changes": [{"op": "delete", "table": "t", "rowid": 1, "row": {"name": "a"}}],
+    "pred_result": {"columns": ["name"], "row_count": 0, "rows": []},
+    "gold_result": {"columns": ["name"], "row_count": 1, "rows": [["b"]]},
+    "comparison": "values: 0 predicted vs 1 gold rows; the rows differ",
+}
 
 RECORDS = [
     _rec(1),  # nothing to audit
@@ -52,7 +64,7 @@ def test_reasons() -> None:
 def test_cli_audit_writes_jsonl_and_csv(tmp_path: Path) -> None:
     run = tmp_path / "sys"
     run.mkdir()
-    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    write_records(run, RECORDS)
     res = CliRunner().invoke(main, ["audit", str(run), "--out", str(tmp_path / "audit")])
     assert res.exit_code == 0, res.output
     assert "3 flagged items" in res.stdout
@@ -69,14 +81,13 @@ def test_cli_audit_writes_jsonl_and_csv(tmp_path: Path) -> None:
     assert rows[1]["reasons"] == "ambq" and rows[1]["ambiguity"] == "question"
     assert rows[2]["gold_smells"] == "limit_tie: LIMIT 1 cuts through 3 tied rows"
     assert rows[0]["question"] == "question 2, with a comma" and rows[0]["refuter_reasoning"].endswith("two lines")
-    assert json.loads(rows[2]["witness"]) == {"reason": "ties", "label": "+1 row"}
+    assert json.loads(rows[2]["witness"]) == {**WITNESS, "caveats": []}
 
 
-def test_several_runs_and_string_smells(tmp_path: Path) -> None:
-    odd = {**_rec(9), "evidence": {"gold_smells": ["nulls_first"]}}
+def test_several_runs(tmp_path: Path) -> None:
+    odd = _rec(9, smells=[{"name": "nulls_first", "detail": "NULL first"}])
     for name, recs in (("a", RECORDS), ("b", [odd])):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        write_records(tmp_path / name, recs)
     rows = audit_rows([load_run(tmp_path / "a"), load_run(tmp_path / "b")])
-    assert [(r["system"], r["id"]) for r in rows] == [("a", 2), ("a", 3), ("a", 4), ("b", 9)]
-    assert rows[-1]["reasons"] == ["smell:nulls_first"]
+    assert [(r.system, r.record.id) for r in rows] == [("a", 2), ("a", 3), ("a", 4), ("b", 9)]
+    assert rows[-1].reasons == ["smell:nulls_first"]

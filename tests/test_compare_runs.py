@@ -9,21 +9,25 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
+from conftest import make_record, write_records
 
 from rose_sql.analysis.runs import Run, load_run
 from rose_sql.analysis.systems import Discordance, Scores, leaderboard, ordered_difficulties, system_row, to_csv
 from rose_sql.cli import main
+from rose_sql.record import Record
 
 
-def _rec(i: int, ex: int | None, score: int | None, difficulty: str | None = None, **labels: Any) -> dict[str, Any]:
-    return {
-        "id": i,
-        "score": score,
-        "unscored_reason": None if score is not None else "judge_error",
-        "readings": {"bird_ex": ex, "ts_ex": score},
-        "difficulty": difficulty,
-        "labels": {"goldx": None, "ambq": None, **labels},
-    }
+def _rec(i: int, ex: int | None, score: int | None, difficulty: str | None = None, **labels: Any) -> Record:
+    return make_record(
+        {
+            "id": i,
+            "score": score,
+            "unscored_reason": None if score is not None else "judge_error",
+            "readings": {"bird_ex": ex, "ts_ex": score},
+            "difficulty": difficulty,
+            "labels": labels,
+        }
+    )
 
 
 A = [
@@ -38,10 +42,8 @@ A = [
 B = [_rec(1, 1, 1, "simple"), _rec(2, 0, 0, "moderate"), _rec(3, 1, 1, "moderate")]
 
 
-def _write(folder: Path, records: list[dict[str, Any]]) -> Path:
-    folder.mkdir(parents=True)
-    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    return folder
+def _write(folder: Path, records: list[Record]) -> Path:
+    return write_records(folder, records)
 
 
 def test_system_row_by_hand() -> None:
@@ -105,6 +107,6 @@ def test_cli_compare_writes_table_csv_and_json(tmp_path: Path) -> None:
     assert data["reading"] == "bird_ex" and [s["system"] for s in data["systems"]] == ["sysB", "sysA"]
     assert data["systems"][1]["subsets"]["goldx_or_ambq"]["share"] == 66.67
     assert out_csv.read_text().startswith("system,items,n,unscored")
-    assert load_run(a).records[0]["id"] == 1
+    assert load_run(a).records[0].id == 1
     missing = CliRunner().invoke(main, ["compare", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "no such file or folder" in missing.output

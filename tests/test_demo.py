@@ -6,7 +6,6 @@ import hashlib
 import io
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -18,7 +17,7 @@ from rose_sql.demo.build import build_database
 from rose_sql.demo.show import cohen_kappa
 from rose_sql.errors import UsageError
 from rose_sql.items import load_items
-from rose_sql.record import read_records
+from rose_sql.record import Record, read_records
 
 # What BIRD EX says for each kind of item, and what our comparator says where it compares.
 EXPECTED_EX = {
@@ -73,13 +72,13 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[DemoPaths, str, str]
 
 
 @pytest.fixture(scope="module")
-def records(demo: tuple[DemoPaths, str, str]) -> dict[int, dict[str, Any]]:
+def records(demo: tuple[DemoPaths, str, str]) -> dict[int, Record]:
     """The records of the demo run by item id."""
     paths, _, _ = demo
-    return {r["id"]: r for r in read_records(paths.run_dir / "records.jsonl")}
+    return {r.id: r for r in read_records(paths.run_dir / "records.jsonl")}
 
 
-def _of_kind(records: dict[int, dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+def _of_kind(records: dict[int, Record], kind: str) -> list[Record]:
     ids = [it.id for it in load_demo_items() if it.kind == kind]
     assert ids, f"the demo has no {kind} item"
     return [records[i] for i in ids]
@@ -126,7 +125,7 @@ def test_cohen_kappa() -> None:
 
 
 def test_writes_generic_items_and_one_record_per_item(
-    demo: tuple[DemoPaths, str, str], records: dict[int, dict[str, Any]]
+    demo: tuple[DemoPaths, str, str], records: dict[int, Record]
 ) -> None:
     paths, _, _ = demo
     items = load_demo_items()
@@ -140,50 +139,50 @@ def test_writes_generic_items_and_one_record_per_item(
 
 
 @pytest.mark.parametrize("kind", sorted(EXPECTED_EX))
-def test_bird_ex_and_comparison_per_kind(records: dict[int, dict[str, Any]], kind: str) -> None:
+def test_bird_ex_and_comparison_per_kind(records: dict[int, Record], kind: str) -> None:
     for r in _of_kind(records, kind):
-        assert r["readings"]["bird_ex"] == EXPECTED_EX[kind], r["id"]
+        assert r.readings.bird_ex == EXPECTED_EX[kind], r.id
         if kind in EXPECTED_REASON:
-            assert r["comparison"]["reason"] == EXPECTED_REASON[kind], r["id"]
+            assert r.comparison.reason == EXPECTED_REASON[kind], r.id
 
 
-def test_failing_predictions_score_zero_by_execution(records: dict[int, dict[str, Any]]) -> None:
+def test_failing_predictions_score_zero_by_execution(records: dict[int, Record]) -> None:
     for r in _of_kind(records, "fails"):
-        assert r["pred"]["status"] == "error"
-        assert (r["score"], r["decided_by"]) == (0, "execution")
+        assert r.pred.status == "error"
+        assert (r.score, r.decided_by) == (0, "execution")
 
 
-def test_slow_prediction_times_out_at_the_short_timeout(records: dict[int, dict[str, Any]]) -> None:
+def test_slow_prediction_times_out_at_the_short_timeout(records: dict[int, Record]) -> None:
     (r,) = _of_kind(records, "timeout")
-    assert r["pred"]["status"] == "timeout"
-    assert TIMEOUT_S <= r["pred"]["seconds"] < TIMEOUT_S + 1.5
-    assert (r["score"], r["decided_by"]) == (0, "execution")
-    assert r["gold"]["status"] == "ok"
+    assert r.pred.status == "timeout"
+    assert TIMEOUT_S <= r.pred.seconds < TIMEOUT_S + 1.5
+    assert (r.score, r.decided_by) == (0, "execution")
+    assert r.gold.status == "ok"
 
 
-def test_column_order_is_the_same_result_but_ex_zero(records: dict[int, dict[str, Any]]) -> None:
+def test_column_order_is_the_same_result_but_ex_zero(records: dict[int, Record]) -> None:
     (r,) = _of_kind(records, "column_order")
-    assert r["comparison"]["equal"] is True
-    assert r["comparison"]["reason"] == "same"
-    assert "columns in another order" in r["comparison"]["notes"]
-    assert r["readings"]["bird_ex"] == 0
+    assert r.comparison.equal is True
+    assert r.comparison.reason == "same"
+    assert "columns in another order" in r.comparison.notes
+    assert r.readings.bird_ex == 0
 
 
-def test_coincidental_match_fools_ex(records: dict[int, dict[str, Any]]) -> None:
+def test_coincidental_match_fools_ex(records: dict[int, Record]) -> None:
     (item,) = [it for it in load_demo_items() if it.kind == "coincidence"]
     r = records[item.id]
     assert item.expert == "incorrect"
-    assert r["readings"]["bird_ex"] == 1
-    assert r["comparison"]["equal"] is True
+    assert r.readings.bird_ex == 1
+    assert r.comparison.equal is True
 
 
-def test_without_a_judge_nothing_else_is_scored(records: dict[int, dict[str, Any]]) -> None:
-    unscored = {r["unscored_reason"] for r in records.values() if r["score"] is None}
+def test_without_a_judge_nothing_else_is_scored(records: dict[int, Record]) -> None:
+    unscored = {r.unscored_reason for r in records.values() if r.score is None}
     assert unscored == {"awaiting_judge", "gold_error"}
-    assert {r["score"] for r in records.values()} == {None, 0}
+    assert {r.score for r in records.values()} == {None, 0}
     (gold_fails,) = _of_kind(records, "gold_fails")
-    assert gold_fails["unscored_reason"] == "gold_error"
-    assert all(r["judges"] == [] for r in records.values())
+    assert gold_fails.unscored_reason == "gold_error"
+    assert all(r.judges == [] for r in records.values())
 
 
 def test_prints_table_totals_and_where_records_are(demo: tuple[DemoPaths, str, str]) -> None:

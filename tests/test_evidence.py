@@ -18,8 +18,9 @@ from conftest import sha256
 
 from rose_sql.compare import compare
 from rose_sql.config import Config
-from rose_sql.evidence import Evidence, Finder
+from rose_sql.evidence import Change, Evidence
 from rose_sql.evidence.diff import describe
+from rose_sql.evidence.finder import Finder
 from rose_sql.evidence.workspace import Workspace
 from rose_sql.execute import Executor, ResultSet
 from rose_sql.sql import has_top_level_order_by
@@ -36,28 +37,28 @@ def gather(db: Path, gold_sql: str, pred_sql: str, budget: float = 3.0) -> tuple
     return Finder(cfg).gather(db, gold_sql, pred_sql, g, p, cmp), cmp.equal
 
 
-def replay(db: Path, changes: list[dict[str, Any]]) -> Workspace:
+def replay(db: Path, changes: list[Change]) -> Workspace:
     """Apply a witness's recorded changes to a fresh copy of the database."""
     ws = Workspace(db)
     for ch in changes:
-        if ch["op"] == "update":
-            ws.update(ch["table"], ch["rowid"], ch["column"], ch["new"])
-        elif ch["op"] == "insert":
-            ws.insert_copy(ch["table"], ch["copy_of"], ch["values"])
-        elif ch["op"] == "delete" and ws.row(ch["table"], ch["rowid"]):
-            ws.delete(ch["table"], ch["rowid"])
+        if ch.op == "update" and ch.rowid is not None and ch.column is not None:
+            ws.update(ch.table, ch.rowid, ch.column, ch.new)
+        elif ch.op == "insert" and ch.copy_of is not None:
+            ws.insert_copy(ch.table, ch.copy_of, ch.values)
+        elif ch.op == "delete" and ch.rowid is not None and ws.row(ch.table, ch.rowid):
+            ws.delete(ch.table, ch.rowid)
     return ws
 
 
 def assert_real(db: Path, ev: Evidence, gold_sql: str, pred_sql: str) -> None:
     w = ev.witness
     assert w is not None
-    ws = replay(db, w["changes"])
+    ws = replay(db, w.changes)
     g, p = ws.run(gold_sql), ws.run(pred_sql)
     assert g is not None and p is not None
     assert compare(p, g, ordered=has_top_level_order_by(gold_sql)).equal is False
-    assert [list(r) for r in g.rows[:10]] == w["gold_result"]["rows"]
-    assert [list(r) for r in p.rows[:10]] == w["pred_result"]["rows"]
+    assert [list(r) for r in g.rows[:10]] == w.gold_result.rows
+    assert [list(r) for r in p.rows[:10]] == w.pred_result.rows
 
 
 @pytest.mark.parametrize("case", OURS, ids=[c["name"] for c in OURS])
@@ -72,9 +73,9 @@ def test_our_cases(case: dict[str, Any], make_db: Callable[..., Path]) -> None:
     else:
         assert ev.witness is not None, ev.search
         if want != "any":
-            assert ev.witness["kind"] == want, ev.witness["label"]
+            assert ev.witness.kind == want, ev.witness.label
         assert_real(db, ev, case["gold"], case["pred"])
-    fired = {s["name"] for s in ev.gold_smells}
+    fired = {s.name for s in ev.gold_smells}
     assert set(case.get("smells", [])) <= fired, ev.gold_smells
     assert sha256(db) == before
 
@@ -93,7 +94,7 @@ def test_shared_cases(case: dict[str, Any], make_db: Callable[..., Path], shared
     elif equal and case["differ_on_witness"] and case["class"] != "NONDET":
         assert_real(db, ev, case["gold_sql"], case["pred_sql"])
     if case["class"] == "NONDET":
-        assert {s["name"] for s in ev.gold_smells} & {"limit_tie", "order_dependent"}
+        assert {s.name for s in ev.gold_smells} & {"limit_tie", "order_dependent"}
 
 
 def rs(rows: list[tuple[Any, ...]]) -> ResultSet:
@@ -115,13 +116,13 @@ def rs(rows: list[tuple[Any, ...]]) -> ResultSet:
 def test_diff_shapes(pred: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], shape: str) -> None:
     p, g = rs(pred), rs(gold)
     d = describe(p, g, compare(p, g, ordered=False))
-    assert any(shape in s for s in d["shape"]), d
+    assert any(shape in s for s in d.shape), d
 
 
 def test_diff_lists_rows_on_each_side() -> None:
     p, g = rs([(1, "a"), (2, "b")]), rs([(2, "b"), (3, "c")])
     d = describe(p, g, compare(p, g, ordered=False))
-    assert (d["pred_only"], d["gold_only"], d["pred_only_count"], d["gold_only_count"]) == (
+    assert (d.pred_only, d.gold_only, d.pred_only_count, d.gold_only_count) == (
         [[1, "a"]],
         [[3, "c"]],
         1,
@@ -134,7 +135,7 @@ def test_witness_search_respects_its_time_budget(make_db: Callable[..., Path]) -
     db = make_db(f"CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, v INTEGER); INSERT INTO t VALUES {rows};")
     ev, _ = gather(db, "SELECT COUNT(*) FROM t WHERE v >= 0", "SELECT COUNT(*) FROM t WHERE v >= 0", budget=0.3)
     assert ev.witness is None and ev.search is not None
-    assert ev.search["seconds"] < 0.3 + 0.5  # one candidate may overrun the line
+    assert ev.search.seconds < 0.3 + 0.5  # one candidate may overrun the line
 
 
 def test_database_is_opened_read_only(make_db: Callable[..., Path]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,11 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from rose_sql.analysis.labels import load_labels
-from rose_sql.analysis.replay import replay
+from rose_sql.analysis.replay import replay, replay_table
 from rose_sql.analysis.rose_import import import_outputs, write_run
 from rose_sql.analysis.runs import load_run
 from rose_sql.cli import main
-from rose_sql.cli.calibration import replay_table
 
 PAPER = {  # ROSE paper, ROSE-VEC (o3): kappa, accuracy, MCC, F1
     "merged": {"kappa": 80.43, "accuracy": 91.79, "mcc": 81.04, "f1": 94.16, "n": 585},
@@ -75,17 +75,17 @@ def test_paper_figures_reproduced_exactly(shared: Path, imported: dict[str, Path
 @pytest.mark.slow
 def test_records_keep_their_replies_and_flags(imported: dict[str, Path]) -> None:
     run = load_run(imported["bird-o3"])
-    by_id = {r["id"]: r for r in run.records}
-    assert len(by_id) == 322 and all(r["db_id"] for r in run.records)
+    by_id = {r.id: r for r in run.records}
+    assert len(by_id) == 322 and all(r.db_id for r in run.records)
     first = by_id[41]  # Prover said false: one call, decided by the Prover
-    assert [c["stage"] for c in first["judges"]] == ["prover"] and first["decided_by"] == "prover"
-    assert first["judges"][0]["model"] == "o3" and json.loads(first["judges"][0]["raw"])["verdict"] is False
-    calls = sum(len(r["judges"]) for r in run.records)
-    assert calls == 235 + 233 and run.summary is not None and run.summary["llm"]["calls_per_item"] == 1.4534
-    assert sum(r["labels"]["goldx"] is True for r in run.records) == 35  # gold_correct false
-    assert sum(r["labels"]["ambq"] is True for r in run.records) == 16  # "ambiguous question" only
-    assert all(r["readings"]["bird_ex"] is not None for r in run.records)  # their EX, found beside the run
-    assert run.summary["judge"]["model"] == "o3" and run.summary["judge"]["matched_refuter"] == "always"
+    assert [c.stage for c in first.judges] == ["prover"] and first.decided_by == "prover"
+    assert first.judges[0].model == "o3" and json.loads(first.judges[0].raw)["verdict"] is False
+    calls = sum(len(r.judges) for r in run.records)
+    assert calls == 235 + 233 and run.summary is not None and run.summary.llm.calls_per_item == 1.4534
+    assert sum(r.labels.goldx is True for r in run.records) == 35  # gold_correct false
+    assert sum(r.labels.ambq is True for r in run.records) == 16  # "ambiguous question" only
+    assert all(r.readings.bird_ex is not None for r in run.records)  # their EX, found beside the run
+    assert run.summary.judge.model == "o3" and run.summary.judge.matched_refuter == "always"
 
 
 @pytest.mark.slow
@@ -217,10 +217,10 @@ def test_synthetic_import_recovers_the_flow(outputs: tuple[Path, Path], tmp_path
     assert [recs[i].score for i in range(1, 7)] == [1, 0, 0, 1, 0, None]
     assert [recs[i].decided_by for i in range(1, 6)] == ["refuter", "refuter", "prover", "refuter", "execution"]
     assert recs[6].unscored_reason == "absent_from_outputs"  # labelled but missing: unscored, not dropped
-    assert [c["stage"] for c in recs[3].judges] == ["prover"]  # the retry's Refuter reply is not this score's
-    assert recs[3].judges[0]["reply"]["answers_question"] is False
-    assert (recs[1].labels["ambq"], recs[2].labels["goldx"], recs[4].labels["ambq"]) == (True, True, False)
-    assert recs[4].labels["ambiguity"] == "schema" and recs[5].labels["goldx"] is None
+    assert [c.stage for c in recs[3].judges] == ["prover"]  # the retry's Refuter reply is not this score's
+    assert recs[3].judges[0].reply.answers_question is False
+    assert (recs[1].labels.ambq, recs[2].labels.goldx, recs[4].labels.ambq) == (True, True, False)
+    assert recs[4].labels.ambiguity == "schema" and recs[5].labels.goldx is None
     assert [recs[i].readings.bird_ex for i in range(1, 6)] == [1, 1, 0, 0, 0]
     summary = write_run(imp, tmp_path / "run")
     assert (summary.n, summary.scored, summary.unscored) == (6, 5, {"absent_from_outputs": 1})
@@ -229,13 +229,13 @@ def test_synthetic_import_recovers_the_flow(outputs: tuple[Path, Path], tmp_path
 def test_replay_variants_on_synthetic_records(outputs: tuple[Path, Path], tmp_path: Path) -> None:
     root, labels = outputs
     write_run(import_outputs(root, load_labels(labels)), tmp_path / "run")
-    recs = {r["id"]: r for r in load_run(tmp_path / "run").records}
+    recs = {r.id: r for r in load_run(tmp_path / "run").records}
     assert replay(recs[2], "never").score == 1  # the matched overturn is not asked for
     assert replay(recs[2], "never").decided_by == "execution"
     assert replay(recs[4], "no-refuter").decided_by == "prover"
     assert replay(recs[5], "never").score == 0
     assert replay(recs[6], "always").unscored_reason == "absent_from_outputs"
-    no_refuter_reply = {**recs[1], "judges": []}
+    no_refuter_reply = replace(recs[1], judges=[])
     assert replay(no_refuter_reply, "always").unscored_reason == "not_replayable"
     assert replay(no_refuter_reply, "never").score == 1
 
@@ -317,11 +317,11 @@ def test_replay_and_card_of_a_judged_run(tmp_path: Path, make_db: Any) -> None:
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 0, res.output
     run = load_run(tmp_path / "out" / "items")
-    recorded = {r["id"]: r["score"] for r in run.records}
+    recorded = {r.id: r.score for r in run.records}
     assert recorded == {1: 1, 2: 1, 3: 0, 4: 0, 5: 0}
-    assert {r["id"]: replay(r, "always").score for r in run.records} == recorded
-    assert {r["id"]: replay(r, "never").score for r in run.records} == {**recorded, 4: 1}  # matched: no Refuter
-    by_id = {r["id"]: r for r in run.records}  # records are in the order items finished
+    assert {r.id: replay(r, "always").score for r in run.records} == recorded
+    assert {r.id: replay(r, "never").score for r in run.records} == {**recorded, 4: 1}  # matched: no Refuter
+    by_id = {r.id: r for r in run.records}  # records are in the order items finished
     assert replay(by_id[2], "no-refuter").decided_by == "prover"
     labels = tmp_path / "labels.json"
     labels.write_text(json.dumps({"1": True, "2": True, "3": False, "4": True, "5": False}))

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import make_record, write_records
 
 from rose_sql.analysis.judge_card import card_name, upgrade
 from rose_sql.cli import main
@@ -62,9 +63,7 @@ def test_card_names() -> None:
 
 
 def _run(folder: Path, model: str, scores: dict[int, int]) -> Path:
-    folder.mkdir(parents=True)
-    records = [{"id": i, "score": s, "unscored_reason": None, "labels": {}} for i, s in scores.items()]
-    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    records = [make_record({"id": i, "score": s}) for i, s in scores.items()]
     judge = {
         "model": model,
         "base_url": "https://api.example.com/v1",
@@ -76,8 +75,7 @@ def _run(folder: Path, model: str, scores: dict[int, int]) -> Path:
         "reask": 1,
         "prompts": {"prover": "aaaa", "refuter": "bbbb", "refuter_matched": "cccc"},
     }
-    (folder / "summary.json").write_text(json.dumps({"n": len(records), "judge": judge}))
-    return folder
+    return write_records(folder, records, {"n": len(records), "judge": judge})
 
 
 def test_cli_card_and_compare(tmp_path: Path) -> None:
@@ -144,9 +142,7 @@ def test_cli_card_and_compare(tmp_path: Path) -> None:
 
 
 def test_a_run_without_a_judge_has_no_card(tmp_path: Path) -> None:
-    run = tmp_path / "plain"
-    run.mkdir()
-    (run / "records.jsonl").write_text(json.dumps({"id": 1, "score": 1}) + "\n")
+    run = write_records(tmp_path / "plain", [make_record({"id": 1, "score": 1})])
     labels = tmp_path / "l.json"
     labels.write_text(json.dumps({"1": True}))
     res = CliRunner().invoke(

@@ -136,7 +136,7 @@ def test_paper_policy_cascade(tmp_path: Path, league: Path) -> None:
     assert (r[4]["score"], r[4]["decided_by"], r[4]["labels"]["diagnostic"]) == (0, "refuter", "missing_filter")
     assert (r[5]["score"], r[5]["decided_by"], r[5]["judges"]) == (0, "execution", [])
     assert r[6]["labels"]["goldx"] is True and r[6]["labels"]["ambq"] is True and r[6]["score"] == 1
-    assert r[3]["labels"] == {"goldx": None, "ambq": None}  # no Refuter ran
+    assert r[3]["labels"] == {k: None for k in ("goldx", "goldx_confidence", "ambq", "ambiguity", "diagnostic")}
     call = r[2]["judges"][0]
     assert call["reply"]["answers_question"] is True and "<think>" in call["raw"]
     assert call["model"] == "gpt-4o-mini" and call["cached"] is False

@@ -19,10 +19,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import make_record, write_records
 
 from rose_sql.analysis.html import build_report
 from rose_sql.analysis.runs import load_run
 from rose_sql.cli import main
+from rose_sql.record import Record
 
 CHARTS = ("ex-rose", "gap", "sources", "direction", "calls", "cost")
 HOSTILE = '</script><img src="https://tracker.example/pixel.png" onerror="document.title=1"> <b>bold</b>'
@@ -33,28 +35,32 @@ def _call(stage: str, cost: float, reply: dict[str, Any]) -> dict[str, Any]:
     return {"stage": stage, "model": "judge-x", "reply": reply, "cached": False, "cost_usd": cost}
 
 
-def _rec(i: int, ex: int, score: int | None, difficulty: str, **labels: Any) -> dict[str, Any]:
+def _rec(i: int, ex: int, score: int | None, difficulty: str, **labels: Any) -> Record:
     prover = {"reasoning": f"the query answers question {i}", "answers_question": True, "expected_answer": "a list"}
     refuter = {"reasoning": "no hard evidence", "overturn": score == 0, "ambiguity": "none", "gold_correct": True}
-    return {
-        "id": i,
-        "db_id": "shop",
-        "score": score,
-        "unscored_reason": None if score is not None else "judge_error",
-        "decided_by": "refuter" if score is not None else None,
-        "why": "the Refuter decided",
-        "question": HOSTILE if i == 3 else f"How many orders did customer {i} place?",
-        "pred_sql": "SELECT COUNT(*) FROM orders WHERE customer = 1",
-        "gold_sql": "SELECT COUNT(id) FROM orders WHERE customer = 1",
-        "difficulty": difficulty,
-        "readings": {"bird_ex": ex},
-        "labels": {"goldx": None, "ambq": None, **labels},
-        "judges": [_call("prover", 0.002, prover), _call("refuter", 0.003, refuter)],
-        "evidence": {"gold_smells": [{"name": "count_fanout", "detail": "join duplicates"}]} if i % 5 == 0 else None,
-    }
+    return make_record(
+        {
+            "id": i,
+            "db_id": "shop",
+            "score": score,
+            "unscored_reason": None if score is not None else "judge_error",
+            "decided_by": "refuter" if score is not None else None,
+            "why": "the Refuter decided",
+            "question": HOSTILE if i == 3 else f"How many orders did customer {i} place?",
+            "pred_sql": "SELECT COUNT(*) FROM orders WHERE customer = 1",
+            "gold_sql": "SELECT COUNT(id) FROM orders WHERE customer = 1",
+            "difficulty": difficulty,
+            "readings": {"bird_ex": ex},
+            "labels": labels,
+            "judges": [_call("prover", 0.002, prover), _call("refuter", 0.003, refuter)],
+            "evidence": {"gold_smells": [{"name": "count_fanout", "detail": "join duplicates"}]}
+            if i % 5 == 0
+            else None,
+        }
+    )
 
 
-def _system(offset: int) -> list[dict[str, Any]]:
+def _system(offset: int) -> list[Record]:
     diffs = ("simple", "moderate", "challenging")
     out = []
     for i in range(1, 31):
@@ -68,18 +74,11 @@ def _system(offset: int) -> list[dict[str, Any]]:
 def runs(tmp_path: Path) -> list[Path]:
     folders = []
     for name, offset in (("alpha-sql", 0), ("beta-sql", 1)):
-        folder = tmp_path / name
-        folder.mkdir()
-        (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _system(offset)))
-        (folder / "summary.json").write_text(
-            json.dumps(
-                {
-                    "llm": {"calls_per_item": 2.0, "cost_usd": 0.15},
-                    "judge": {"model": "judge-x", "matched_refuter": "always"},
-                }
-            )
-        )
-        folders.append(folder)
+        summary = {
+            "llm": {"calls_per_item": 2.0, "cost_usd": 0.15},
+            "judge": {"model": "judge-x", "matched_refuter": "always"},
+        }
+        folders.append(write_records(tmp_path / name, _system(offset), summary))
     return folders
 
 

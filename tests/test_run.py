@@ -146,7 +146,8 @@ def test_systems_that_predict_alike_get_the_same_outcome_with_cached_executions(
     assert len(alike) == 20
     for i in alike:
         a, b = found["alpha"][i], found["beta"][i]
-        assert b["pred"]["cached"] and b["gold"]["cached"]  # run once, for the first of them
+        # run once, for whichever came first (a question's items may be split over concurrent batches)
+        assert (a["pred"]["cached"] or b["pred"]["cached"]) and (a["gold"]["cached"] or b["gold"]["cached"])
         for r in (a, b):
             del r["source"], r["pred"]["cached"], r["gold"]["cached"]
         assert a == b

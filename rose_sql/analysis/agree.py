@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from rose_sql.analysis.labels import FLAGS, Flag, HumanLabel, LabelSet, key
 from rose_sql.analysis.runs import Run
+from rose_sql.errors import UsageError
 
 UnscoredPolicy = Literal["exclude", "wrong"]
 BOOTSTRAP_RESAMPLES = 1000
@@ -154,30 +155,31 @@ class Pairing:
 
 def pair(run: Run, labels: LabelSet) -> Pairing:
     """Match a run's records with a label set by id."""
-    records = {key(r["id"]): r for r in run.records}
+    records = {key(r.id): r for r in run.records}
     items = []
     for k, h in labels.labels.items():
         r = records.get(k)
-        judge_labels = (r or {}).get("labels") or {}
         flags: dict[Flag, tuple[bool | None, bool | None]] = {
-            f: (_tag(h, f), _flag(judge_labels.get(f))) for f in FLAGS
+            f: (_tag(h, f), getattr(r.labels, f) if r is not None else None) for f in FLAGS
         }
         if r is None:
             items.append(Paired(labels.name, k, h.correct, None, "absent_from_run", h.reviewed, flags))
             continue
-        score = r.get("score")
-        reason = r.get("unscored_reason") or ("unscored" if score is None else None)
-        items.append(Paired(labels.name, k, h.correct, score, reason, h.reviewed, flags))
+        reason = r.unscored_reason or ("unscored" if r.score is None else None)
+        items.append(Paired(labels.name, k, h.correct, r.score, reason, h.reviewed, flags))
     unlabelled = sum(1 for k in records if k not in labels.labels)
     return Pairing(labels.name, items, unlabelled, dict(labels.tags_outside))
 
 
+def pair_runs(runs: Sequence[Run], sets: Sequence[LabelSet]) -> list[Pairing]:
+    """Pair runs with label sets, in order (one labels file per run)."""
+    if len(runs) != len(sets):
+        raise UsageError(f"{len(runs)} runs but {len(sets)} labels files: give one labels file per run, in order")
+    return [pair(r, s) for r, s in zip(runs, sets, strict=True)]
+
+
 def _tag(h: HumanLabel, flag: Flag) -> bool | None:
     return h.goldx if flag == "goldx" else h.ambq
-
-
-def _flag(value: Any) -> bool | None:
-    return value if isinstance(value, bool) else None
 
 
 # --------------------------------------------------------------------------- agreement

@@ -11,10 +11,13 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rose_sql.analysis.runs import Run
+from rose_sql.evidence.findings import Smell
+from rose_sql.record import Record
 
 CSV_COLUMNS = (
     "system",
@@ -40,62 +43,64 @@ CSV_COLUMNS = (
 )
 
 
-def smells(record: dict[str, Any]) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class AuditRow:
+    """One flagged item, with what a maintainer needs to decide (a line of ``audit.jsonl``)."""
+
+    system: str
+    """The run it comes from."""
+    record: Record
+    """The item's record."""
+    reasons: list[str]
+    """Why it is flagged: ``goldx``, ``ambq``, ``smell:<name>``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        r, labels = self.record, self.record.labels
+        return {
+            "system": self.system,
+            "id": r.id,
+            "db_id": r.db_id,
+            "difficulty": r.difficulty,
+            "reasons": self.reasons,
+            "goldx": labels.goldx,
+            "goldx_confidence": labels.goldx_confidence,
+            "ambq": labels.ambq,
+            "ambiguity": labels.ambiguity,
+            "diagnostic": labels.diagnostic,
+            "gold_smells": [s.to_dict() for s in smells(r)],
+            "score": r.score,
+            "bird_ex": r.readings.bird_ex,
+            "question": r.question,
+            "gold_sql": r.gold_sql,
+            "pred_sql": r.pred_sql,
+            "refuter_reasoning": _reasoning(r, "refuter"),
+            "prover_reasoning": _reasoning(r, "prover"),
+            "witness": r.evidence.witness.to_dict() if r.evidence is not None and r.evidence.witness else None,
+            "why": r.why,
+        }
+
+
+def smells(record: Record) -> list[Smell]:
     """The gold smells in a record's evidence."""
-    found = (record.get("evidence") or {}).get("gold_smells") or []
-    return [s if isinstance(s, dict) else {"name": str(s), "detail": ""} for s in found]
+    return list(record.evidence.gold_smells) if record.evidence is not None else []
 
 
-def reasons(record: dict[str, Any]) -> list[str]:
+def reasons(record: Record) -> list[str]:
     """Why an item belongs in the audit (empty: it does not)."""
-    labels = record.get("labels") or {}
-    out = []
-    if labels.get("goldx") is True:
-        out.append("goldx")
-    if labels.get("ambq") is True:
-        out.append("ambq")
-    out += [f"smell:{s.get('name', '?')}" for s in smells(record)]
-    return out
+    out = [flag for flag in ("goldx", "ambq") if getattr(record.labels, flag) is True]
+    return out + [f"smell:{s.name}" for s in smells(record)]
 
 
-def _reasoning(record: dict[str, Any], stage: str) -> str | None:
-    for call in reversed(record.get("judges") or []):
-        if call.get("stage") == stage and call.get("reply"):
-            return str(call["reply"].get("reasoning") or "")
+def _reasoning(record: Record, stage: str) -> str | None:
+    for call in reversed(record.judges):
+        if call.stage == stage and call.reply is not None:
+            return call.reply.reasoning
     return None
 
 
-def audit_row(run_name: str, record: dict[str, Any]) -> dict[str, Any]:
-    """The audit entry of one flagged record."""
-    labels = record.get("labels") or {}
-    evidence = record.get("evidence") or {}
-    return {
-        "system": run_name,
-        "id": record.get("id"),
-        "db_id": record.get("db_id"),
-        "difficulty": record.get("difficulty"),
-        "reasons": reasons(record),
-        "goldx": labels.get("goldx"),
-        "goldx_confidence": labels.get("goldx_confidence"),
-        "ambq": labels.get("ambq"),
-        "ambiguity": labels.get("ambiguity"),
-        "diagnostic": labels.get("diagnostic"),
-        "gold_smells": smells(record),
-        "score": record.get("score"),
-        "bird_ex": (record.get("readings") or {}).get("bird_ex"),
-        "question": record.get("question"),
-        "gold_sql": record.get("gold_sql"),
-        "pred_sql": record.get("pred_sql"),
-        "refuter_reasoning": _reasoning(record, "refuter"),
-        "prover_reasoning": _reasoning(record, "prover"),
-        "witness": evidence.get("witness"),
-        "why": record.get("why"),
-    }
-
-
-def audit_rows(runs: Iterable[Run]) -> list[dict[str, Any]]:
+def audit_rows(runs: Iterable[Run]) -> list[AuditRow]:
     """Audit entries of every flagged record of the runs, in record order."""
-    return [audit_row(run.name, r) for run in runs for r in run.records if reasons(r)]
+    return [AuditRow(run.name, r, why) for run in runs for r in run.records if (why := reasons(r))]
 
 
 def _cell(value: Any) -> str:
@@ -110,10 +115,11 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def write_audit(rows: list[dict[str, Any]], out: Path) -> tuple[Path, Path]:
+def write_audit(audit: list[AuditRow], out: Path) -> tuple[Path, Path]:
     """Write ``audit.jsonl`` and ``audit.csv`` into ``out``; return their paths."""
     out.mkdir(parents=True, exist_ok=True)
     jsonl, csv_path = out / "audit.jsonl", out / "audit.csv"
+    rows = [a.to_dict() for a in audit]
     with jsonl.open("w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")

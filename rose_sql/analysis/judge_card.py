@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 from rose_sql.analysis.labels import LabelSet
 from rose_sql.analysis.runs import Run
 from rose_sql.errors import InputError, UsageError
+from rose_sql.summary import JudgeInfo
 
 CARD_VERSION = 1
 UPGRADE_METRICS = ("kappa", "accuracy", "mcc", "f1")
@@ -41,15 +42,16 @@ def _month(date: str | None) -> str:
     return f"{date[:4]}-{date[-2:]}"
 
 
-def _judge(runs: Sequence[Run]) -> dict[str, Any]:
-    blocks: list[tuple[Run, dict[str, Any]]] = [(r, (r.summary or {}).get("judge") or {}) for r in runs]
-    missing = [str(r.path) for r, j in blocks if not j]
+def _judge(runs: Sequence[Run]) -> JudgeInfo:
+    judges = [r.summary.judge if r.summary is not None else None for r in runs]
+    missing = [str(r.path) for r, j in zip(runs, judges, strict=True) if j is None]
     if missing:
         raise UsageError(f"no judge configuration in the summary.json of {', '.join(missing)}: no judge to describe")
-    models = {j["model"] for _, j in blocks if j}
+    found = [j for j in judges if j is not None]
+    models = {j.model for j in found}
     if len(models) > 1:
         raise UsageError(f"the runs were judged by different models ({', '.join(sorted(models))}): one card each")
-    return blocks[0][1]
+    return found[0]
 
 
 def _provider(base_url: str | None) -> str:
@@ -72,15 +74,15 @@ def build_card(
     month = _month(date)
     subsets = {name: _short(block) for name, block in agreement.get("subsets", {}).items()}
     return {
-        "name": card_name(str(judge["model"]), month),
+        "name": card_name(judge.model, month),
         "card_version": CARD_VERSION,
-        "model": judge["model"],
-        "provider": judge.get("provider") or _provider(judge.get("base_url")),
-        "base_url": judge.get("base_url"),
+        "model": judge.model,
+        "provider": judge.provider or _provider(judge.base_url),
+        "base_url": judge.base_url,
         "date": month,
         "created": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "prompts": judge.get("prompts"),
-        "parameters": {k: judge.get(k) for k in _PARAMETERS if k in judge},
+        "prompts": judge.prompts,
+        "parameters": _parameters(judge),
         "validation_set": {
             "name": validation_set,
             "subsets": [
@@ -92,6 +94,14 @@ def build_card(
         "runs": [str(r.path) for r in runs],
         "rose_sql_version": version,
     }
+
+
+def _parameters(judge: JudgeInfo) -> dict[str, Any]:
+    """The judge's parameters; for imported judgements, only those their summary states."""
+    values = {k: getattr(judge, k) for k in _PARAMETERS}
+    if judge.provider is not None:  # imported: what is unknown is left out, not shown as null
+        return {k: v for k, v in values.items() if v is not None}
+    return values
 
 
 def _short(block: dict[str, Any]) -> dict[str, Any]:

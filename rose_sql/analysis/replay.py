@@ -1,117 +1,105 @@
 """Re-decide recorded items under another policy from their stored judgements, without calling a model.
 
-Each record keeps what execution established and every judge reply, so :func:`rose_sql.decide.decide`
-can be walked again with another matched-results policy. Variants:
+Each record keeps what execution established, whether deterministic evidence questioned a match
+(``doubts`` and ``evidence``), and every judge reply, so the walk over the decision table
+(:func:`rose_sql.decide.settle`) can be taken again under another policy. Policies, named as
+``rose run --matched-refuter`` names them, plus one that only replay offers:
 
-- ``always``: the paper's flow (the Refuter also checks matching results);
+- ``always``: the Refuter also checks every matching result (the paper's flow, ``--policy paper``);
+- ``evidence``: the Refuter checks a match only when deterministic evidence questions it (the default
+  of ``rose run``);
 - ``never``: matching results are accepted without the Refuter (its stored reply is ignored);
 - ``no-refuter``: the Refuter is never consulted; the Prover's pass stands on differing results.
 
-``evidence`` (ask the Refuter on a match only when deterministic evidence doubts it) is not offered:
-whether evidence doubted a match is not stored on the record. A variant that needs a reply the
-original run never asked for (``always`` on a run made with ``never``) leaves the item unscored with
-reason ``not_replayable``.
+A policy that needs a reply the original run never asked for (``always`` on a run made with
+``never``) leaves the item unscored with reason ``not_replayable``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
-from pydantic import ValidationError
-
-from rose_sql.decide import Decision, Facts, JudgeOutcome, decide
-from rose_sql.execute import Execution
+from rose_sql.analysis.agree import UnscoredPolicy, agree, pair_runs
+from rose_sql.analysis.labels import LabelSet
+from rose_sql.analysis.runs import Run
+from rose_sql.decide import Decision, Facts, JudgeOutcome, Step, settle
+from rose_sql.evidence.findings import questions_match
 from rose_sql.judges.replies import ProverReply, RefuterReply
+from rose_sql.record import Record
 
-Variant = Literal["always", "never", "no-refuter"]
-VARIANTS: tuple[Variant, ...] = ("always", "never", "no-refuter")
-_STATUSES = ("ok", "error", "timeout", "rejected")
+Variant = Literal["always", "evidence", "never", "no-refuter"]
+VARIANTS: tuple[Variant, ...] = ("always", "evidence", "never", "no-refuter")
 R = TypeVar("R", ProverReply, RefuterReply)
+_KEEP = ("internal_error", "no_score", "absent_from_outputs")
+"""Unscored reasons a replay keeps: there is nothing to re-decide."""
 
 
-@dataclass(frozen=True, slots=True)
-class Replayed:
-    """The decision a variant reaches on one record."""
-
-    score: int | None
-    """1, 0, or None when unscored."""
-    unscored_reason: str | None
-    """Why there is no score (``not_replayable`` when a needed reply is not stored)."""
-    decided_by: str | None
-    """The stage that settled the score."""
-    why: str
-    """One line a person can read."""
-
-
-def _execution(info: dict[str, Any] | None) -> Execution | None:
-    if not info or info.get("status") not in _STATUSES:
-        return None
-    return Execution(info["status"], float(info.get("seconds") or 0.0), error=info.get("error"))
-
-
-def stored_reply(record: dict[str, Any], stage: str, kind: type[R]) -> R | JudgeOutcome | None:
+def stored_reply(record: Record, stage: str, kind: type[R]) -> R | JudgeOutcome | None:
     """The last valid reply of a stage in the record; ``failed`` when the stage was asked but never answered."""
-    calls = [c for c in record.get("judges") or [] if c.get("stage") == stage]
+    calls = [c for c in record.judges if c.stage == stage]
     for c in reversed(calls):
-        if c.get("reply") is not None:
-            try:
-                return kind.model_validate(c["reply"])
-            except ValidationError:
-                continue
+        if isinstance(c.reply, kind):
+            return c.reply
     return "failed" if calls else None
 
 
-def facts_of(record: dict[str, Any], variant: Variant) -> Facts:
+def facts_of(record: Record, variant: Variant) -> Facts:
     """The facts execution established for a record, with no judge reply yet."""
-    comparison = record.get("comparison") or {}
+    comparison = record.comparison
     return Facts(
-        db_found=record.get("unscored_reason") != "db_missing",
-        gold=_execution(record.get("gold")),
-        pred=_execution(record.get("pred")),
-        equal=comparison.get("equal"),
+        db_found=record.unscored_reason != "db_missing",
+        gold=record.gold.execution(),
+        pred=record.pred.execution(),
+        equal=comparison.equal if comparison is not None else None,
         judge=True,
-        matched_refuter="always" if variant == "always" else "never",
+        matched_refuter="never" if variant == "no-refuter" else variant,
+        evidence_questions_match=questions_match(record.doubts, record.evidence),
+        consult_refuter=variant != "no-refuter",
     )
 
 
-def replay(record: dict[str, Any], variant: Variant) -> Replayed:
+def replay(record: Record, variant: Variant) -> Decision:
     """Walk the decision table for one record under a variant, feeding it the stored replies."""
-    if record.get("unscored_reason") in ("internal_error", "no_score", "absent_from_outputs"):
-        return Replayed(None, record["unscored_reason"], None, record.get("why") or "unscored in the original run")
-    facts = facts_of(record, variant)
-    while True:
-        step = decide(facts)
-        if isinstance(step, Decision):
-            return Replayed(step.score, step.unscored_reason, step.decided_by, step.why)
-        if step == "refuter" and variant == "no-refuter":
-            return Replayed(1, None, "prover", "the Prover's pass stands (the Refuter is not consulted)")
+    if record.unscored_reason in _KEEP:
+        return Decision(None, record.unscored_reason, None, record.why or "unscored in the original run")
+
+    def answer(step: Step) -> ProverReply | RefuterReply | JudgeOutcome | None:
         if step == "prover":
-            prover = stored_reply(record, "prover", ProverReply)
-            if prover is None:
-                return _not_replayable("Prover")
-            facts = replace(facts, prover=prover)
-        else:
-            refuter = stored_reply(record, "refuter", RefuterReply)
-            if refuter is None:
-                return _not_replayable("Refuter")
-            facts = replace(facts, refuter=refuter)
+            return stored_reply(record, "prover", ProverReply)
+        return stored_reply(record, "refuter", RefuterReply)
+
+    return settle(facts_of(record, variant), answer)
 
 
-def _not_replayable(stage: str) -> Replayed:
-    return Replayed(
-        None, "not_replayable", None, f"the original run never asked the {stage} here; this policy needs it"
-    )
+def replay_record(record: Record, variant: Variant) -> Record:
+    """The record decided under the variant (its ``why`` names the variant; its labels stay as recorded)."""
+    d = replay(record, variant)
+    why = f"{d.why} (replayed under policy {variant})"
+    return replace(record, score=d.score, unscored_reason=d.unscored_reason, decided_by=d.decided_by, why=why)
 
 
-def replay_record(record: dict[str, Any], variant: Variant) -> dict[str, Any]:
-    """A copy of the record decided under the variant (``replay`` names it)."""
-    r = replay(record, variant)
-    return {
-        **record,
-        "score": r.score,
-        "unscored_reason": r.unscored_reason,
-        "decided_by": r.decided_by,
-        "why": r.why,
-        "replay": variant,
-    }
+def _replayed(run: Run, variant: Variant) -> Run:
+    return replace(run, records=[replay_record(r, variant) for r in run.records])
+
+
+def replay_table(
+    runs: Sequence[Run], sets: Sequence[LabelSet], variants: Sequence[Variant], unscored: UnscoredPolicy
+) -> list[dict[str, Any]]:
+    """Agreement with the labels of the recorded scores and of each replayed policy (point estimates)."""
+    rows = []
+    for policy in [None, *variants]:
+        replayed = [
+            r if policy is None else replace(r, records=[replay_record(x, policy) for x in r.records]) for r in runs
+        ]
+        result = agree(pair_runs(replayed, sets), unscored=unscored, resamples=0)
+        rows.append(
+            {
+                "policy": policy or "recorded",
+                **{k: result[k] for k in ("n", "unscored", "kappa", "accuracy", "mcc", "f1")},
+                "unscored_reasons": result["unscored_reasons"],
+                "subsets": {name: b["kappa"] for name, b in result["subsets"].items()},
+            }
+        )
+    return rows

@@ -23,16 +23,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rose_sql.analysis.labels import LabelSet, key
 from rose_sql.analysis.replay import Variant, replay
+from rose_sql.decide import DatasetLabels
 from rose_sql.errors import InputError, UsageError
 from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.readings import Readings
-from rose_sql.record import ExecutionInfo, Record, RecordWriter
-from rose_sql.summary import Summary, summarize, write_summary
+from rose_sql.record import ComparisonInfo, ExecutionInfo, JudgeCall, Record, RecordWriter
+from rose_sql.summary import JudgeInfo, Summary, summarize, write_summary
 
+Stage = Literal["prover", "refuter"]
 AMBIGUITY = {"na": "none", "none": "none", "ambiguous question": "question", "ambiguous schema": "schema"}
 
 
@@ -102,52 +104,39 @@ def refuter_reply(result: dict[str, Any]) -> RefuterReply:
     )
 
 
-def _call(stage: str, model: str, reply: ProverReply | RefuterReply, raw: dict[str, Any], src: Path) -> dict[str, Any]:
-    return {
-        "stage": stage,
-        "model": model,
-        "reply": reply.model_dump(),
-        "raw": json.dumps(raw, ensure_ascii=False),
-        "reasoning": None,
-        "cached": False,
-        "prompt_tokens": 0,
-        "completion_tokens": 0,
-        "reasoning_tokens": None,
-        "cost_usd": None,
-        "seconds": 0.0,
-        "prompt_sha256": None,
-        "params": {},
-        "error": None,
-        "imported_from": str(src),
-    }
+def _call(stage: Stage, model: str, reply: ProverReply | RefuterReply, raw: dict[str, Any], src: Path) -> JudgeCall:
+    return JudgeCall(
+        stage=stage,
+        model=model,
+        reply=reply,
+        raw=json.dumps(raw, ensure_ascii=False),
+        reasoning=None,
+        cached=False,
+        prompt_tokens=0,
+        completion_tokens=0,
+        reasoning_tokens=None,
+        cost_usd=None,
+        seconds=0.0,
+        prompt_sha256=None,
+        params={},
+        imported_from=str(src),
+    )
 
 
-def _labels(raw: dict[str, Any] | None) -> dict[str, Any]:
+def _labels(raw: dict[str, Any] | None) -> DatasetLabels:
     """GoldX / AmbQ as the paper reads them: ``gold_correct`` false; ambiguity ``ambiguous question``."""
     if raw is None:
-        return {"goldx": None, "ambq": None}
+        return DatasetLabels()
     ambiguity = AMBIGUITY.get(str(raw.get("ambiguity") or "na").strip().lower(), "none")
-    return {
-        "goldx": raw.get("gold_correct") is False,
-        "goldx_confidence": None,
-        "ambq": ambiguity == "question",
-        "ambiguity": ambiguity,
-        "diagnostic": None,
-    }
+    return DatasetLabels(goldx=raw.get("gold_correct") is False, ambq=ambiguity == "question", ambiguity=ambiguity)
 
 
-def _comparison(equal: bool | None) -> dict[str, Any] | None:
+def _comparison(equal: bool | None) -> ComparisonInfo | None:
     if equal is None:
         return None
     said = "equal" if equal else "different"
-    return {
-        "equal": equal,
-        "reason": "imported",
-        "detail": f"the ROSE reference implementation's comparator found the results {said}",
-        "notes": [],
-        "pred_only": None,
-        "gold_only": None,
-    }
+    detail = f"the ROSE reference implementation's comparator found the results {said}"
+    return ComparisonInfo(equal, "imported", detail, [], None, None)
 
 
 def _difficulties(path: Path | None) -> dict[str, str]:
@@ -259,10 +248,13 @@ def _calls(
     verdicts: tuple[Any, Any],
     attempts: tuple[list[dict[str, Any]], list[dict[str, Any]]],
     outputs: Path,
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[str]]:
+) -> tuple[list[JudgeCall], dict[str, Any] | None, list[str]]:
     """The judge calls behind an item's verdicts, its Refuter's raw reply, and what could not be found."""
-    calls, problems, refuter_raw = [], [], None
-    for stage, verdict, tried in zip(("prover", "refuter"), verdicts, attempts, strict=True):
+    calls: list[JudgeCall] = []
+    problems: list[str] = []
+    refuter_raw = None
+    stages: tuple[Stage, Stage] = ("prover", "refuter")
+    for stage, verdict, tried in zip(stages, verdicts, attempts, strict=True):
         if verdict is None:
             continue
         raw = _final(tried, bool(verdict))
@@ -301,14 +293,13 @@ def _rose_record(
         llm_calls=len(calls),
         **base,
     )
-    as_dict = json.loads(record.to_json())
-    paper, theirs = replay(as_dict, "always"), entry.get("score")
+    paper, theirs = replay(record, "always"), entry.get("score")
     if variant == "always" and theirs is not None and paper.score != int(theirs == 1.0):
         # what they published stands; the record says that their stored replies do not give it
         why = f"their score {theirs}, although their stored replies give {paper.score} ({paper.why})"
         problems.append(f"question {qid}: {why}")
         return replace(record, score=int(theirs == 1.0), decided_by="imported", why=why), problems
-    decided = replay(as_dict, variant)
+    decided = replay(record, variant)
     why = decided.why + ("" if variant == "always" else f" (replayed under policy {variant})")
     record = replace(record, score=decided.score, unscored_reason=decided.unscored_reason, why=why)
     return replace(record, decided_by=decided.decided_by), problems
@@ -343,17 +334,16 @@ def write_run(imported: Imported, out: Path, *, force: bool = False) -> Summary:
     finally:
         writer.close()
     summary = summarize(records_path)
+    v = imported.variant
     judge = (
         None
         if imported.kind == "scores"
-        else {
-            "model": imported.model,
-            "base_url": None,
-            "provider": "imported: ROSE authors' reference outputs",
-            "policy": "paper" if imported.variant == "always" else f"replay:{imported.variant}",
-            "matched_refuter": "never" if imported.variant == "never" else "always",
-            "prompts": None,
-        }
+        else JudgeInfo(
+            model=imported.model,
+            provider="imported: ROSE authors' reference outputs",
+            policy="paper" if v == "always" else f"replay:{v}",
+            matched_refuter="never" if v in ("never", "no-refuter") else v,
+        )
     )
     summary = replace(summary, format=f"rose-import:{imported.kind}", warnings=imported.warnings, judge=judge)
     write_summary(summary, out / "summary.json")

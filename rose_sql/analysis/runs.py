@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from rose_sql.errors import InputError
-from rose_sql.record import id_key, read_records
+from rose_sql.readings import Readings
+from rose_sql.record import ExecutionInfo, Record, read_records
+from rose_sql.summary import Summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +27,9 @@ class Run:
     """The system's name (its folder's name, or the file's stem)."""
     path: Path
     """The folder (or file) it was read from."""
-    records: list[dict[str, Any]]
+    records: list[Record]
     """The records, one per id, in file order."""
-    summary: dict[str, Any] | None = None
+    summary: Summary | None = None
     """``summary.json`` when the folder has one."""
     warnings: list[str] = field(default_factory=list)
     """What was odd about the input."""
@@ -52,26 +54,19 @@ def load_run(path: Path) -> Run:
     return Run(path.stem, path, _scores_file(path))
 
 
-def _from_records(name: str, folder: Path, records_path: Path, summary: dict[str, Any] | None) -> Run:
-    by_id: dict[str, dict[str, Any]] = {}
-    for r in read_records(records_path):
-        if "id" not in r or "score" not in r:
-            raise InputError(records_path, "a record without 'id' or 'score': not a ROSE-SQL records file")
-        by_id[id_key(r["id"])] = r
+def _from_records(name: str, folder: Path, records_path: Path, summary: Summary | None) -> Run:
+    by_id = {r.id_key: r for r in read_records(records_path)}
     warnings = [] if by_id else [f"{records_path} holds no records"]
     return Run(name, folder, list(by_id.values()), summary, warnings)
 
 
-def _summary(path: Path) -> dict[str, Any] | None:
+def _summary(path: Path) -> Summary | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return Summary.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
         raise InputError(path, f"cannot read the summary: {e}") from None
-    if not isinstance(data, dict):
-        raise InputError(path, "the summary is not a JSON object")
-    return data
 
 
 def _score(value: Any, path: Path, where: str | int) -> int | None:
@@ -88,24 +83,33 @@ def _score(value: Any, path: Path, where: str | int) -> int | None:
     return int(number)
 
 
-def _minimal(item_id: Any, score: int | None) -> dict[str, Any]:
-    return {
-        "id": item_id,
-        "score": score,
-        "unscored_reason": None if score is not None else "no_score",
-        "labels": {"goldx": None, "ambq": None},
-        "readings": {},
-    }
+def _minimal(item_id: Any, score: int | None, path: Path, where: str | int) -> Record:
+    """A scores file's entry as a record: the score and nothing else is known."""
+    if not isinstance(item_id, int | str) or isinstance(item_id, bool):
+        raise InputError(path, f"id {item_id!r} is not a string or an integer", where=where)
+    return Record(
+        id=item_id,
+        db_id="",
+        score=score,
+        unscored_reason=None if score is not None else "no_score",
+        decided_by="imported" if score is not None else None,
+        why=f"score imported from {path.name}",
+        readings=Readings(),
+        comparison=None,
+        pred=ExecutionInfo("skipped", 0.0),
+        gold=ExecutionInfo("skipped", 0.0),
+        source=f"{path.name}:{where}",
+    )
 
 
-def _scores_file(path: Path) -> list[dict[str, Any]]:
+def _scores_file(path: Path) -> list[Record]:
     rows = read_table(path)
-    out: list[dict[str, Any]] = []
+    out: list[Record] = []
     for where, row in rows:
         item_id = row.get("id", row.get("question_id"))
         if item_id is None or not ("score" in row or "value" in row):
             raise InputError(path, "each entry needs 'id' (or 'question_id') and 'score'", where=where)
-        out.append(_minimal(item_id, _score(row.get("score", row.get("value")), path, where)))
+        out.append(_minimal(item_id, _score(row.get("score", row.get("value")), path, where), path, where))
     return out
 
 

@@ -17,9 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rich.table import Table
-
 from rose_sql.analysis.runs import Run
+from rose_sql.record import Record
 
 SUBSETS = ("goldx", "ambq", "goldx_or_ambq")
 _DIFFICULTY_RANK = {"simple": 0, "easy": 0, "moderate": 1, "medium": 1, "challenging": 2, "hard": 2, "extra": 3}
@@ -95,21 +94,27 @@ def _scores(pairs: Sequence[tuple[int, int]]) -> Scores:
     return Scores(n, ex, rose, gap)
 
 
-def _flagged(record: dict[str, Any], subset: str) -> bool:
-    labels = record.get("labels") or {}
+def _flagged(record: Record, subset: str) -> bool:
+    labels = record.labels
     if subset == "goldx_or_ambq":
-        return labels.get("goldx") is True or labels.get("ambq") is True
-    return labels.get(subset) is True
+        return labels.goldx is True or labels.ambq is True
+    return getattr(labels, subset) is True
 
 
-def system_row(run: Run, reading: str = "bird_ex") -> SystemRow:
-    """The re-evaluation line of one run."""
+def reading(record: Record, name: str) -> int | None:
+    """An official reading of a record by name (``bird_ex``, ``ts_ex``, ``ts_ex_keep_distinct``)."""
+    value: int | None = getattr(record.readings, name)
+    return value
+
+
+def system_row(run: Run, which: str = "bird_ex") -> SystemRow:
+    """The re-evaluation line of one run, EX being the reading ``which``."""
     both = []
     for r in run.records:
-        ex = (r.get("readings") or {}).get(reading)
-        if ex is not None and r.get("score") is not None:
-            both.append((r, int(ex), int(r["score"])))
-    difficulties = ordered_difficulties(str(r["difficulty"]) for r, _, _ in both if r.get("difficulty"))
+        ex = reading(r, which)
+        if ex is not None and r.score is not None:
+            both.append((r, int(ex), int(r.score)))
+    difficulties = ordered_difficulties(str(r.difficulty) for r, _, _ in both if r.difficulty)
     discordant = [r for r, e, s in both if e != s]
     subsets = {}
     for name in SUBSETS:
@@ -119,10 +124,10 @@ def system_row(run: Run, reading: str = "bird_ex") -> SystemRow:
     return SystemRow(
         system=run.name,
         items=len(run.records),
-        unscored=sum(1 for r in run.records if r.get("score") is None),
-        ex_undefined=sum(1 for r in run.records if (r.get("readings") or {}).get(reading) is None),
+        unscored=sum(1 for r in run.records if r.score is None),
+        ex_undefined=sum(1 for r in run.records if reading(r, which) is None),
         overall=_scores([(e, s) for _, e, s in both]),
-        by_difficulty={d: _scores([(e, s) for r, e, s in both if r.get("difficulty") == d]) for d in difficulties},
+        by_difficulty={d: _scores([(e, s) for r, e, s in both if r.difficulty == d]) for d in difficulties},
         discordant=len(discordant),
         ex_only=sum(1 for _, e, s in both if e == 1 and s == 0),
         rose_only=sum(1 for _, e, s in both if e == 0 and s == 1),
@@ -134,60 +139,6 @@ def leaderboard(runs: Sequence[Run], reading: str = "bird_ex") -> list[SystemRow
     """One row per run, ranked by ROSE (then EX), best first."""
     rows = [system_row(r, reading) for r in runs]
     return sorted(rows, key=lambda row: (-(row.overall.rose or -1.0), -(row.overall.ex or -1.0), row.system))
-
-
-def _fmt(x: float | None, signed: bool = False) -> str:
-    if x is None:
-        return "-"
-    return f"{x:+.2f}" if signed else f"{x:.2f}"
-
-
-def rich_tables(rows: Sequence[SystemRow], reading: str = "bird_ex") -> list[Table]:
-    """The terminal tables: one line per system, then EX / ROSE / gap by difficulty when the data has it."""
-    table = Table(title=f"Re-evaluation: EX ({reading}) vs ROSE, percent", title_justify="left")
-    heads = (
-        "system",
-        "n",
-        "EX",
-        "ROSE",
-        "gap",
-        "discordant",
-        "EX✓ROSE✗",
-        "EX✗ROSE✓",
-        "GoldX share",
-        "AmbQ share",
-        "either share",
-    )
-    for col in heads:
-        table.add_column(col, justify="left" if col == "system" else "right", no_wrap=col == "system")
-    for row in rows:
-        o = row.overall
-        table.add_row(
-            row.system,
-            str(o.n),
-            _fmt(o.ex),
-            _fmt(o.rose),
-            _fmt(o.gap, signed=True),
-            str(row.discordant),
-            str(row.ex_only),
-            str(row.rose_only),
-            *(_fmt(row.subsets[s].share) for s in SUBSETS),
-        )
-    tables = [table]
-    difficulties = ordered_difficulties(d for row in rows for d in row.by_difficulty)
-    if difficulties:
-        by = Table(title="By difficulty: EX / ROSE (gap)", title_justify="left")
-        by.add_column("system", no_wrap=True)
-        for d in difficulties:
-            by.add_column(d, justify="right")
-        for row in rows:
-            cells = []
-            for d in difficulties:
-                x = row.by_difficulty.get(d)
-                cells.append(f"{_fmt(x.ex)} / {_fmt(x.rose)} ({_fmt(x.gap, True)})" if x else "-")
-            by.add_row(row.system, *cells)
-        tables.append(by)
-    return tables
 
 
 def to_json(rows: Sequence[SystemRow], reading: str = "bird_ex") -> str:

@@ -1,8 +1,4 @@
-"""The calibration and re-evaluation commands: agree, import-rose, replay, judge-card, judge-compare,
-compare, report, audit. Listed in :data:`rose_sql.cli._ELSEWHERE`, imported when one is invoked.
-
-As in the rest of the CLI, exceptions become messages (exit status 2) only here.
-"""
+"""The calibration commands: agree, import-rose, replay, judge-card, judge-compare."""
 
 from __future__ import annotations
 
@@ -10,35 +6,19 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from rose_sql import __version__
-from rose_sql.analysis.agree import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Pairing, UnscoredPolicy, agree, pair
+from rose_sql.analysis.agree import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, UnscoredPolicy, agree, pair_runs
 from rose_sql.analysis.labels import Flag, LabelSet, load_labels, reviewed_only, with_tags
-from rose_sql.analysis.replay import VARIANTS, Variant, replay_record
-from rose_sql.analysis.runs import Run, load_run
+from rose_sql.analysis.replay import VARIANTS, Variant, replay_table
+from rose_sql.analysis.runs import load_run
+from rose_sql.cli.main import PATH, console, err, fail, wide
 from rose_sql.errors import RoseError, UsageError
-
-console = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)  # messages stay on one line, whole paths included
-READINGS = ("bird_ex", "ts_ex", "ts_ex_keep_distinct")
-WIDE = 110
-"""Tables sent to a pipe or file are this wide (rich assumes 80 columns there, and squeezes the numbers)."""
-
-
-def _wide() -> Console:
-    """The console for tables: at least WIDE columns when the output is not a terminal."""
-    return console if console.is_terminal or console.width >= WIDE else Console(width=WIDE)
-
-
-def _fail(e: RoseError) -> NoReturn:
-    err.print(f"[bold red]error:[/] {e}", highlight=False)
-    sys.exit(2)
 
 
 def _expand(args: list[str], greedy: Sequence[str]) -> list[str]:
@@ -68,7 +48,6 @@ class GreedyCommand(click.Command):
         return super().parse_args(ctx, _expand(args, self.greedy))
 
 
-PATH = click.Path(path_type=Path)
 _labels_opt = click.option(
     "--labels",
     "labels",
@@ -125,12 +104,6 @@ def _label_sets(labels: Sequence[Path], goldx: Sequence[str], ambq: Sequence[str
     return [reviewed_only(s) for s in sets] if reviewed else sets
 
 
-def _pairings(runs: Sequence[Run], sets: Sequence[LabelSet]) -> list[Pairing]:
-    if len(runs) != len(sets):
-        raise UsageError(f"{len(runs)} runs but {len(sets)} labels files: give one labels file per run, in order")
-    return [pair(r, s) for r, s in zip(runs, sets, strict=True)]
-
-
 def _fmt(x: Any) -> str:
     return "-" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)
 
@@ -162,7 +135,7 @@ def print_agreement(result: dict[str, Any]) -> None:
             *(_ci(b, m) for m in ("kappa", "accuracy", "mcc", "f1")),
             f"{c['tp']}/{c['fp']}/{c['fn']}/{c['tn']}",
         )
-    _wide().print(table)
+    wide().print(table)
     for name, b in blocks:
         if b["unscored"]:
             detail = ", ".join(f"{v} {k}" for k, v in b["unscored_reasons"].items())
@@ -186,7 +159,7 @@ def print_agreement(result: dict[str, Any]) -> None:
             ft.add_row(
                 name, f, str(x["tagged"]), str(x["flagged"]), str(x["both"]), _ci(x, "precision"), _ci(x, "recall")
             )
-        _wide().print(ft)
+        wide().print(ft)
 
 
 @click.command("agree", cls=GreedyCommand)
@@ -217,10 +190,10 @@ def agree_cmd(
     Unscored items are counted and, by default, left out of the metrics.
     """
     try:
-        pairings = _pairings([load_run(p) for p in runs], _label_sets(labels, goldx_ids, ambq_ids, reviewed_only))
+        pairings = pair_runs([load_run(p) for p in runs], _label_sets(labels, goldx_ids, ambq_ids, reviewed_only))
         result = agree(pairings, unscored=_policy(unscored), resamples=bootstrap, seed=seed)
     except RoseError as e:
-        _fail(e)
+        fail(e)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -280,7 +253,7 @@ def import_rose_cmd(
         )
         summary = write_run(imported, out, force=force)
     except RoseError as e:
-        _fail(e)
+        fail(e)
     for w in imported.warnings:
         err.print(f"[yellow]warning:[/] {w}", highlight=False)
     rose = "-" if summary.rose is None else f"{100 * summary.rose:.2f}"
@@ -321,7 +294,7 @@ def replay_cmd(
         sets = _label_sets(labels, goldx_ids, ambq_ids, reviewed_only)
         table = replay_table(loaded, sets, chosen, _policy(unscored))
     except RoseError as e:
-        _fail(e)
+        fail(e)
     if as_json:
         click.echo(json.dumps(table, indent=2))
         return
@@ -340,29 +313,7 @@ def replay_cmd(
             _fmt(row["f1"]),
             *(_fmt(row["subsets"][s]) for s in subsets),
         )
-    _wide().print(t)
-
-
-def replay_table(
-    runs: Sequence[Run], sets: Sequence[LabelSet], variants: Sequence[Variant], unscored: UnscoredPolicy
-) -> list[dict[str, Any]]:
-    """Agreement of the recorded scores and of each replayed policy (no bootstrap: point estimates)."""
-    rows = []
-    for policy in ["recorded", *variants]:
-        replayed = [
-            r if policy == "recorded" else Run(r.name, r.path, [replay_record(x, _variant(policy)) for x in r.records])
-            for r in runs
-        ]
-        result = agree(_pairings(replayed, sets), unscored=unscored, resamples=0)
-        rows.append(
-            {
-                "policy": policy,
-                **{k: result[k] for k in ("n", "unscored", "kappa", "accuracy", "mcc", "f1")},
-                "unscored_reasons": result["unscored_reasons"],
-                "subsets": {name: b["kappa"] for name, b in result["subsets"].items()},
-            }
-        )
-    return rows
+    wide().print(t)
 
 
 @click.command("judge-card", cls=GreedyCommand)
@@ -400,10 +351,10 @@ def judge_card_cmd(
     try:
         loaded = [load_run(p) for p in runs]
         sets = _label_sets(labels, goldx_ids, ambq_ids, reviewed_only)
-        result = agree(_pairings(loaded, sets), unscored=_policy(unscored), resamples=bootstrap, seed=seed)
+        result = agree(pair_runs(loaded, sets), unscored=_policy(unscored), resamples=bootstrap, seed=seed)
         card = build_card(loaded, sets, result, validation_set=validation_set, date=date, version=__version__)
     except RoseError as e:
-        _fail(e)
+        fail(e)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     a = card["agreement"]
@@ -429,7 +380,7 @@ def judge_compare_cmd(old: Path, new: Path, as_json: bool) -> None:
         a, b = load_card(old), load_card(new)
         verdict = upgrade(a, b)
     except RoseError as e:
-        _fail(e)
+        fail(e)
     if as_json:
         click.echo(
             json.dumps(
@@ -440,73 +391,3 @@ def judge_compare_cmd(old: Path, new: Path, as_json: bool) -> None:
         for line in verdict.reasons:
             console.print(line, highlight=False)
     sys.exit(0 if verdict.upgrade else 1)
-
-
-@click.command("compare")
-@click.argument("runs", nargs=-1, required=True, type=PATH)
-@click.option("--reading", type=click.Choice(READINGS), default="bird_ex", show_default=True, help="Which EX.")
-@click.option("--csv", "csv_out", type=PATH, help="Also write the table as CSV here.")
-@click.option("--json", "json_out", type=PATH, help="Also write the table as JSON here.")
-def compare_cmd(runs: tuple[Path, ...], reading: str, csv_out: Path | None, json_out: Path | None) -> None:
-    """Re-evaluation table across systems: EX vs ROSE, the gap by difficulty, and where they disagree.
-
-    Discordance (EX and ROSE differ) is shown overall and inside the GoldX and AmbQ subsets flagged
-    by the judges, with the share of all discordance each explains.
-    """
-    from rose_sql.analysis.systems import leaderboard, rich_tables, to_csv, to_json
-
-    try:
-        rows = leaderboard([load_run(p) for p in runs], reading)
-    except RoseError as e:
-        _fail(e)
-    for table in rich_tables(rows, reading):
-        _wide().print(table)
-    for path, text in ((csv_out, to_csv(rows)), (json_out, to_json(rows, reading))):
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            console.print(f"wrote {path}", highlight=False)
-
-
-@click.command("report")
-@click.argument("runs", nargs=-1, required=True, type=PATH)
-@click.option("--compare", "several", is_flag=True, help="Compare several runs on one page.")
-@click.option("--out", type=PATH, help="HTML file (default: RUN_DIR/report.html, or rose-compare.html).")
-@click.option("--reading", type=click.Choice(READINGS), default="bird_ex", show_default=True, help="Which EX.")
-def report_cmd(runs: tuple[Path, ...], several: bool, out: Path | None, reading: str) -> None:
-    """Write a self-contained HTML report: charts (EX vs ROSE, gap by difficulty, discordance, calls
-    and cost per stage) and a filterable browser of every item with its evidence and judge reasoning.
-
-    The page loads nothing from the network; open it from the file.
-    """
-    from rose_sql.analysis.html import write_report
-
-    try:
-        if len(runs) > 1 and not several:
-            raise UsageError("several runs: pass --compare to put them on one page")
-        loaded = [load_run(p) for p in runs]
-        if len({r.name for r in loaded}) != len(loaded):
-            raise UsageError("two runs share a name; the report tells systems apart by folder name")
-        target = out or (runs[0] / "report.html" if not several and runs[0].is_dir() else Path("rose-compare.html"))
-        path = write_report(loaded, target, reading=reading, version=__version__)
-    except RoseError as e:
-        _fail(e)
-    console.print(f"wrote {path}", highlight=False)
-
-
-@click.command("audit")
-@click.argument("runs", nargs=-1, required=True, type=PATH)
-@click.option("--out", required=True, type=PATH, help="Folder for audit.jsonl and audit.csv.")
-def audit_cmd(runs: tuple[Path, ...], out: Path) -> None:
-    """Export every item flagged GoldX or AmbQ, or with a gold smell, with evidence and reasoning.
-
-    For benchmark maintainers: audit.jsonl has everything, audit.csv one line per item.
-    """
-    from rose_sql.analysis.audit import audit_rows, write_audit
-
-    try:
-        rows = audit_rows([load_run(p) for p in runs])
-    except RoseError as e:
-        _fail(e)
-    jsonl, csv_path = write_audit(rows, out)
-    console.print(f"{len(rows)} flagged items -> {jsonl}, {csv_path}", highlight=False)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from rose_sql.cli.main import _fail, err
+from rose_sql.cli.main import err, fail
 from rose_sql.errors import UsageError
 from rose_sql.reward import RewardConfig
 from rose_sql.reward.server import DEADLINE_S
@@ -75,7 +75,7 @@ def serve_reward_cmd(
     from rose_sql.reward.server import RewardServer, ServeConfig
 
     if not db_root.is_dir():
-        _fail(UsageError(f"--db-root {db_root} is not a folder"))
+        fail(UsageError(f"--db-root {db_root} is not a folder"))
         return
     try:
         reward = replace(
@@ -90,7 +90,7 @@ def serve_reward_cmd(
         )
         server = RewardServer(ServeConfig(db_root, host, port, deadline_s=deadline, reward=reward), verbose=verbose)
     except (OSError, ValueError) as e:
-        _fail(UsageError(f"cannot start the reward server: {e}"))
+        fail(UsageError(f"cannot start the reward server: {e}"))
         return
     err.print(f"rose reward server on {server.url} (databases under {db_root}); Ctrl-C stops it", highlight=False)
     try:

@@ -29,7 +29,7 @@ from rose_sql.demo.build import (
     write_items,
     write_labels,
 )
-from rose_sql.demo.evaluate import ItemResult, evaluate
+from rose_sql.demo.evaluate import evaluate
 from rose_sql.demo.show import WIDTH, print_demo
 
 TIMEOUT_S = 1.0
@@ -41,7 +41,6 @@ __all__ = [
     "TIMEOUT_S",
     "DemoItem",
     "DemoPaths",
-    "ItemResult",
     "evaluate",
     "load_demo_items",
     "run_demo",

@@ -6,7 +6,6 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rich import box
 from rich.console import Console, RenderableType
@@ -15,7 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from rose_sql.demo.build import DemoItem, DemoPaths
-from rose_sql.demo.evaluate import ItemResult
+from rose_sql.evidence.findings import Evidence
+from rose_sql.record import ComparisonInfo, Record
 from rose_sql.summary import Summary
 
 WIDTH = 100
@@ -35,26 +35,26 @@ _EXPERT_STYLE = {"correct": "green", "incorrect": "red", "ambiguous": "yellow"}
 # --------------------------------------------------------------------------- one item
 
 
-def outcome(comparison: dict[str, Any] | None) -> str:
+def outcome(comparison: ComparisonInfo | None) -> str:
     """Our comparator's outcome in a few words: ``same up to column order``, ``values: ..``."""
     if comparison is None:
         return "not compared"
-    tolerated = [_NOTE_WORDS[n] for n in comparison["notes"] if n in _NOTE_WORDS]
-    if comparison["reason"] == "same" and tolerated:
+    tolerated = [_NOTE_WORDS[n] for n in comparison.notes if n in _NOTE_WORDS]
+    if comparison.reason == "same" and tolerated:
         return "same up to " + " and ".join(tolerated)
-    return f"{comparison['reason']}: {comparison['detail']}"
+    return f"{comparison.reason}: {comparison.detail}"
 
 
-def evidence_says(evidence: dict[str, Any] | None) -> str:
+def evidence_says(evidence: Evidence | None) -> str:
     """The evidence stage in a few words: a witness, the shape of a difference, gold smells."""
-    if not evidence:
+    if evidence is None:
         return ""
     bits = []
-    if evidence.get("witness"):
-        bits.append(f"witness: {evidence['witness']['label']}")
-    shapes = (evidence.get("diff") or {}).get("shape") or []
+    if evidence.witness is not None:
+        bits.append(f"witness: {evidence.witness.label}")
+    shapes = evidence.diff.shape if evidence.diff is not None else []
     bits += [s.split(":")[0] for s in shapes if s not in ("multiplicity", "extra_columns", "type", "order")]
-    bits += [f"gold smell: {s['name']}" for s in evidence.get("gold_smells") or []]
+    bits += [f"gold smell: {s.name}" for s in evidence.gold_smells]
     return "; ".join(bits)
 
 
@@ -62,13 +62,13 @@ def _short_error(error: str | None) -> str:
     return re.sub(r"^\w+(Error|Exception): ", "", error or "")
 
 
-def rose_says(record: ItemResult) -> Text:
+def rose_says(record: Record) -> Text:
     """What ROSE-SQL's deterministic stage says about an item: a score, or why there is none yet."""
     if record.score is not None:
-        if record.pred_status == "timeout":
-            why = f"timed out after {record.pred_seconds:.1f} s"
+        if record.pred.status == "timeout":
+            why = f"timed out after {record.pred.seconds:.1f} s"
         else:
-            why = f"does not execute: {_short_error(record.pred_error)}"
+            why = f"does not execute: {_short_error(record.pred.error)}"
         return Text.assemble((f"score {record.score}", "bold"), f" · {why}")
     if record.unscored_reason == "awaiting_judge":
         found = evidence_says(record.evidence)
@@ -79,13 +79,13 @@ def rose_says(record: ItemResult) -> Text:
             *((("\n" + found), "cyan"),) if found else (),
         )
     if record.unscored_reason == "gold_error":
-        return Text.assemble(("unscored", "bold"), " · the gold does not execute: ", _short_error(record.gold_error))
+        return Text.assemble(("unscored", "bold"), " · the gold does not execute: ", _short_error(record.gold.error))
     return Text.assemble(("unscored", "bold"), f" · {record.unscored_reason}: {record.why}")
 
 
-def ex_says(record: ItemResult, item: DemoItem) -> Text:
+def ex_says(record: Record, item: DemoItem) -> Text:
     """BIRD EX's reading (1, 0, or – when it is undefined), red where it disagrees with the expert."""
-    ex = record.bird_ex
+    ex = record.readings.bird_ex
     if ex is None:
         return Text("–", style="dim")
     return Text(str(ex), style="bold red" if bool(ex) != item.accepted else "")
@@ -98,7 +98,7 @@ def _question(item: DemoItem) -> Text:
     return Text.assemble(q, "\n", (item.label, "dim italic"))
 
 
-def item_table(items: Sequence[DemoItem], records: dict[int, ItemResult]) -> Table:
+def item_table(items: Sequence[DemoItem], records: dict[int, Record]) -> Table:
     """One row per item: question, BIRD EX, ROSE-SQL's deterministic stage, the expert."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, expand=True)
     table.add_column("id", justify="right", width=2)
@@ -163,16 +163,16 @@ def cohen_kappa(pairs: Sequence[tuple[bool, bool]]) -> float | None:
     return None if expected == 1 else (observed - expected) / (1 - expected)
 
 
-def tally(items: Sequence[DemoItem], records: dict[int, ItemResult]) -> Tally:
+def tally(items: Sequence[DemoItem], records: dict[int, Record]) -> Tally:
     """Count agreements and what the deterministic stage settled."""
-    with_ex = [(it, records[it.id]) for it in items if records[it.id].bird_ex is not None]
-    false_neg = [it for it, r in with_ex if it.accepted and not r.bird_ex]
-    false_pos = [it for it, r in with_ex if not it.accepted and r.bird_ex]
+    with_ex = [(it, records[it.id]) for it in items if records[it.id].readings.bird_ex is not None]
+    false_neg = [it for it, r in with_ex if it.accepted and not r.readings.bird_ex]
+    false_pos = [it for it, r in with_ex if not it.accepted and r.readings.bird_ex]
     scored = [(it, records[it.id]) for it in items if records[it.id].score is not None]
 
     def reason(it: DemoItem) -> str | None:
         c = records[it.id].comparison
-        return None if c is None else str(c["reason"])
+        return None if c is None else c.reason
 
     return Tally(
         n=len(items),
@@ -181,7 +181,7 @@ def tally(items: Sequence[DemoItem], records: dict[int, ItemResult]) -> Tally:
         ex_agree=len(with_ex) - len(false_neg) - len(false_pos),
         ex_false_neg=false_neg,
         ex_false_pos=false_pos,
-        kappa=cohen_kappa([(bool(r.bird_ex), it.accepted) for it, r in with_ex]),
+        kappa=cohen_kappa([(bool(r.readings.bird_ex), it.accepted) for it, r in with_ex]),
         scored=len(scored),
         scored_agree=sum(bool(r.score) == it.accepted for it, r in scored),
         unscored=dict(Counter(str(r.unscored_reason) for r in records.values() if r.score is None)),
@@ -269,7 +269,7 @@ def _judge_line(t: Tally) -> Text:
 def print_demo(
     console: Console,
     items: Sequence[DemoItem],
-    records: dict[int, ItemResult],
+    records: dict[int, Record],
     summary: Summary,
     paths: DemoPaths,
     seconds: float,

@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 from rose_sql.compare import NULL, Comparison, canon, json_value
+from rose_sql.evidence.findings import Diff
 from rose_sql.execute import ResultSet
 
 EXAMPLES = 5
@@ -64,7 +65,7 @@ def _rounded(p: list[tuple[Any, ...]], g: list[tuple[Any, ...]]) -> str | None:
     return None
 
 
-def describe(pred: ResultSet, gold: ResultSet, cmp: Comparison, digits: int = 12) -> dict[str, Any]:
+def describe(pred: ResultSet, gold: ResultSet, cmp: Comparison, digits: int = 12) -> Diff:
     """The distinguishing rows and the shape of the difference (for ``evidence.diff``)."""
     p, g = _aligned(pred, gold, cmp, digits)
     pc, gc = Counter(p), Counter(g)
@@ -91,13 +92,7 @@ def describe(pred: ResultSet, gold: ResultSet, cmp: Comparison, digits: int = 12
     def show(c: Counter[tuple[Any, ...]]) -> list[list[Any]]:
         return [[_json(v) for v in row] for row in list(c.elements())[:EXAMPLES]]
 
-    return {
-        "pred_only": show(only_p),
-        "gold_only": show(only_g),
-        "pred_only_count": sum(only_p.values()),
-        "gold_only_count": sum(only_g.values()),
-        "shape": shapes,
-    }
+    return Diff(show(only_p), show(only_g), sum(only_p.values()), sum(only_g.values()), shapes)
 
 
 def _json(v: Any) -> Any:

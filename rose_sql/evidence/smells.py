@@ -20,11 +20,11 @@ import sqlglot
 from sqlglot import exp
 
 from rose_sql.compare import compare
+from rose_sql.evidence.findings import Smell
 from rose_sql.evidence.workspace import Workspace
 from rose_sql.execute import ResultSet
 from rose_sql.sql import quote_identifier as _q
 
-Smell = dict[str, Any]
 _NUMBER = re.compile(r"^\s*-?\d+(\.\d+)?\s*$")
 
 
@@ -71,25 +71,19 @@ def _limit_and_nulls(ws: Workspace, tree: exp.Select) -> list[Smell]:
         inside, outside = rows[k - 1], rows[k]
         if inside[:n] == outside[:n] and inside[n:] != outside[n:]:
             tied = sum(1 for r in rows if r[:n] == inside[:n])
-            smells.append(
-                {
-                    "name": "limit_tie",
-                    "detail": f"LIMIT {k} cuts through {tied} rows that tie on the "
-                    f"ordering key {list(inside[:n])!r}; which of them the gold returns is arbitrary",
-                    "key": list(inside[:n]),
-                    "tied_rows": tied,
-                }
+            detail = (
+                f"LIMIT {k} cuts through {tied} rows that tie on the "
+                f"ordering key {list(inside[:n])!r}; which of them the gold returns is arbitrary"
             )
+            smells.append(Smell("limit_tie", detail, key=list(inside[:n]), tied_rows=tied))
     if rows and any(v is None for v in rows[0][:n]):
         asc = [not o.args.get("desc") for o in order.expressions]
         if any(a and v is None for a, v in zip(asc, rows[0][:n], strict=False)):
-            smells.append(
-                {
-                    "name": "nulls_first",
-                    "detail": "the first row by the ORDER BY has a NULL key: SQLite "
-                    "sorts NULLs first ascending, so 'the lowest' may be a missing value",
-                }
+            detail = (
+                "the first row by the ORDER BY has a NULL key: SQLite "
+                "sorts NULLs first ascending, so 'the lowest' may be a missing value"
             )
+            smells.append(Smell("nulls_first", detail))
     return smells
 
 
@@ -112,14 +106,11 @@ def _numeric_text(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell
             if texts and len(texts) >= len(rows) / 2 and all(_NUMBER.match(v) for v in texts):
                 lengths = {len(v.strip().split(".")[0].lstrip("-")) for v in texts}
                 if len(lengths) > 1:
-                    smells.append(
-                        {
-                            "name": "numeric_text_order",
-                            "detail": f"{table}.{col} stores numbers as text "
-                            f"of different lengths; ORDER BY / MIN / MAX compare them as text ('10' < '9')",
-                            "column": f"{table}.{col}",
-                        }
+                    detail = (
+                        f"{table}.{col} stores numbers as text "
+                        f"of different lengths; ORDER BY / MIN / MAX compare them as text ('10' < '9')"
                     )
+                    smells.append(Smell("numeric_text_order", detail, column=f"{table}.{col}"))
     return smells
 
 
@@ -149,14 +140,8 @@ def _literals(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell]:
                 )
                 or []
             ]
-        smells.append(
-            {
-                "name": "literal_absent",
-                "detail": f"{value!r} never occurs in {col.name}" + (f"; near matches: {near[:3]!r}" if near else ""),
-                "literal": value,
-                "near": near[:3],
-            }
-        )
+        detail = f"{value!r} never occurs in {col.name}" + (f"; near matches: {near[:3]!r}" if near else "")
+        smells.append(Smell("literal_absent", detail, literal=value, near=near[:3]))
     return smells
 
 
@@ -173,13 +158,10 @@ def _fanout(ws: Workspace, tree: exp.Expr, gold: ResultSet, digits: int) -> list
     res = ws.run(_sql(variant))
     if res is None or compare(res, gold, ordered=False, digits=digits).equal is not False:
         return []
-    return [
-        {
-            "name": "count_fanout",
-            "detail": "COUNT over a join changes when made DISTINCT: the join repeats "
-            "rows, so entities may be counted more than once",
-        }
-    ]
+    detail = (
+        "COUNT over a join changes when made DISTINCT: the join repeats rows, so entities may be counted more than once"
+    )
+    return [Smell("count_fanout", detail)]
 
 
 def gold_smells(
@@ -200,11 +182,9 @@ def gold_smells(
     finally:
         ws.set_reverse_order(False)
     if again is not None and compare(again, gold, ordered=ordered, digits=digits).equal is False:
-        smells.append(
-            {
-                "name": "order_dependent",
-                "detail": "the gold's result changes when unordered rows come "
-                "in another order (LIMIT without ORDER BY, or a bare column beside an aggregate)",
-            }
+        detail = (
+            "the gold's result changes when unordered rows come "
+            "in another order (LIMIT without ORDER BY, or a bare column beside an aggregate)"
         )
+        smells.append(Smell("order_dependent", detail))
     return smells

@@ -14,12 +14,13 @@ import random
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from rose_sql.compare import Comparison, compare
+from rose_sql.compare import Comparison, compare, json_value
 from rose_sql.evidence.features import Features
-from rose_sql.evidence.workspace import Change, Workspace
+from rose_sql.evidence.findings import Change, ResultSample, Witness
+from rose_sql.evidence.workspace import Workspace
 from rose_sql.execute import ResultSet
 
 Apply = Callable[[Workspace], list[Change]]
@@ -46,18 +47,13 @@ class Candidate:
     apply: Apply
 
 
-@dataclass
-class Witness:
-    """A database change on which prediction and gold disagree, with both results on it."""
+RESULT_ROWS = 10
+"""Rows of each result a witness keeps."""
 
-    kind: str
-    reason: str
-    label: str
-    changes: list[Change]
-    pred: ResultSet
-    gold: ResultSet
-    comparison: Comparison
-    caveats: list[str] = field(default_factory=list)
+
+def sample(r: ResultSet) -> ResultSample:
+    """The first rows of a result as JSON values, with its columns and size."""
+    return ResultSample(list(r.columns), r.row_count, [[json_value(v) for v in row] for row in r.rows[:RESULT_ROWS]])
 
 
 @dataclass
@@ -210,23 +206,23 @@ def _caveats(ws: Workspace, changes: list[Change]) -> list[str]:
     """Realism notes: what the change does that the real data never shows."""
     notes = []
     for ch in changes:
-        t = ws.tables.get(ch["table"])
+        t = ws.tables.get(ch.table)
         if t is None:
             continue
-        col = t.columns.get(ch.get("column", ""))
-        if ch["op"] == "update" and col is not None:
+        col = t.columns.get(ch.column or "")
+        if ch.op == "update" and col is not None:
             where = f"{t.name}.{col.name}"
-            if ch["new"] is None and not col.has_nulls:
+            if ch.new is None and not col.has_nulls:
                 notes.append(f"the schema allows it, but {where} is never NULL in the database")
-            elif ch["new"] is not None:
-                seen = ws.query(f'SELECT 1 FROM "{t.name}" WHERE "{col.name}" = ? LIMIT 1', (ch["new"],))
+            elif ch.new is not None:
+                seen = ws.query(f'SELECT 1 FROM "{t.name}" WHERE "{col.name}" = ? LIMIT 1', (ch.new,))
                 if seen == []:
-                    notes.append(f"the value {ch['new']!r} does not occur in {where} in the database")
+                    notes.append(f"the value {ch.new!r} does not occur in {where} in the database")
                 elif seen and not col.has_duplicates:
                     notes.append(f"it gives {where} a duplicate value, which the database never has")
-        if ch["op"] == "insert":
+        if ch.op == "insert" and ch.row is not None:
             for c in t.columns.values():
-                v = ch["row"].get(c.name)
+                v = ch.row.get(c.name)
                 if c.unique or c.pk or c.has_duplicates or v is None:
                     continue
                 if ws.query(f'SELECT 1 FROM "{t.name}" WHERE "{c.name}" = ? LIMIT 1', (v,)):
@@ -282,8 +278,18 @@ def search(
                 order_dependent += 1  # a difference that moves with row order is not a semantic witness
                 continue
             changes, pred, gold, cmp = outcome
+            comparison = f"{cmp.reason}: {cmp.detail}"
             found.append(
-                Witness(cand.kind, REASONS[cand.kind], cand.label, changes, pred, gold, cmp, _caveats(ws, changes))
+                Witness(
+                    cand.kind,
+                    REASONS[cand.kind],
+                    cand.label,
+                    changes,
+                    sample(pred),
+                    sample(gold),
+                    comparison,
+                    _caveats(ws, changes),
+                )
             )
     finally:
         ws.timeout_s = base_timeout

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rose_sql.evidence.findings import Change
 from rose_sql.execute import ResultSet, _authorize
 from rose_sql.sql import quote_identifier as _q
-
-Change = dict[str, Any]
 
 
 @dataclass
@@ -209,7 +208,7 @@ class Workspace:
         """Set one non-key cell; raises sqlite3.Error when a constraint forbids it."""
         old = self.row(table, rowid).get(column)
         self.conn.execute(f"UPDATE {_q(table)} SET {_q(column)} = ? WHERE rowid = ?", (value, rowid))
-        return {"op": "update", "table": table, "rowid": rowid, "column": column, "old": old, "new": value}
+        return Change("update", table, rowid, column=column, old=old, new=value)
 
     def insert_copy(self, table: str, rowid: int, overrides: dict[str, Any] | None = None) -> Change:
         """Insert a copy of a row with fresh key and UNIQUE values (and optional changed cells)."""
@@ -225,14 +224,8 @@ class Workspace:
             f"INSERT INTO {_q(table)} ({', '.join(_q(n) for n in names)}) VALUES ({', '.join('?' * len(names))})",
             [new[n] for n in names],
         )
-        return {
-            "op": "insert",
-            "table": table,
-            "rowid": cur.lastrowid,
-            "copy_of": rowid,
-            "values": {k: v for k, v in new.items() if values.get(k) != v or k in (overrides or {})},
-            "row": new,
-        }
+        changed = {k: v for k, v in new.items() if values.get(k) != v or k in (overrides or {})}
+        return Change("insert", table, cur.lastrowid, copy_of=rowid, values=changed, row=new)
 
     def delete(self, table: str, rowid: int) -> list[Change]:
         """Delete a row and, first, the rows of child tables that reference it."""
@@ -252,7 +245,7 @@ class Workspace:
             for kid in kids[:50]:
                 changes += self.delete(child, kid)
         self.conn.execute(f"DELETE FROM {_q(table)} WHERE rowid = ?", (rowid,))
-        changes.append({"op": "delete", "table": table, "rowid": rowid, "row": row})
+        changes.append(Change("delete", table, rowid, row=row))
         return changes
 
     def close(self) -> None:

@@ -1,7 +1,7 @@
-"""The two judges: build their messages, call the model, validate the reply (one re-ask).
+"""One judge call: build the judge's messages, call the model, validate the reply (one re-ask).
 
-What a judge sees is assembled here from fenced blocks; which judge runs when is decided by
-:func:`rose_sql.decide.decide`, and :mod:`rose_sql.run` alternates the two.
+What a judge sees is assembled here from fenced blocks; which judge runs when is decided by the walk
+over the decision table (:func:`rose_sql.decide.walk`), which :mod:`rose_sql.evaluate` drives.
 """
 
 from __future__ import annotations
@@ -12,18 +12,21 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 from string import Template
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from rose_sql.compare import Comparison
+from rose_sql.decide import Step
 from rose_sql.execute import Execution
 from rose_sql.items import Item
 from rose_sql.judges.context import Schema, fence, render_result, tables_in
 from rose_sql.judges.llm import LLM, BudgetExhausted, Completion, Message
 from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyError, parse_reply
+from rose_sql.record import JudgeCall as Call
 from rose_sql.sql import strip_comments
 
-Stage = Literal["prover", "refuter", "refuter_matched"]
+RecordStage = Literal["prover", "refuter"]
 R = TypeVar("R", ProverReply, RefuterReply)
+Reply = ProverReply | RefuterReply
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,26 +45,6 @@ class Case:
     """Our comparator's outcome."""
     evidence: str | None = None
     """Deterministic evidence, already rendered for the judges (witnesses, smells, diffs)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One judge call as the record keeps it."""
-
-    stage: str
-    model: str
-    reply: dict[str, Any] | None
-    raw: str
-    reasoning: str | None
-    cached: bool
-    prompt_tokens: int
-    completion_tokens: int
-    reasoning_tokens: int | None
-    cost_usd: float | None
-    seconds: float
-    prompt_sha256: str
-    params: dict[str, Any]
-    error: str | None = None
 
 
 class JudgeFailed(Exception):
@@ -146,12 +129,14 @@ def _shape(e: Execution) -> str:
     return "no result" if r is None else f"{r.row_count} rows x {len(r.columns)} columns"
 
 
-def _call(stage: str, llm: LLM, messages: list[Message], c: Completion | None, reply: Any, error: str | None) -> Call:
+def _call(
+    stage: RecordStage, llm: LLM, messages: list[Message], c: Completion | None, reply: Reply | None, error: str | None
+) -> Call:
     digest = hashlib.sha256(messages[0]["content"].encode()).hexdigest()[:16]
     return Call(
         stage=stage,
         model=llm.cfg.model,
-        reply=reply.model_dump() if reply is not None else None,
+        reply=reply,
         raw=c.content if c else "",
         reasoning=c.reasoning if c else None,
         cached=c.cached if c else False,
@@ -166,7 +151,7 @@ def _call(stage: str, llm: LLM, messages: list[Message], c: Completion | None, r
     )
 
 
-async def ask(llm: LLM, stage: Stage, messages: list[Message], kind: type[R]) -> tuple[R, list[Call]]:
+async def ask(llm: LLM, stage: Step, messages: list[Message], kind: type[R]) -> tuple[R, list[Call]]:
     """Call a judge and validate its reply; re-ask once (by default) when the reply is invalid.
 
     Raises :class:`JudgeFailed` (with the calls made, raw replies included) when no valid reply
@@ -174,7 +159,7 @@ async def ask(llm: LLM, stage: Stage, messages: list[Message], kind: type[R]) ->
     """
     import openai
 
-    record_stage = "refuter" if stage == "refuter_matched" else stage
+    record_stage: RecordStage = "refuter" if stage == "refuter_matched" else stage
     calls: list[Call] = []
     convo: list[Message] = list(messages)
     for _attempt in range(1 + llm.cfg.reask):

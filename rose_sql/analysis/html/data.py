@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rose_sql.analysis.audit import smells
 from rose_sql.analysis.runs import Run
+from rose_sql.analysis.systems import reading as reading_of
+from rose_sql.judges.replies import ProverReply
+from rose_sql.record import JudgeCall, Record
 
 OUTCOMES = {
     "both_correct": "EX ✓ ROSE ✓",
@@ -22,20 +24,20 @@ def stage_usage(run: Run) -> dict[str, dict[str, float]]:
     """LLM calls (made and cached) and cost per judge stage, counted from the records."""
     stages: dict[str, dict[str, float]] = {}
     for r in run.records:
-        for c in r.get("judges") or []:
-            s = stages.setdefault(str(c.get("stage")), {"calls": 0, "cached": 0, "cost_usd": 0.0})
-            if c.get("cached"):
+        for c in r.judges:
+            s = stages.setdefault(c.stage, {"calls": 0, "cached": 0, "cost_usd": 0.0})
+            if c.cached:
                 s["cached"] += 1
             else:
                 s["calls"] += 1
-                s["cost_usd"] += float(c.get("cost_usd") or 0.0)
+                s["cost_usd"] += c.cost_usd or 0.0
     return stages
 
 
-def outcome(record: dict[str, Any], reading: str = "bird_ex") -> str:
+def outcome(record: Record, reading: str = "bird_ex") -> str:
     """How EX and ROSE judged an item: one of :data:`OUTCOMES`."""
-    score = record.get("score")
-    ex = (record.get("readings") or {}).get(reading)
+    score = record.score
+    ex = reading_of(record, reading)
     if score is None:
         return "unscored"
     if ex is None:
@@ -43,11 +45,10 @@ def outcome(record: dict[str, Any], reading: str = "bird_ex") -> str:
     return {(1, 1): "both_correct", (0, 0): "both_wrong", (0, 1): "rose_only", (1, 0): "ex_only"}[int(ex), int(score)]
 
 
-def flags(record: dict[str, Any]) -> list[str]:
+def flags(record: Record) -> list[str]:
     """The item's labels as short tags: ``goldx``, ``ambq``, ``smell``."""
-    labels = record.get("labels") or {}
-    out = [f for f in ("goldx", "ambq") if labels.get(f) is True]
-    return out + (["smell"] if smells(record) else [])
+    out = [f for f in ("goldx", "ambq") if getattr(record.labels, f) is True]
+    return out + (["smell"] if record.evidence is not None and record.evidence.gold_smells else [])
 
 
 def _cap(text: Any) -> str | None:
@@ -57,60 +58,57 @@ def _cap(text: Any) -> str | None:
     return s if len(s) <= _TEXT_CAP else s[:_TEXT_CAP] + f"… ({len(s)} chars)"
 
 
-def _verdict(call: dict[str, Any]) -> str:
-    reply = call.get("reply")
-    if not reply:
-        return f"no valid reply ({call.get('error') or 'unknown error'})"
-    if "answers_question" in reply:
-        return "pass" if reply["answers_question"] else "fail"
-    return "overturn" if reply.get("overturn") else "uphold"
+def _verdict(call: JudgeCall) -> str:
+    reply = call.reply
+    if reply is None:
+        return f"no valid reply ({call.error or 'unknown error'})"
+    if isinstance(reply, ProverReply):
+        return "pass" if reply.answers_question else "fail"
+    return "overturn" if reply.overturn else "uphold"
 
 
-def _judge(call: dict[str, Any]) -> dict[str, Any]:
-    reply = call.get("reply") or {}
-    extra = {
-        k: _cap(reply.get(k))
-        for k in ("expected_answer", "sql_behaviour", "label", "ambiguity", "gold_correct")
-        if reply.get(k) not in (None, "")
-    }
+def _judge(call: JudgeCall) -> dict[str, Any]:
+    reply = call.reply
+    shown = ("expected_answer", "sql_behaviour", "label", "ambiguity", "gold_correct")
+    extra = {k: _cap(getattr(reply, k)) for k in shown if getattr(reply, k, None) not in (None, "")}
     return {
-        "stage": call.get("stage"),
-        "model": call.get("model"),
+        "stage": call.stage,
+        "model": call.model,
         "verdict": _verdict(call),
-        "reasoning": _cap(reply.get("reasoning")),
+        "reasoning": _cap(reply.reasoning) if reply is not None else None,
         "extra": extra,
     }
 
 
-def _evidence(record: dict[str, Any]) -> dict[str, Any] | None:
-    ev = record.get("evidence") or {}
-    witness = ev.get("witness")
-    diff = ev.get("diff")
+def _evidence(record: Record) -> dict[str, Any] | None:
+    ev = record.evidence
+    if ev is None:
+        return None
     out = {
-        "smells": [f"{s.get('name')}: {s.get('detail', '')}" for s in smells(record)],
-        "witness": f"{witness.get('reason')} ({witness.get('label')})" if isinstance(witness, dict) else None,
-        "diff": "; ".join(diff.get("shape") or []) if isinstance(diff, dict) else None,
+        "smells": [f"{s.name}: {s.detail}" for s in ev.gold_smells],
+        "witness": f"{ev.witness.reason} ({ev.witness.label})" if ev.witness is not None else None,
+        "diff": "; ".join(ev.diff.shape) if ev.diff is not None else None,
     }
     return out if any(out.values()) else None
 
 
-def browser_item(record: dict[str, Any], system: int, reading: str = "bird_ex") -> dict[str, Any]:
+def browser_item(record: Record, system: int, reading: str = "bird_ex") -> dict[str, Any]:
     """One row of the per-item browser (texts capped so that the page stays small)."""
     return {
         "s": system,
-        "id": record.get("id"),
-        "db": record.get("db_id"),
-        "d": record.get("difficulty"),
-        "q": _cap(record.get("question")),
-        "p": _cap(record.get("pred_sql")),
-        "g": _cap(record.get("gold_sql")),
-        "sc": record.get("score"),
-        "ex": (record.get("readings") or {}).get(reading),
+        "id": record.id,
+        "db": record.db_id,
+        "d": record.difficulty,
+        "q": _cap(record.question),
+        "p": _cap(record.pred_sql),
+        "g": _cap(record.gold_sql),
+        "sc": record.score,
+        "ex": reading_of(record, reading),
         "o": outcome(record, reading),
         "f": flags(record),
-        "by": record.get("decided_by"),
-        "ur": record.get("unscored_reason"),
-        "why": _cap(record.get("why")),
-        "j": [_judge(c) for c in record.get("judges") or []],
+        "by": record.decided_by,
+        "ur": record.unscored_reason,
+        "why": _cap(record.why),
+        "j": [_judge(c) for c in record.judges],
         "ev": _evidence(record),
     }

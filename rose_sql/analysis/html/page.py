@@ -12,13 +12,14 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
-from typing import Any
 
 from rose_sql.analysis.html.assets import CSS, JS
 from rose_sql.analysis.html.data import OUTCOMES, browser_item, flags, outcome, stage_usage
 from rose_sql.analysis.html.svg import Series, bar_chart, stacked_chart
 from rose_sql.analysis.runs import Run
 from rose_sql.analysis.systems import SystemRow, ordered_difficulties, system_row
+from rose_sql.record import Record
+from rose_sql.summary import Usage
 
 EX_COLOR, ROSE_COLOR = "#94a3b8", "#2563eb"
 SOURCES = (
@@ -37,7 +38,7 @@ def _figure(chart_id: str, title: str, caption: str, svg: str) -> str:
     )
 
 
-def _source(record: dict[str, Any]) -> str:
+def _source(record: Record) -> str:
     f = set(flags(record))
     if {"goldx", "ambq"} <= f:
         return "both"
@@ -147,8 +148,7 @@ def charts(runs: Sequence[Run], rows: Sequence[SystemRow], reading: str) -> list
 
 
 def _cards(run: Run, row: SystemRow) -> str:
-    s = run.summary or {}
-    llm = s.get("llm") or {}
+    llm = run.summary.llm if run.summary is not None else Usage()
     n = len(run.records)
     cards = [
         ("items", str(n)),
@@ -157,8 +157,8 @@ def _cards(run: Run, row: SystemRow) -> str:
         ("ROSE", _num(row.overall.rose)),
         ("gap", _num(row.overall.gap, signed=True)),
         ("discordant", str(row.discordant)),
-        ("LLM calls / item", f"{llm.get('calls_per_item', 0)}"),
-        ("cost", f"${llm.get('cost_usd', 0.0):.4f}"),
+        ("LLM calls / item", f"{llm.calls_per_item}"),
+        ("cost", f"${llm.cost_usd:.4f}"),
     ]
     return (
         '<div class="cards">'
@@ -223,16 +223,16 @@ def _notes(runs: Sequence[Run], rows: Sequence[SystemRow], reading: str) -> str:
         "over all items where they differ. Flags are the judges' (GoldX: gold SQL wrong; AmbQ: question ambiguous).",
     ]
     for run, row in zip(runs, rows, strict=True):
-        reasons = Counter(r.get("unscored_reason") for r in run.records if r.get("score") is None)
+        reasons = Counter(r.unscored_reason for r in run.records if r.score is None)
         if reasons:
             detail = ", ".join(f"{v} {k}" for k, v in sorted(reasons.items(), key=lambda kv: str(kv[0])))
             items = "item" if row.unscored == 1 else "items"
             lines.append(f"{row.system}: {row.unscored} unscored {items} ({detail}), not in EX/ROSE above.")
-        judge = (run.summary or {}).get("judge")
-        if judge:
-            where = judge.get("provider") or judge.get("base_url") or "default endpoint"
-            policy = judge.get("matched_refuter")
-            lines.append(f"{row.system}: judged by {judge.get('model')} ({where}), matched_refuter={policy}.")
+        judge = run.summary.judge if run.summary is not None else None
+        if judge is not None:
+            where = judge.provider or judge.base_url or "default endpoint"
+            policy = judge.matched_refuter
+            lines.append(f"{row.system}: judged by {judge.model} ({where}), matched_refuter={policy}.")
     return "".join(f'<p class="note">{escape(x)}</p>' for x in lines)
 
 

@@ -1,0 +1,31 @@
+"""Cheap reasons to doubt a match, found without the witness search.
+
+Two results that match can still both be wrong, or match by coincidence. Two signs of that cost
+nothing to see: both results are empty (any query that selects nothing would match), and the two
+queries read different tables yet agree. They are recorded as ``record.doubts`` whenever a judge is
+configured; with the evidence's witness and gold smells they decide whether the matched-results policy
+``evidence`` asks the Refuter (:func:`rose_sql.evidence.findings.questions_match`).
+"""
+
+from __future__ import annotations
+
+from rose_sql.compare import Comparison
+from rose_sql.execute import Execution
+from rose_sql.judges.context import tables_in
+
+EMPTY = "Both results are empty: any query that selects nothing would match."
+OTHER_TABLES = "The two queries read different tables, yet return the same result on this database."
+
+
+def match_doubts(
+    pred_sql: str, gold_sql: str | None, gold: Execution | None, comparison: Comparison | None
+) -> list[str]:
+    """The doubts about a match (none when the results do not match)."""
+    if comparison is None or comparison.equal is not True:
+        return []
+    out = []
+    if gold is not None and gold.result is not None and gold.result.row_count == 0:
+        out.append(EMPTY)
+    if tables_in(pred_sql) != tables_in(gold_sql):
+        out.append(OTHER_TABLES)
+    return out

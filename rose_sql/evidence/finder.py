@@ -1,0 +1,98 @@
+"""Gathers an item's evidence: witness, distinguishing rows and gold smells, on a private copy.
+
+:class:`Finder` keeps one private in-memory copy of each database per thread and, for an item whose
+gold ran, gathers: when the results match, a *witness* (a schema-valid change of the database on
+which the two queries disagree); when they differ, the *distinguishing rows* and the shape of the
+difference; in both cases the *gold smells*. All of it is deterministic, bounded by a time and
+candidate budget, and computed on copies: the user's database is opened read-only.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from rose_sql.compare import Comparison
+from rose_sql.config import Config
+from rose_sql.evidence.diff import describe
+from rose_sql.evidence.features import features
+from rose_sql.evidence.findings import Evidence, SearchInfo
+from rose_sql.evidence.smells import gold_smells
+from rose_sql.evidence.witness import search
+from rose_sql.evidence.workspace import Workspace
+from rose_sql.execute import Execution, ResultSet
+from rose_sql.sql import has_top_level_order_by
+
+
+class Finder:
+    """Gathers evidence; thread-safe (one workspace per database per thread)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._local = threading.local()
+
+    def _workspace(self, db: Path) -> Workspace:
+        spaces: dict[Path, Workspace] | None = getattr(self._local, "spaces", None)
+        if spaces is None:
+            spaces = self._local.spaces = {}
+        if db not in spaces:
+            spaces[db] = Workspace(db, timeout_s=min(self.config.timeout_s, 2.0))
+        return spaces[db]
+
+    def gather(
+        self, db: Path, gold_sql: str, pred_sql: str, gold: Execution, pred: Execution, comparison: Comparison | None
+    ) -> Evidence:
+        """Evidence for one item whose gold ran (never raises for a problem of the item)."""
+        start = time.monotonic()
+        cfg = self.config
+        g, p = gold.result, pred.result
+        if g is None or g.truncated:
+            return Evidence(skipped="the gold has no complete result")
+        if db.stat().st_size > cfg.evidence_max_db_bytes:
+            return Evidence(skipped=f"database larger than {cfg.evidence_max_db_bytes // 2**20} MiB")
+        ws = self._workspace(db)
+        ws.hard_deadline = start + cfg.evidence_budget_s
+        try:
+            return self._gather(ws, start, gold_sql, pred_sql, g, p, comparison)
+        finally:
+            ws.hard_deadline = float("inf")
+
+    def _gather(
+        self,
+        ws: Workspace,
+        start: float,
+        gold_sql: str,
+        pred_sql: str,
+        g: ResultSet,
+        p: ResultSet | None,
+        comparison: Comparison | None,
+    ) -> Evidence:
+        cfg = self.config
+        ordered = has_top_level_order_by(gold_sql)
+        feats = features(gold_sql).merge(features(pred_sql))
+        base_timeout, ws.timeout_s = ws.timeout_s, min(ws.timeout_s, cfg.evidence_budget_s / 4)
+        try:
+            smells = gold_smells(ws, gold_sql, g, feats.tables, ordered=ordered, digits=cfg.float_digits)
+        finally:
+            ws.timeout_s = base_timeout
+        witness = diff = info = None
+        if comparison is not None and p is not None and comparison.equal is True:
+            values = list({v for row in g.rows[:20] for v in row if isinstance(v, int | float | str)})[:20]
+            remaining = max(0.0, cfg.evidence_budget_s - (time.monotonic() - start))
+            s = search(
+                ws,
+                gold_sql,
+                pred_sql,
+                feats,
+                ordered=ordered,
+                digits=cfg.float_digits,
+                budget_s=remaining,
+                max_candidates=cfg.evidence_max_candidates,
+                result_values=values,
+            )
+            info = SearchInfo(s.tried, s.candidates, s.seconds, s.stopped, s.order_dependent)
+            witness = s.witness
+        elif comparison is not None and p is not None and comparison.equal is False:
+            diff = describe(p, g, comparison, cfg.float_digits)
+        return Evidence(witness, diff, smells, info, time.monotonic() - start)
