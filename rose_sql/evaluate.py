@@ -219,7 +219,7 @@ def to_record(ex: Executed, judged: Judged) -> Record:
         evidence=ex.evidence,
         doubts=ex.doubts,
         llm_calls=len(made),
-        cost_usd=round(sum(c.cost_usd or 0.0 for c in made), 8),
+        cost_usd=round(sum((c.cost_usd or 0.0 for c in made), 0.0), 8),
     )
 
 

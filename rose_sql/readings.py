@@ -94,9 +94,9 @@ def soft_f1(pred: Sequence[Row], gold: Sequence[Row]) -> float:
         pred_only.append(1)
         gold_only.append(0)
     tp, fp, fn = sum(match), sum(pred_only), sum(gold_only)
-    precision = tp / (tp + fp) if tp + fp > 0 else 0
-    recall = tp / (tp + fn) if tp + fn > 0 else 0
-    return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0
+    precision = tp / (tp + fp) if tp + fp > 0 else 0.0
+    recall = tp / (tp + fn) if tp + fn > 0 else 0.0
+    return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
 
 
 # --------------------------------------------------------------------------- Spider test suite

@@ -24,16 +24,21 @@ def test_public_api_is_pinned() -> None:
             "Executor",
             "InputError",
             "Item",
+            "JudgeConfig",
             "Loaded",
             "Readings",
             "Record",
             "ResultSet",
             "RoseError",
+            "Run",
+            "Summary",
             "UsageError",
             "__version__",
             "compare",
             "evaluate_item",
+            "evaluate_items",
             "load_items",
+            "load_run",
         ]
     )
     for name in rose_sql.__all__:

@@ -91,8 +91,8 @@ class Finder:
                 max_candidates=cfg.evidence_max_candidates,
                 result_values=values,
             )
-            info = SearchInfo(s.tried, s.candidates, s.seconds, s.stopped, s.order_dependent)
+            info = SearchInfo(s.tried, s.candidates, round(s.seconds, 4), s.stopped, s.order_dependent)
             witness = s.witness
         elif comparison is not None and p is not None and comparison.equal is False:
             diff = describe(p, g, comparison, cfg.float_digits)
-        return Evidence(witness, diff, smells, info, time.monotonic() - start)
+        return Evidence(witness, diff, smells, info, round(time.monotonic() - start, 4))

@@ -8,7 +8,7 @@ job; this module imports nothing heavy, so that everything that reads finished r
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from rose_sql.compare import json_value
@@ -26,7 +26,10 @@ def _jsonable(obj: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One edit of the private copy of the database (a witness is one or a few of them)."""
+    """One edit of the private copy of the database (a witness is one or a few of them).
+
+    While the search runs, the values are the database's own (bytes included); a witness keeps them
+    as JSON values (:meth:`as_json`), as the record does."""
 
     op: ChangeOp
     """``update`` a cell, ``insert`` a copy of a row, or ``delete`` a row."""
@@ -47,15 +50,21 @@ class Change:
     row: dict[str, Any] | None = None
     """The whole row inserted or deleted."""
 
+    def as_json(self) -> Change:
+        """The same change with its values as JSON values (bytes as ``x'hex'``, long text cut)."""
+        return replace(
+            self, old=_jsonable(self.old), new=_jsonable(self.new), values=_jsonable(self.values), row=_jsonable(self.row)
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The change as JSON data: only the fields its kind of edit has."""
         data: dict[str, Any] = {"op": self.op, "table": self.table, "rowid": self.rowid}
         if self.op == "update":
-            data |= {"column": self.column, "old": _jsonable(self.old), "new": _jsonable(self.new)}
+            data |= {"column": self.column, "old": self.old, "new": self.new}
         elif self.op == "insert":
-            data |= {"copy_of": self.copy_of, "values": _jsonable(self.values), "row": _jsonable(self.row)}
+            data |= {"copy_of": self.copy_of, "values": self.values, "row": self.row}
         else:
-            data["row"] = _jsonable(self.row)
+            data["row"] = self.row
         return data
 
 
@@ -151,7 +160,7 @@ class Smell:
         for name in ("key", "tied_rows", "column", "literal", "near"):
             value = getattr(self, name)
             if value is not None:
-                data[name] = _jsonable(value)
+                data[name] = value
         return data
 
 

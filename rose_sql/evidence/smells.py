@@ -19,7 +19,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from rose_sql.compare import compare
+from rose_sql.compare import compare, json_value
 from rose_sql.evidence.findings import Smell
 from rose_sql.evidence.workspace import Workspace
 from rose_sql.execute import ResultSet
@@ -75,7 +75,7 @@ def _limit_and_nulls(ws: Workspace, tree: exp.Select) -> list[Smell]:
                 f"LIMIT {k} cuts through {tied} rows that tie on the "
                 f"ordering key {list(inside[:n])!r}; which of them the gold returns is arbitrary"
             )
-            smells.append(Smell("limit_tie", detail, key=list(inside[:n]), tied_rows=tied))
+            smells.append(Smell("limit_tie", detail, key=[json_value(v) for v in inside[:n]], tied_rows=tied))
     if rows and any(v is None for v in rows[0][:n]):
         asc = [not o.args.get("desc") for o in order.expressions]
         if any(a and v is None for a, v in zip(asc, rows[0][:n], strict=False)):
@@ -141,7 +141,7 @@ def _literals(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell]:
                 or []
             ]
         detail = f"{value!r} never occurs in {col.name}" + (f"; near matches: {near[:3]!r}" if near else "")
-        smells.append(Smell("literal_absent", detail, literal=value, near=near[:3]))
+        smells.append(Smell("literal_absent", detail, literal=value, near=[json_value(v) for v in near[:3]]))
     return smells
 
 

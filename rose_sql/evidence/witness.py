@@ -284,7 +284,7 @@ def search(
                     cand.kind,
                     REASONS[cand.kind],
                     cand.label,
-                    changes,
+                    [c.as_json() for c in changes],
                     sample(pred),
                     sample(gold),
                     comparison,
