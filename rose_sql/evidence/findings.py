@@ -53,7 +53,11 @@ class Change:
     def as_json(self) -> Change:
         """The same change with its values as JSON values (bytes as ``x'hex'``, long text cut)."""
         return replace(
-            self, old=_jsonable(self.old), new=_jsonable(self.new), values=_jsonable(self.values), row=_jsonable(self.row)
+            self,
+            old=_jsonable(self.old),
+            new=_jsonable(self.new),
+            values=_jsonable(self.values),
+            row=_jsonable(self.row),
         )
 
     def to_dict(self) -> dict[str, Any]:
