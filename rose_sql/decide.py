@@ -5,6 +5,7 @@
 
 - the database is missing -> unscored ``db_missing``;
 - the prediction does not execute (error, rejected) -> 0, decided by execution;
+- a query was stopped by the wall-time guard -> unscored ``wall_guard`` (wall time never decides a score);
 - the gold does not execute -> unscored ``gold_error`` (never a 0 or a 1 for the prediction);
 - the prediction times out while the gold ran -> 0;
 - no judge configured -> unscored ``awaiting_judge`` (or ``no_gold``);
@@ -44,6 +45,7 @@ Unscored = Literal[
     "judge_error",
     "budget_exhausted",
     "internal_error",
+    "wall_guard",
     "no_score",
     "absent_from_outputs",
     "not_replayable",
@@ -90,6 +92,11 @@ UNSCORED: dict[Unscored, Reason] = {
         "a bug in ROSE-SQL while evaluating this item",
         "report it (the record's why says where); --resume retries it",
         True,
+    ),
+    "wall_guard": Reason(
+        "a query ran far past its time limit inside one call SQLite cannot interrupt, and its worker was stopped",
+        "--resume retries it (on a less loaded machine, or with a larger --timeout)",
+        transient=True,
     ),
     "no_score": Reason("the scores file gives no score for this item", "nothing: imported as it was"),
     "absent_from_outputs": Reason(
@@ -179,6 +186,9 @@ def decide(f: Facts) -> Decision | Step:
     failed = f"the prediction does not execute ({pred.status}): {pred.error}" if pred and not pred.ok else ""
     if pred is not None and pred.status in ("error", "rejected"):
         return Decision(0, None, "execution", failed)  # wrong whatever the gold says
+    for side, e in (("prediction", pred), ("gold", gold)):
+        if e is not None and e.status == "guard":  # wall time decided it: never a score
+            return Decision(None, "wall_guard", None, f"the {side} was {e.error}")
     if gold is not None and not gold.ok:
         return Decision(None, "gold_error", None, f"the gold SQL does not execute ({gold.status}): {gold.error}")
     if pred is not None and pred.status == "timeout":

@@ -34,8 +34,9 @@ from typing import Any, Literal
 
 from rose_sql.config import Config
 from rose_sql.sql import gate
+from rose_sql.workers import Watch, statement_key
 
-Status = Literal["ok", "error", "timeout", "rejected"]
+Status = Literal["ok", "error", "timeout", "rejected", "guard"]
 Row = tuple[Any, ...]
 
 _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
@@ -45,6 +46,9 @@ _CELL_BYTES = 16
 """Bytes a cell is reckoned to take besides its text or blob (for the byte cap)."""
 _NOT_UTF8 = "Could not decode to UTF-8"
 """How Python's sqlite3 reports text it cannot decode with the default text_factory."""
+GUARD_MARGIN_S = 5.0
+"""Seconds past a statement's own limits after which its worker process is stopped."""
+GUARD_STOPPED = "stopped by the wall-time guard: it ran far past its time limit inside one call SQLite cannot interrupt"
 _CONNS_PER_THREAD = 16
 """Open connections kept per thread (least recently used closed beyond it): bounds file handles."""
 
@@ -72,7 +76,8 @@ class Execution:
     """What happened when one SQL ran on one database."""
 
     status: Status
-    """``ok``, ``error`` (SQLite raised), ``timeout`` (interrupted at the deadline) or ``rejected``."""
+    """``ok``, ``error`` (SQLite raised), ``timeout`` (interrupted at the deadline), ``rejected``, or
+    ``guard``: the wall-time guard stopped it where SQLite could not (see :mod:`rose_sql.workers`)."""
     seconds: float
     """Wall time of the execution (of the original one, when served from cache)."""
     result: ResultSet | None = None
@@ -164,8 +169,10 @@ class Executor:
     that several threads ask for at once runs once.
     """
 
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Config | None = None, *, watch: Watch | None = None) -> None:
         self.config = config or Config()
+        self.watch = watch or Watch()
+        """The worker's guard (a no-op outside worker processes)."""
         self._local = threading.local()
         self._all: set[_Conn] = set()
         self._lock = threading.Lock()
@@ -269,10 +276,14 @@ class Executor:
         reason = gate(sql, max_chars=self.config.max_sql_chars)
         if reason is not None:
             return Execution("rejected", 0.0, error=reason), 0
+        key = statement_key(dbk[0], sql)
+        if key in self.watch.poisoned:
+            return Execution("guard", 0.0, error=GUARD_STOPPED), 0
         try:
             c = self._conn(db, dbk, role)
         except sqlite3.Error as e:
             return Execution("error", time.monotonic() - start, error=f"cannot open database: {e}"), 0
+        self.watch.arm(key, self.config.timeout_s + self.config.count_past_cap_s + GUARD_MARGIN_S)
         try:
             try:
                 result, nbytes = self._fetch(c, sql, start)
@@ -287,6 +298,7 @@ class Executor:
         except Exception as e:  # sqlite3.Error, MemoryError, OverflowError, ValueError, UnicodeError
             return self._failure(e, start), 0
         finally:
+            self.watch.disarm()
             c.deadline = float("inf")
         return Execution("ok", time.monotonic() - start, result=result), nbytes
 

@@ -41,7 +41,7 @@ SCHEMA_VERSION = 2
 PREVIEW_ROWS = 5
 """Rows of each result a record keeps."""
 
-ExecutionStatus = Literal["ok", "error", "timeout", "rejected", "skipped"]
+ExecutionStatus = Literal["ok", "error", "timeout", "rejected", "guard", "skipped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,8 @@ class ExecutionInfo:
     """What the record keeps of one execution."""
 
     status: ExecutionStatus
-    """``ok``, ``error``, ``timeout``, ``rejected`` or ``skipped`` (not run)."""
+    """``ok``, ``error``, ``timeout``, ``rejected``, ``guard`` (stopped by the wall-time guard) or
+    ``skipped`` (not run)."""
     seconds: float
     """Wall time in seconds (of the original run when cached)."""
     error: str | None = None

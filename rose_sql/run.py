@@ -14,14 +14,7 @@ every record once, old and new alike.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
-import os
-import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -33,6 +26,7 @@ from rose_sql.execute import Executor
 from rose_sql.items import Item, Loaded
 from rose_sql.record import RecordWriter, id_key, read_records
 from rose_sql.summary import Brief, Summary, summarize_briefs, write_summary
+from rose_sql.workers import Lost, Pool, Watch
 
 if TYPE_CHECKING:  # evidence and judges are loaded only when configured: a judge-free run starts faster
     from rose_sql.evidence.finder import Finder
@@ -89,7 +83,7 @@ Progress = Callable[[str, "Ledger | None"], None]
 
 def run(systems: Sequence[SystemRun], db_root: Path, config: Config, progress: Progress | None = None) -> list[Summary]:
     """Evaluate every pending item of every system, appending records as they finish; summarise each."""
-    stage1 = _Stage1(config)  # first, while this process may have a single thread (see _Stage1._start)
+    stage1 = _Stage1(config)  # first, while this process may have a single thread (workers are then forked)
     try:
         asyncio.run(_run(systems, db_root, config, stage1, progress))
     finally:
@@ -104,8 +98,6 @@ def run(systems: Sequence[SystemRun], db_root: Path, config: Config, progress: P
 
 BATCH = 16
 """Items per task sent to a worker process (amortises the inter-process round trip)."""
-
-_worker: tuple[Executor, Finder | None] | None = None
 
 
 def _batches(queue: list[tuple[str, Item]]) -> list[list[tuple[str, Item]]]:
@@ -128,28 +120,25 @@ def _batches(queue: list[tuple[str, Item]]) -> list[list[tuple[str, Item]]]:
     return [b for b in batches if b]
 
 
-def _init_worker(config: Config, parent: int) -> None:
-    """In each worker process: its own sandbox and execution cache (and evidence finder)."""
-    global _worker
+@dataclass(frozen=True, slots=True)
+class _Worker:
+    """What one worker process keeps for the whole run: its sandbox and execution cache, its finder."""
+
+    executor: Executor
+    finder: Finder | None
+
+
+def _init_worker(config: Config, watch: Watch) -> _Worker:
     share = config.with_(cache_cells=max(1_000_000, config.cache_cells // max(1, config.workers)))
-    _worker = (Executor(share), _finder(share))
-    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+    return _Worker(Executor(share, watch=watch), _finder(share, watch))
 
 
-def _finder(config: Config) -> Finder | None:
+def _finder(config: Config, watch: Watch) -> Finder | None:
     if not config.evidence:
         return None
     from rose_sql.evidence.finder import Finder
 
-    return Finder(config)
-
-
-def _exit_with(parent: int) -> None:
-    """Leave when the run that started this worker is gone (kill -9 included): no orphans."""
-    while True:
-        time.sleep(0.5)
-        if os.getppid() != parent:
-            os._exit(0)
+    return Finder(config, watch=watch)
 
 
 class _Line(NamedTuple):
@@ -165,10 +154,9 @@ Outcome = Executed | _Line | str
 """What the deterministic stages give back for one item: its stages, its finished record, or an error."""
 
 
-def _execute_batch(items: list[Item], db_root: Path, final: bool) -> list[Outcome]:
+def _execute_batch(worker: _Worker, batch: tuple[list[Item], Path, bool]) -> list[Outcome]:
     """The deterministic stages for a batch, in a worker; ``final``: no judge will follow, so decide here."""
-    assert _worker is not None
-    executor, finder = _worker
+    items, db_root, final = batch
     out: list[Outcome] = []
     alike: dict[tuple[str, str | None, str], Executed] = {}  # systems that predicted the same SQL
     for it in items:
@@ -178,7 +166,7 @@ def _execute_batch(items: list[Item], db_root: Path, final: bool) -> list[Outcom
             if earlier is not None:
                 ex = earlier.for_item(it)
             else:
-                ex = execute_item(it, db_root, executor, finder, doubts=not final)
+                ex = execute_item(it, db_root, worker.executor, worker.finder, doubts=not final)
             alike[key] = ex
             if final:
                 record = unjudged_record(ex)
@@ -191,57 +179,20 @@ def _execute_batch(items: list[Item], db_root: Path, final: bool) -> list[Outcom
 
 
 class _Stage1:
-    """Runs the deterministic stages on batches: in worker processes on all cores, or in one thread."""
+    """Runs the deterministic stages on batches, in worker processes (see :mod:`rose_sql.workers`)."""
 
     def __init__(self, config: Config) -> None:
-        self.config = config
-        self.pool: ProcessPoolExecutor | None = None
-        self.local: tuple[Executor, Finder | None] | None = None
-        if config.workers > 1:
-            self._start()
-        else:
-            self.local = (Executor(config), _finder(config))
-
-    def _start(self) -> None:
-        # fork when this process has no other thread (no lock can be inherited held, and the
-        # workers start at once with everything imported); otherwise spawn fresh interpreters
-        method = "fork" if _can_fork() else "spawn"
-        ctx = multiprocessing.get_context(method)
-        self.pool = ProcessPoolExecutor(self.config.workers, ctx, _init_worker, (self.config, os.getpid()))
-        if method == "fork":
-            self.pool.submit(os.getpid).result()  # forks every worker now, before any thread starts
+        self.pool = Pool(config.workers, _init_worker, config)
 
     async def __call__(self, items: list[Item], db_root: Path, final: bool) -> list[Outcome]:
-        loop = asyncio.get_running_loop()
-        if self.pool is None:
-            assert self.local is not None
-            executor, finder = self.local
-            return await loop.run_in_executor(None, _local_batch, items, db_root, final, executor, finder)
         try:
-            return await loop.run_in_executor(self.pool, _execute_batch, items, db_root, final)
-        except BrokenProcessPool:  # a worker died (killed, out of memory): these items say so
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self._start()
-            return ["a worker process died while evaluating this item"] * len(items)
+            (done,) = await asyncio.wrap_future(self.pool.submit(_execute_batch, [(items, db_root, final)]))
+        except Lost as e:  # the batch's worker kept dying: these items say so
+            return [f"{e}"] * len(items)
+        return done
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-        if self.local is not None:
-            self.local[0].close()
-
-
-def _can_fork() -> bool:
-    """Whether forking worker processes is safe here: Linux (macOS frameworks are not fork-safe), one thread."""
-    return sys.platform == "linux" and threading.active_count() == 1
-
-
-def _local_batch(
-    items: list[Item], db_root: Path, final: bool, executor: Executor, finder: Finder | None
-) -> list[Outcome]:
-    global _worker
-    _worker = (executor, finder)
-    return _execute_batch(items, db_root, final)
+        self.pool.close()
 
 
 async def _run(

@@ -21,15 +21,17 @@ from rose_sql.evidence.findings import Evidence, SearchInfo
 from rose_sql.evidence.smells import gold_smells
 from rose_sql.evidence.witness import search
 from rose_sql.evidence.workspace import Workspace
-from rose_sql.execute import Execution, ResultSet
+from rose_sql.execute import GUARD_MARGIN_S, GUARD_STOPPED, Execution, ResultSet
 from rose_sql.sql import has_top_level_order_by
+from rose_sql.workers import Watch, statement_key
 
 
 class Finder:
     """Gathers evidence; thread-safe (one workspace per database per thread)."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, watch: Watch | None = None) -> None:
         self.config = config
+        self.watch = watch or Watch()
         self._local = threading.local()
 
     def _workspace(self, db: Path) -> Workspace:
@@ -51,11 +53,16 @@ class Finder:
             return Evidence(skipped="the gold has no complete result")
         if db.stat().st_size > cfg.evidence_max_db_bytes:
             return Evidence(skipped=f"database larger than {cfg.evidence_max_db_bytes // 2**20} MiB")
+        key = statement_key("evidence", str(db), gold_sql, pred_sql)
+        if key in self.watch.poisoned:
+            return Evidence(skipped=f"the evidence search was {GUARD_STOPPED}")
         ws = self._workspace(db)
         ws.hard_deadline = start + cfg.evidence_budget_s
+        self.watch.arm(key, cfg.evidence_budget_s + GUARD_MARGIN_S)
         try:
             return self._gather(ws, start, gold_sql, pred_sql, g, p, comparison)
         finally:
+            self.watch.disarm()
             ws.hard_deadline = float("inf")
 
     def _gather(

@@ -1,16 +1,14 @@
-"""Where a batch's work runs: query threads that join only while queries are slow, and worker
-processes that take balanced chunks of a batch."""
+"""Where a batch's work runs: query threads that join only while queries are slow, and the balanced
+chunks a batch is cut into for worker processes (:mod:`rose_sql.workers`)."""
 
 from __future__ import annotations
 
-import gc
 import math
-import multiprocessing
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Protocol, TypeVar, cast
+from typing import TypeVar, cast
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -69,34 +67,3 @@ def balanced(groups: list[list[int]], n: int) -> list[list[int]]:
     for group in sorted(groups, key=len, reverse=True):
         min(chunks, key=len).extend(group)
     return sorted(chunks, key=len, reverse=True)
-
-
-class _Scorer(Protocol):
-    def _score_keys(self, keys: Sequence[Any]) -> list[Any]: ...
-
-
-_WORKER: _Scorer | None = None
-"""The scorer of a worker process (set by its initializer; the parent never has one)."""
-
-
-def worker_context(preload: str) -> multiprocessing.context.BaseContext:
-    """forkserver where there is one: workers fork from a clean process that imported ``preload``
-    once (forking the caller, which may hold threads or CUDA, is unsafe); spawn elsewhere."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([preload])
-    return ctx
-
-
-def start_worker(make: Callable[[Any], _Scorer], config: Any) -> None:
-    """A worker process's initializer: its scorer, ``make(config)``."""
-    global _WORKER
-    _WORKER = make(config)
-    gc.freeze()  # what the worker inherited and just built lives as long as it does: out of the collector's scans
-
-
-def worker_outcomes(keys: list[Any]) -> list[Any]:
-    """Score a chunk in a worker process, with that process's scorer."""
-    assert _WORKER is not None, "not a reward worker process"
-    return _WORKER._score_keys(keys)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Generic, TypeVar, cast
@@ -18,17 +17,11 @@ from rose_sql.reward.clauses import ParsedSQL, parse
 from rose_sql.reward.config import RewardConfig
 from rose_sql.reward.execution import Status, execution_outcome, status_text
 from rose_sql.reward.extract import Completion, extract_sql
-from rose_sql.reward.lanes import (
-    CHUNKS_PER_PROCESS,
-    balanced,
-    run_in_lanes,
-    start_worker,
-    worker_context,
-    worker_outcomes,
-)
+from rose_sql.reward.lanes import CHUNKS_PER_PROCESS, balanced, run_in_lanes
 from rose_sql.reward.schedule import Reward, finish
 from rose_sql.reward.syntax import UNPARSED, SyntaxScore, syntax_score
 from rose_sql.reward.trees import Tree, tree_edit_distance
+from rose_sql.workers import Lost, Pool, Watch
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,15 +98,15 @@ class RewardScorer:
     manager or call :meth:`close`.
     """
 
-    def __init__(self, config: RewardConfig | None = None) -> None:
+    def __init__(self, config: RewardConfig | None = None, *, watch: Watch | None = None) -> None:
         self.config = cfg = config or RewardConfig()
-        self._pred = Executor(self._executor_config(cfg.timeout_s))
-        self._gold = Executor(self._executor_config(cfg.gold_timeout_s))
+        self._pred = Executor(self._executor_config(cfg.timeout_s), watch=watch)
+        self._gold = Executor(self._executor_config(cfg.gold_timeout_s), watch=watch)
         self._threads = ThreadPoolExecutor(cfg.workers, thread_name_prefix="rose-reward")
         self._trees: _LRU[str, ParsedSQL | None] = _LRU(cfg.memo_size)
         self._syntax_scores: _LRU[tuple[str, str], SyntaxScore] = _LRU(cfg.memo_size)
         self._distances: _LRU[tuple[Tree, Tree], int] = _LRU(cfg.memo_size)
-        self._processes: ProcessPoolExecutor | None = None
+        self._processes: Pool[RewardScorer] | None = None
         self._lock = threading.Lock()
 
     def _executor_config(self, timeout_s: float) -> Config:
@@ -136,11 +129,7 @@ class RewardScorer:
     def score_batch(self, items: Sequence[RewardItem], step: int | None = None) -> list[Reward]:
         """Score many completions concurrently; identical (SQL, gold, database) triples are scored once."""
         if self.config.processes > 0 and len(items) >= 2 * self.config.processes:
-            try:
-                return self._in_processes(items, step)
-            except BrokenProcessPool:  # a worker died (out of memory, killed): start afresh next time
-                with self._lock:
-                    self._processes = None
+            return self._in_processes(items, step)
         keys = _keys(items, range(len(items)))
         unique = list(dict.fromkeys(keys))
         found = self._finish_all(unique, self._score_keys(unique), step)
@@ -151,7 +140,7 @@ class RewardScorer:
         with self._lock:
             procs, self._processes = self._processes, None
         if procs is not None:
-            procs.shutdown(wait=True, cancel_futures=True)
+            procs.close()
         self._threads.shutdown(wait=True)
         self._pred.close()
         self._gold.close()
@@ -198,23 +187,22 @@ class RewardScorer:
         for chunk in balanced(list(groups.values()), CHUNKS_PER_PROCESS * self.config.processes):
             keys = _keys(items, chunk)
             unique = list(dict.fromkeys(keys))
-            sent.append((chunk, keys, unique, pool.submit(worker_outcomes, unique)))
+            sent.append((chunk, keys, unique, pool.submit(_score_chunk, [unique])))
         rewards: list[Reward | None] = [None] * len(items)
         for chunk, keys, unique, future in sent:
-            found = self._finish_all(unique, future.result(), step)
+            try:
+                (outcomes,) = future.result()
+            except Lost as e:  # the chunk's worker kept dying: its completions say so, unscored
+                outcomes = [_Outcome("invalid", str(e), k[0], UNPARSED) for k in unique]
+            found = self._finish_all(unique, outcomes, step)
             for i, k in zip(chunk, keys, strict=True):
                 rewards[i] = found[k]
         return cast(list[Reward], rewards)
 
-    def _process_pool(self) -> ProcessPoolExecutor:
+    def _process_pool(self) -> Pool[RewardScorer]:
         with self._lock:
             if self._processes is None:
-                self._processes = ProcessPoolExecutor(
-                    self.config.processes,
-                    mp_context=worker_context(__name__),
-                    initializer=start_worker,
-                    initargs=(RewardScorer, replace(self.config, processes=0)),
-                )
+                self._processes = Pool(self.config.processes, _worker_scorer, replace(self.config, processes=0))
             return self._processes
 
     def _run_gold(self, key: tuple[Path, str]) -> Execution | None:
@@ -275,6 +263,16 @@ class RewardScorer:
 
     def _finish_all(self, keys: list[_Key], outcomes: list[_Outcome], step: int | None) -> dict[_Key, Reward]:
         return {k: self._finish(o, step) for k, o in zip(keys, outcomes, strict=True)}
+
+
+def _worker_scorer(config: RewardConfig, watch: Watch) -> RewardScorer:
+    """The scorer a worker process keeps for its whole life (its own caches), under its guard."""
+    return RewardScorer(config, watch=watch)
+
+
+def _score_chunk(scorer: RewardScorer, keys: list[_Key]) -> list[_Outcome]:
+    """Score a chunk of distinct keys in a worker process, with that process's scorer."""
+    return scorer._score_keys(keys)
 
 
 def _keys(items: Sequence[RewardItem], which: Iterable[int]) -> list[_Key]:

@@ -1,0 +1,335 @@
+"""Worker processes with a hard wall-time guard: the one engine under ``rose run`` and the reward scorer.
+
+Each worker process runs its own loop: it builds its state once (``init(arg, watch)``: a sandbox, its
+execution cache, an evidence finder, a reward scorer) and then applies the functions it is sent to
+units of work with that state. No module keeps per-process state in a global.
+
+Untrusted SQL can call a function that SQLite cannot interrupt (``instr`` or ``LIKE`` over strings of
+megabytes run for minutes): the only bound on such a call is to stop the process. So every statement
+that may run untrusted SQL *arms* its worker's :class:`Watch` with a wall-clock deadline and a key
+naming the statement. A supervising thread in the parent kills a worker whose armed deadline passed,
+starts a fresh one, and sends the unit again with the statement's key *poisoned*: the sandbox then
+answers that statement at once with status ``guard`` instead of running it. Nothing else of the unit
+is lost, and the item whose statement it was says so on its record. A worker that dies for any other
+reason (killed, out of memory) has its unit sent again once; a second death of the same unit is
+reported as such.
+
+Workers start by ``fork`` while the parent has a single thread (they begin with everything imported);
+otherwise, and for every replacement, by ``spawn``. Workers leave when the parent dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import hashlib
+import multiprocessing
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any, Generic, TypeVar
+
+S = TypeVar("S")
+T = TypeVar("T")
+R = TypeVar("R")
+
+KEY_BYTES = 16
+SLOTS_PER_WORKER = 16
+"""Threads of one worker that may arm the watch at once (the reward scorer's query threads)."""
+_TICK_S = 0.05
+_IN_FLIGHT = 2
+"""Units sent to a worker at once: the next one waits in the pipe while the first runs."""
+
+
+def statement_key(*parts: str) -> bytes:
+    """The key that names a statement to the watch (and to the poison set): a digest of its parts."""
+    h = hashlib.blake2b(digest_size=KEY_BYTES)
+    for p in parts:
+        h.update(p.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.digest()
+
+
+class Watch:
+    """A worker's side of the guard: arm before a statement that may run away, disarm after.
+
+    Each thread of the worker takes its own slot (up to :data:`SLOTS_PER_WORKER`); in a process that
+    is not a worker (the library called directly) the watch does nothing.
+    """
+
+    def __init__(self, deadlines: Any = None, keys: Any = None, worker: int = 0) -> None:
+        self._deadlines = deadlines
+        self._keys = keys
+        self._base = worker * SLOTS_PER_WORKER
+        self._local = threading.local()
+        self._next = 0
+        self._lock = threading.Lock()
+        self.poisoned: frozenset[bytes] = frozenset()
+        """Keys of statements that overran their guard in an earlier attempt: answered, never run."""
+
+    def _slot(self) -> int:
+        slot: int | None = getattr(self._local, "slot", None)
+        if slot is None:
+            with self._lock:
+                slot = self._base + self._next % SLOTS_PER_WORKER
+                self._next += 1
+            self._local.slot = slot
+        return slot
+
+    def arm(self, key: bytes, seconds: float) -> None:
+        """This thread starts a statement named ``key``; the worker may be stopped ``seconds`` from now."""
+        if self._deadlines is None:
+            return
+        slot = self._slot()
+        self._keys[slot * KEY_BYTES : (slot + 1) * KEY_BYTES] = key
+        self._deadlines[slot] = time.monotonic() + seconds
+
+    def disarm(self) -> None:
+        """This thread's statement is over."""
+        if self._deadlines is not None:
+            self._deadlines[self._slot()] = 0.0
+
+
+def _loop(conn: Connection, init: Callable[[Any, Watch], Any], arg: Any, deadlines: Any, keys: Any, index: int) -> None:
+    parent = os.getppid()
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+    watch = Watch(deadlines, keys, index)
+    state = init(arg, watch)
+    gc.freeze()  # what the worker inherited and just built lives as long as it does: out of the collector's scans
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        unit, fn, items, poisoned = msg
+        watch.poisoned = poisoned
+        out: tuple[bool, Any]
+        try:
+            out = (True, [fn(state, x) for x in items])
+        except Exception as e:  # a bug of ours in this unit: its items say so, the worker goes on
+            out = (False, f"{type(e).__name__}: {e}")
+        conn.send((unit, *out))
+
+
+def _exit_with(parent: int) -> None:
+    """Leave when the process that started this worker is gone (kill -9 included): no orphans."""
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def can_fork() -> bool:
+    """Whether forking workers is safe here: Linux (macOS frameworks are not fork-safe), one thread."""
+    return sys.platform == "linux" and threading.active_count() == 1
+
+
+class Lost(Exception):
+    """A unit that could not be completed: its worker kept dying (the message says how)."""
+
+
+@dataclass
+class _Unit(Generic[R]):
+    fn: Callable[[Any, Any], R]
+    items: Sequence[Any]
+    future: Future[list[R]]
+    poisoned: frozenset[bytes] = frozenset()
+    deaths: int = 0
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Connection
+    units: deque[int] = field(default_factory=deque)
+    """Units sent and not yet answered, in order: the first is running, the next waits in the pipe."""
+
+
+@dataclass
+class Stats:
+    """What the guard did during a pool's life."""
+
+    guard_kills: int = 0
+    """Workers stopped because a statement overran its wall-clock guard."""
+    deaths: int = 0
+    """Workers that died for another reason."""
+    poisoned: list[bytes] = field(default_factory=list)
+    """Keys of the statements stopped by the guard."""
+
+
+class Pool(Generic[S]):
+    """Worker processes that each own a state made by ``init(arg, watch)`` in the worker.
+
+    :meth:`submit` sends a unit (a function of the state and an item, and the items) to the next idle
+    worker and returns a future of the results in order. Thread-safe; use as a context manager.
+    """
+
+    def __init__(self, size: int, init: Callable[[Any, Watch], S], arg: Any) -> None:
+        self.size = max(1, size)
+        self._init, self._arg = init, arg
+        self._deadlines = multiprocessing.RawArray(ctypes.c_double, self.size * SLOTS_PER_WORKER)
+        self._keys = multiprocessing.RawArray(ctypes.c_char, self.size * SLOTS_PER_WORKER * KEY_BYTES)
+        self._lock = threading.Lock()
+        self._queue: deque[int] = deque()
+        self._units: dict[int, _Unit[Any]] = {}
+        self._next_unit = 0
+        self._closed = False
+        self.stats = Stats()
+        method = "fork" if can_fork() else "spawn"
+        self._workers = [self._start(i, method) for i in range(self.size)]
+        self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)
+        self._supervisor = threading.Thread(target=self._supervise, name="rose-workers", daemon=True)
+        self._supervisor.start()
+
+    # ------------------------------------------------------------------ public
+
+    def submit(self, fn: Callable[[S, T], R], items: Sequence[T]) -> Future[list[R]]:
+        """Apply ``fn(state, item)`` to every item in one worker; the future holds the results in order.
+
+        ``fn`` must be a module-level function (it is sent to the worker by reference). An exception in
+        ``fn`` fails the future with :class:`RuntimeError`; a unit whose worker kept dying fails with
+        :class:`Lost`.
+        """
+        future: Future[list[R]] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the pool is closed")
+            uid = self._next_unit
+            self._next_unit += 1
+            self._units[uid] = _Unit(fn, list(items), future)
+            self._queue.append(uid)
+        self._wake_w.send_bytes(b"")
+        return future
+
+    def close(self) -> None:
+        """Stop every worker (units not started are cancelled)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._wake_w.send_bytes(b"")
+        self._supervisor.join()
+        for w in self._workers:
+            with contextlib.suppress(OSError):
+                w.conn.send(None)
+        for w in self._workers:
+            w.process.join(timeout=2)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+        for u in self._units.values():
+            u.future.cancel()
+
+    def __enter__(self) -> Pool[S]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ supervision
+
+    def _start(self, index: int, method: str) -> _Worker:
+        ctx: Any = multiprocessing.get_context(method)
+        parent, child = ctx.Pipe()
+        args = (child, self._init, self._arg, self._deadlines, self._keys, index)
+        process = ctx.Process(target=_loop, args=args, name=f"rose-worker-{index}", daemon=True)
+        process.start()
+        child.close()
+        for s in range(index * SLOTS_PER_WORKER, (index + 1) * SLOTS_PER_WORKER):
+            self._deadlines[s] = 0.0
+        return _Worker(process, parent)
+
+    def _supervise(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                self._dispatch()
+            watched = [self._wake_r, *(w.conn for w in self._workers), *(w.process.sentinel for w in self._workers)]
+            ready = wait(watched, _TICK_S)
+            if self._wake_r in ready:
+                while self._wake_r.poll():
+                    self._wake_r.recv_bytes()
+            for i, w in enumerate(self._workers):
+                if w.conn in ready:
+                    self._receive(i)
+                elif w.process.sentinel in ready and not w.process.is_alive():
+                    self._died(i, f"the worker process died (exit code {w.process.exitcode})")
+            self._check_guards()
+
+    def _dispatch(self) -> None:
+        for depth in range(_IN_FLIGHT):  # one unit to every idle worker first, then one more each
+            for w in self._workers:
+                if len(w.units) == depth and self._queue:
+                    uid = self._queue.popleft()
+                    u = self._units[uid]
+                    w.units.append(uid)
+                    with contextlib.suppress(OSError, ValueError):  # a worker gone: its sentinel says so
+                        w.conn.send((uid, u.fn, u.items, u.poisoned))
+
+    def _receive(self, i: int) -> None:
+        w = self._workers[i]
+        try:
+            uid, ok, value = w.conn.recv()
+        except (EOFError, OSError):
+            self._died(i, f"the worker process died (exit code {w.process.exitcode})")
+            return
+        with self._lock:
+            if w.units and w.units[0] == uid:
+                w.units.popleft()
+            u = self._units.pop(uid, None)
+        if u is None:
+            return
+        if ok:
+            u.future.set_result(value)
+        else:
+            u.future.set_exception(RuntimeError(value))
+
+    def _check_guards(self) -> None:
+        now = time.monotonic()
+        for i in range(len(self._workers)):
+            base = i * SLOTS_PER_WORKER
+            for s in range(base, base + SLOTS_PER_WORKER):
+                deadline = self._deadlines[s]
+                if deadline and now > deadline:
+                    key: bytes = self._keys.raw[s * KEY_BYTES : (s + 1) * KEY_BYTES]
+                    self.stats.guard_kills += 1
+                    self.stats.poisoned.append(key)
+                    self._replace(i, poison=key)
+                    break
+
+    def _died(self, i: int, why: str) -> None:
+        self.stats.deaths += 1
+        self._replace(i, death=why)
+
+    def _replace(self, i: int, *, poison: bytes | None = None, death: str | None = None) -> None:
+        """Stop worker ``i``, start a fresh one, and send its unit again (poisoned, or counted as a death)."""
+        w = self._workers[i]
+        if w.process.is_alive():
+            w.process.kill()
+        w.process.join()
+        w.conn.close()
+        with self._lock:
+            self._workers[i] = self._start(i, "spawn")
+            pending = [uid for uid in w.units if uid in self._units]
+            if not pending:
+                return
+            running = self._units[pending[0]]
+            if poison is not None:
+                running.poisoned = running.poisoned | {poison}
+            else:
+                running.deaths += 1
+                if running.deaths > 1:
+                    del self._units[pending[0]]
+                    running.future.set_exception(Lost(f"{death}, twice on the same work"))
+                    pending = pending[1:]
+            self._queue.extendleft(reversed(pending))  # sent again first, in their order

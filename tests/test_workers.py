@@ -1,0 +1,110 @@
+"""The worker engine: per-process state, results in order, and a hard wall-time guard that holds."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from rose_sql.workers import Lost, Pool, Watch, statement_key
+
+
+class State:
+    def __init__(self, arg: str, watch: Watch) -> None:
+        self.pid = os.getpid()
+        self.arg = arg
+        self.watch = watch
+        self.calls = 0
+
+
+def init(arg: str, watch: Watch) -> State:
+    return State(arg, watch)
+
+
+def double(state: State, x: int) -> tuple[int, str, int]:
+    state.calls += 1
+    return state.pid, state.arg, 2 * x
+
+
+def fail_on_three(state: State, x: int) -> int:
+    if x == 3:
+        raise ValueError("three is not allowed")
+    return x
+
+
+def runaway(state: State, x: int) -> str:
+    """Item 2 runs away inside one statement the worker cannot interrupt; the others are quick."""
+    key = statement_key("runaway", str(x))
+    if key in state.watch.poisoned:
+        return "guard"
+    state.watch.arm(key, 0.3)
+    try:
+        time.sleep(60 if x == 2 else 0.01)
+    finally:
+        state.watch.disarm()
+    return f"done {x}"
+
+
+def die_once(state: State, marker: str) -> str:
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("died once")
+        os._exit(3)
+    return "survived"
+
+
+def die_always(state: State, x: int) -> str:
+    os._exit(4)
+
+
+def test_results_in_order_from_a_state_each_worker_builds_once() -> None:
+    with Pool(2, init, "cfg") as pool:
+        futures = [pool.submit(double, range(i, i + 5)) for i in range(0, 40, 5)]
+        results = [r for f in futures for r in f.result(timeout=60)]
+    assert [r[2] for r in results] == [2 * x for x in range(40)]
+    assert {r[1] for r in results} == {"cfg"} and len({r[0] for r in results}) <= 2
+    assert all(pid != os.getpid() for pid, _, _ in results)
+
+
+def test_an_exception_fails_its_unit_only() -> None:
+    with Pool(1, init, "cfg") as pool:
+        bad = pool.submit(fail_on_three, [1, 2, 3])
+        good = pool.submit(fail_on_three, [4, 5])
+        with pytest.raises(RuntimeError, match="ValueError: three is not allowed"):
+            bad.result(timeout=60)
+        assert good.result(timeout=60) == [4, 5]
+
+
+def test_the_guard_stops_a_runaway_and_the_unit_completes_without_it() -> None:
+    with Pool(1, init, "cfg") as pool:
+        start = time.monotonic()
+        got = pool.submit(runaway, [1, 2, 3]).result(timeout=60)
+        took = time.monotonic() - start
+        after = pool.submit(double, [7]).result(timeout=60)
+        stats = pool.stats
+    assert got == ["done 1", "guard", "done 3"]
+    assert stats.guard_kills == 1 and stats.poisoned == [statement_key("runaway", "2")]
+    assert took < 0.3 + 10  # the guard's 0.3 s, plus a fresh worker's start on a loaded machine
+    assert after[0][2] == 14  # the replacement worker serves later units
+
+
+def test_a_unit_whose_worker_died_once_is_sent_again(tmp_path: Path) -> None:
+    with Pool(1, init, "cfg") as pool:
+        assert pool.submit(die_once, [str(tmp_path / "m")]).result(timeout=60) == ["survived"]
+        assert pool.stats.deaths == 1
+
+
+def test_a_unit_that_kills_its_worker_twice_is_lost_and_the_pool_goes_on() -> None:
+    with Pool(1, init, "cfg") as pool:
+        with pytest.raises(Lost, match=r"exit code 4\), twice"):
+            pool.submit(die_always, [1]).result(timeout=60)
+        assert pool.submit(double, [1]).result(timeout=60)[0][2] == 2
+
+
+def test_outside_a_worker_the_watch_does_nothing() -> None:
+    w = Watch()
+    w.arm(statement_key("x"), 0.0)
+    w.disarm()
+    assert w.poisoned == frozenset()
