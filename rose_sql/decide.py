@@ -3,7 +3,7 @@
 :func:`decide` is a pure function, tested as a table: from what the stages established it returns a
 :class:`Decision`, or the judge to ask next:
 
-- the database is missing -> unscored ``db_missing``;
+- the database is missing -> unscored ``db_missing``; it cannot be read -> unscored ``db_unreadable``;
 - the prediction does not execute (error, rejected) -> 0, decided by execution;
 - a query was stopped by the wall-time guard -> unscored ``wall_guard`` (wall time never decides a score);
 - the gold does not execute -> unscored ``gold_error`` (never a 0 or a 1 for the prediction);
@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # the replies' pydantic models are loaded only where a judge 
 
 Unscored = Literal[
     "db_missing",
+    "db_unreadable",
     "no_gold",
     "gold_error",
     "awaiting_judge",
@@ -68,6 +69,11 @@ class Reason:
 UNSCORED: dict[Unscored, Reason] = {
     "db_missing": Reason(
         "the item's database file does not exist", "check --db-root: it must hold <db_id>/<db_id>.sqlite"
+    ),
+    "db_unreadable": Reason(
+        "the item's database could not be read (not a database, corrupt, locked, or an I/O error)",
+        "check the file (the record's why names it and SQLite's message), then --resume",
+        transient=True,
     ),
     "no_gold": Reason("the item has no gold SQL and no judge is configured", "give --gold, or configure a judge"),
     "gold_error": Reason(
@@ -153,6 +159,7 @@ class Facts:
     """What is known about an item so far."""
 
     db_found: bool
+    """Whether the database file exists."""
     gold: Execution | None
     pred: Execution | None
     equal: bool | None = None
@@ -164,6 +171,8 @@ class Facts:
     """Deterministic evidence (a doubt, a witness, a gold smell) casts doubt on a match."""
     consult_refuter: bool = True
     """Whether the Refuter is consulted on a Prover's pass (replay's ``no-refuter`` variant turns it off)."""
+    db: str = ""
+    """The database file (named in the reasons about it)."""
     prover: ProverReply | JudgeOutcome | None = None
     """The Prover's answer, once asked."""
     refuter: RefuterReply | JudgeOutcome | None = None
@@ -181,8 +190,11 @@ def _judge_problem(value: object, stage: str) -> Decision | None:
 def decide(f: Facts) -> Decision | Step:
     """The decision for an item, or the judge to ask next."""
     if not f.db_found:
-        return Decision(None, "db_missing", None, "the database file does not exist")
+        return Decision(None, "db_missing", None, f"the database file does not exist: {f.db}")
     pred, gold = f.pred, f.gold
+    for e in (gold, pred):
+        if e is not None and e.status == "unreadable":  # the database's fault, whichever query met it
+            return Decision(None, "db_unreadable", None, f"{e.error} ({f.db})")
     failed = f"the prediction does not execute ({pred.status}): {pred.error}" if pred and not pred.ok else ""
     if pred is not None and pred.status in ("error", "rejected"):
         return Decision(0, None, "execution", failed)  # wrong whatever the gold says

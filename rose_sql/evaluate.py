@@ -64,6 +64,7 @@ class Executed:
         """What the decision table starts from (no judge answered yet)."""
         return Facts(
             db_found=self.db_found,
+            db=str(self.db),
             gold=self.gold,
             pred=self.pred,
             equal=self.comparison.equal if self.comparison else None,
@@ -92,7 +93,8 @@ def execute_item(
     if gold is not None and gold.result is not None and pred.result is not None:
         ordered = has_top_level_order_by(item.gold_sql or "")
         comparison = compare(pred.result, gold.result, ordered=ordered, digits=executor.config.float_digits)
-    readings = _readings(item, db, gold, pred, executor) if gold is not None and gold.ok else Readings()
+    readable = pred.status != "unreadable"
+    readings = _readings(item, db, gold, pred, executor) if gold is not None and gold.ok and readable else Readings()
     evidence = None
     if finder is not None and gold is not None and gold.ok and pred.ok and item.gold_sql is not None:
         evidence = finder.gather(db, item.gold_sql, item.pred_sql, gold, pred, comparison)

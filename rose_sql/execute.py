@@ -36,7 +36,7 @@ from rose_sql.config import Config
 from rose_sql.sql import gate
 from rose_sql.workers import Watch, statement_key
 
-Status = Literal["ok", "error", "timeout", "rejected", "guard"]
+Status = Literal["ok", "error", "timeout", "rejected", "guard", "unreadable"]
 Row = tuple[Any, ...]
 
 _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
@@ -49,6 +49,18 @@ _NOT_UTF8 = "Could not decode to UTF-8"
 GUARD_MARGIN_S = 5.0
 """Seconds past a statement's own limits after which its worker process is stopped."""
 GUARD_STOPPED = "stopped by the wall-time guard: it ran far past its time limit inside one call SQLite cannot interrupt"
+UNREADABLE = "the database cannot be read"
+_DATABASE_FAILURES = {
+    sqlite3.SQLITE_PERM,
+    sqlite3.SQLITE_BUSY,
+    sqlite3.SQLITE_LOCKED,
+    sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_CORRUPT,
+    sqlite3.SQLITE_CANTOPEN,
+    sqlite3.SQLITE_PROTOCOL,
+    sqlite3.SQLITE_NOTADB,
+}
+"""SQLite's primary result codes that say the database, not the query, is at fault."""
 _CONNS_PER_THREAD = 16
 """Open connections kept per thread (least recently used closed beyond it): bounds file handles."""
 
@@ -77,7 +89,9 @@ class Execution:
 
     status: Status
     """``ok``, ``error`` (SQLite raised), ``timeout`` (interrupted at the deadline), ``rejected``, or
-    ``guard``: the wall-time guard stopped it where SQLite could not (see :mod:`rose_sql.workers`)."""
+    ``guard``: the wall-time guard stopped it where SQLite could not (see :mod:`rose_sql.workers`), or
+    ``unreadable``: the database itself could not be read (not a database, corrupt, locked, an I/O
+    error), whatever the query."""
     seconds: float
     """Wall time of the execution (of the original one, when served from cache)."""
     result: ResultSet | None = None
@@ -190,7 +204,7 @@ class Executor:
         try:
             dbk = db_key(db)
         except OSError as e:
-            return Execution("error", 0.0, error=f"cannot open database: {e.strerror or e}")
+            return Execution("unreadable", 0.0, error=f"{UNREADABLE}: {e.strerror or e}")
         key = (dbk, sql)
         with self._lock:
             hit = self._cache.get(key)
@@ -212,7 +226,8 @@ class Executor:
             raise
         with self._lock:
             self.executed += 1
-            self._remember(key, execution, nbytes)
+            if execution.status not in ("unreadable", "guard"):  # not the query's doing: never remembered
+                self._remember(key, execution, nbytes)
             self._inflight.pop(key, None)
         fut.set_result(execution)
         return execution
@@ -282,7 +297,7 @@ class Executor:
         try:
             c = self._conn(db, dbk, role)
         except sqlite3.Error as e:
-            return Execution("error", time.monotonic() - start, error=f"cannot open database: {e}"), 0
+            return Execution("unreadable", time.monotonic() - start, error=f"{UNREADABLE}: {e}"), 0
         self.watch.arm(key, self.config.timeout_s + self.config.count_past_cap_s + GUARD_MARGIN_S)
         try:
             try:
@@ -305,6 +320,8 @@ class Executor:
     def _failure(self, e: Exception, start: float) -> Execution:
         elapsed = time.monotonic() - start
         message = str(e) or type(e).__name__
+        if isinstance(e, sqlite3.Error) and (getattr(e, "sqlite_errorcode", None) or 0) & 0xFF in _DATABASE_FAILURES:
+            return Execution("unreadable", elapsed, error=f"{UNREADABLE}: {message}")
         if isinstance(e, sqlite3.OperationalError) and message == "interrupted" and elapsed >= self.config.timeout_s:
             return Execution("timeout", elapsed, error=f"timed out after {self.config.timeout_s:g} s")
         if "not authorized" in message or "authorization denied" in message:

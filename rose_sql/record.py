@@ -27,7 +27,7 @@ from rose_sql.compare import Comparison, json_value
 from rose_sql.decide import DatasetLabels, DecidedBy, Unscored
 from rose_sql.errors import InputError
 from rose_sql.evidence.findings import Evidence
-from rose_sql.execute import Execution
+from rose_sql.execute import Execution, Status
 from rose_sql.items import ItemId
 from rose_sql.readings import Readings
 
@@ -41,7 +41,7 @@ SCHEMA_VERSION = 2
 PREVIEW_ROWS = 5
 """Rows of each result a record keeps."""
 
-ExecutionStatus = Literal["ok", "error", "timeout", "rejected", "guard", "skipped"]
+ExecutionStatus = Status | Literal["skipped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +49,7 @@ class ExecutionInfo:
     """What the record keeps of one execution."""
 
     status: ExecutionStatus
-    """``ok``, ``error``, ``timeout``, ``rejected``, ``guard`` (stopped by the wall-time guard) or
-    ``skipped`` (not run)."""
+    """How the execution ended (:data:`rose_sql.execute.Status`), or ``skipped`` (not run)."""
     seconds: float
     """Wall time in seconds (of the original run when cached)."""
     error: str | None = None
@@ -328,6 +327,15 @@ class RecordWriter:
                     f.truncate(end)
         self.path = path
         self._f = path.open("a", encoding="utf-8", errors="backslashreplace")  # lone surrogates stay valid JSON
+
+    @staticmethod
+    def rewrite(path: Path, records: list[Record]) -> None:
+        """Replace ``path`` with exactly these records, atomically (a crash leaves the old file or the new)."""
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("w", encoding="utf-8", errors="backslashreplace") as f:
+            for r in records:
+                f.write(r.to_json() + "\n")
+        tmp.replace(path)
 
     def write(self, record: Record) -> None:
         """Append a record (flushed by :meth:`flush`, which the run calls after every batch)."""

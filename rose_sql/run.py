@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from rose_sql.config import Config
+from rose_sql.decide import UNSCORED
 from rose_sql.errors import UsageError
 from rose_sql.evaluate import Executed, execute_item, failed_record, judge_item, to_record, unjudged_record
 from rose_sql.execute import Executor
 from rose_sql.items import Item, Loaded
-from rose_sql.record import RecordWriter, id_key, read_records
+from rose_sql.provenance import Manifest, build, command_line, differences, read_manifest, write_manifest
+from rose_sql.record import Record, RecordWriter, id_key, read_records
 from rose_sql.summary import Brief, Summary, summarize_briefs, write_summary
 from rose_sql.workers import Lost, Pool, Watch
 
@@ -41,11 +43,17 @@ class SystemRun:
     loaded: Loaded
     """The items and warnings of the file."""
     out_dir: Path
-    """Where its records.jsonl and summary.json go."""
+    """Where its records.jsonl, manifest.json and summary.json go."""
+    manifest: Manifest
+    """What produces its records (checked against the earlier run's when resuming)."""
     todo: list[Item] = field(default_factory=list)
     """Items still to evaluate (all of them unless resuming)."""
     resumed: int = 0
-    """Items already recorded by an earlier, interrupted run."""
+    """Items already recorded by an earlier, interrupted run, and kept."""
+    retried: int = 0
+    """Items an earlier run left unscored for a transient reason, evaluated again."""
+    warnings: list[str] = field(default_factory=list)
+    """What a resumption differs in without changing scores (another endpoint, another version)."""
     briefs: list[Brief] = field(default_factory=list)
     """What the summary needs of every record written (read back for resumed items)."""
 
@@ -54,27 +62,79 @@ class SystemRun:
         return self.out_dir.name
 
 
-def plan(loaded: Sequence[Loaded], out: Path, *, resume: bool) -> list[SystemRun]:
-    """Decide each file's output folder and which of its items still need evaluating."""
+def plan(
+    loaded: Sequence[Loaded],
+    out: Path,
+    *,
+    db_root: Path,
+    config: Config,
+    gold: Path | None = None,
+    resume: bool = False,
+    retry_unscored: bool = True,
+    command: list[str] | None = None,
+) -> list[SystemRun]:
+    """Decide each file's output folder, its manifest, and which of its items still need evaluating.
+
+    Resuming checks the earlier run's manifest (:func:`rose_sql.provenance.differences`): other inputs or
+    score-changing options are refused with :class:`UsageError` naming them. Items the earlier run left
+    unscored for a transient reason (:data:`rose_sql.decide.UNSCORED`) are evaluated again unless
+    ``retry_unscored`` is false; their old lines are dropped from ``records.jsonl`` first, so every item
+    keeps one line.
+    """
     names = [lf.path.stem for lf in loaded]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise UsageError(f"two prediction files are both named {dup!r}; their output folders would collide")
     runs = []
     for lf in loaded:
+        manifest = build(lf, gold, db_root, config, command=command or command_line())
         out_dir = out / lf.path.stem
         records = out_dir / "records.jsonl"
-        earlier: list[Brief] = []
+        system = SystemRun(lf, out_dir, manifest)
         if records.exists() and records.stat().st_size > 0:
             if not resume:
                 raise UsageError(
                     f"{records} already exists; pass --resume to continue that run, or choose another --out"
                 )
-            earlier = [Brief.of(r) for r in read_records(records)]
-        done = {id_key(b.id) for b in earlier}
-        todo = [it for it in lf.items if id_key(it.id) not in done]
-        runs.append(SystemRun(lf, out_dir, todo, resumed=len(lf.items) - len(todo), briefs=earlier))
+            system.warnings += _check_resume(out_dir, manifest)
+            kept, system.retried = _kept_records(records, retry_unscored)
+            system.briefs = [Brief.of(r) for r in kept]
+        done = {id_key(b.id) for b in system.briefs}
+        system.todo = [it for it in lf.items if id_key(it.id) not in done]
+        system.resumed = len(lf.items) - len(system.todo)
+        runs.append(system)
     return runs
+
+
+def _check_resume(out_dir: Path, manifest: Manifest) -> list[str]:
+    try:
+        old = read_manifest(out_dir / "manifest.json")
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot check what {out_dir} was made from: {out_dir / 'manifest.json'}: {e}") from None
+    if old is None:
+        return [f"{out_dir} has no manifest.json (made by an older rose-sql): its inputs could not be checked"]
+    refuse, warn = differences(old, manifest)
+    if refuse:
+        items = "\n  - ".join(refuse)
+        raise UsageError(
+            f"--resume: {out_dir} was made from other inputs or options:\n  - {items}\n"
+            "Resume with the same inputs and options, or choose another --out."
+        )
+    return warn
+
+
+def _kept_records(records: Path, retry_unscored: bool) -> tuple[list[Record], int]:
+    """The earlier run's records to keep, and how many are dropped to be evaluated again (their lines
+    are removed from the file, atomically)."""
+    found = list(read_records(records))
+    kept = [r for r in found if not (retry_unscored and _transient(r))]
+    if len(kept) < len(found):
+        RecordWriter.rewrite(records, kept)
+    return kept, len({r.id_key for r in found}) - len({r.id_key for r in kept})
+
+
+def _transient(r: Record) -> bool:
+    return r.score is None and r.unscored_reason is not None and UNSCORED[r.unscored_reason].transient
 
 
 Progress = Callable[[str, "Ledger | None"], None]
@@ -82,18 +142,36 @@ Progress = Callable[[str, "Ledger | None"], None]
 
 
 def run(systems: Sequence[SystemRun], db_root: Path, config: Config, progress: Progress | None = None) -> list[Summary]:
-    """Evaluate every pending item of every system, appending records as they finish; summarise each."""
+    """Evaluate every pending item of every system, appending records as they finish; summarise each.
+
+    The manifest is written first and again at the end (``complete`` when every item of the input has
+    a record). Interrupted (Ctrl-C), the summaries of what was recorded are written, marked incomplete,
+    and the interruption goes on up.
+    """
+    for s in systems:
+        s.out_dir.mkdir(parents=True, exist_ok=True)
+        write_manifest(s.manifest, s.out_dir / "manifest.json")
     stage1 = _Stage1(config)  # first, while this process may have a single thread (workers are then forked)
+    interrupted = False
     try:
         asyncio.run(_run(systems, db_root, config, stage1, progress))
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
-        stage1.close()
-    summaries = []
-    for s in systems:
-        summary = summarize_briefs(s.briefs, s.name, s.loaded, config)
-        write_summary(summary, s.out_dir / "summary.json")
-        summaries.append(summary)
+        stage1.close(now=interrupted)
+        summaries = [_finish(s, config, interrupted) for s in systems]
     return summaries
+
+
+def _finish(s: SystemRun, config: Config, interrupted: bool) -> Summary:
+    recorded = {id_key(b.id) for b in s.briefs}
+    complete = not interrupted and all(id_key(it.id) in recorded for it in s.loaded.items)
+    manifest = s.manifest.finish(complete=complete)
+    write_manifest(manifest, s.out_dir / "manifest.json")
+    summary = summarize_briefs(s.briefs, s.name, s.loaded, config, manifest=manifest)
+    write_summary(summary, s.out_dir / "summary.json")
+    return summary
 
 
 BATCH = 16
@@ -191,8 +269,8 @@ class _Stage1:
             return [f"{e}"] * len(items)
         return done
 
-    def close(self) -> None:
-        self.pool.close()
+    def close(self, *, now: bool = False) -> None:
+        self.pool.close(now=now)
 
 
 async def _run(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rose_sql.config import Config
 from rose_sql.items import ItemId, Loaded
+from rose_sql.provenance import Manifest
 from rose_sql.readings import Readings
 from rose_sql.record import SCHEMA_VERSION, Record, id_key, read_records
 
@@ -170,6 +171,9 @@ class Summary:
     """Input format the predictions were read as."""
     warnings: list[str] = field(default_factory=list)
     """What was odd about the input."""
+    manifest: Manifest | None = None
+    """What produced the records: inputs with their hashes, options, versions, times, and whether the run is
+    complete (None for summaries written by other commands)."""
     schema: int = SCHEMA_VERSION
     """Version of the record and summary layout."""
 
@@ -270,7 +274,12 @@ def summarize(records_path: Path, loaded: Loaded | None = None, config: Config |
 
 
 def summarize_briefs(
-    briefs_in: Iterable[Brief], system: str, loaded: Loaded | None = None, config: Config | None = None
+    briefs_in: Iterable[Brief],
+    system: str,
+    loaded: Loaded | None = None,
+    config: Config | None = None,
+    *,
+    manifest: Manifest | None = None,
 ) -> Summary:
     """Summarise the briefs of one system's records (deduplicated by id, the last of an id winning)."""
     by_id = {id_key(b.id): b for b in briefs_in}
@@ -297,6 +306,7 @@ def summarize_briefs(
         judge=judge_info(config),
         format=loaded.format if loaded else "",
         warnings=list(loaded.warnings) if loaded else [],
+        manifest=manifest,
     )
 
 

@@ -26,6 +26,7 @@ import gc
 import hashlib
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -98,6 +99,7 @@ class Watch:
 
 
 def _loop(conn: Connection, init: Callable[[Any, Watch], Any], arg: Any, deadlines: Any, keys: Any, index: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops the workers
     parent = os.getppid()
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
     watch = Watch(deadlines, keys, index)
@@ -210,8 +212,8 @@ class Pool(Generic[S]):
         self._wake_w.send_bytes(b"")
         return future
 
-    def close(self) -> None:
-        """Stop every worker (units not started are cancelled)."""
+    def close(self, *, now: bool = False) -> None:
+        """Stop every worker (units not started are cancelled); ``now``: without waiting for running ones."""
         with self._lock:
             if self._closed:
                 return
@@ -222,7 +224,7 @@ class Pool(Generic[S]):
             with contextlib.suppress(OSError):
                 w.conn.send(None)
         for w in self._workers:
-            w.process.join(timeout=2)
+            w.process.join(timeout=0 if now else 2)
             if w.process.is_alive():
                 w.process.kill()
                 w.process.join()

@@ -80,8 +80,9 @@ def records(out: Path, name: str) -> dict[Any, dict[str, Any]]:
 
 
 def evaluate(files: list[Path], db_root: Path, out: Path, workers: int) -> dict[str, dict[Any, dict[str, Any]]]:
-    systems = plan([load_items(f) for f in files], out, resume=False)
-    summaries = run(systems, db_root, Config(workers=workers, evidence=False))
+    config = Config(workers=workers, evidence=False)
+    systems = plan([load_items(f) for f in files], out, db_root=db_root, config=config)
+    summaries = run(systems, db_root, config)
     assert [s.n for s in summaries] == [40, 40]
     for s in summaries:  # the summary written is the one returned, made from the records written
         assert json.loads((out / s.system / "summary.json").read_text())["n"] == 40

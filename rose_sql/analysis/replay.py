@@ -32,7 +32,7 @@ from rose_sql.record import Record
 Variant = Literal["always", "evidence", "never", "no-refuter"]
 VARIANTS: tuple[Variant, ...] = ("always", "evidence", "never", "no-refuter")
 R = TypeVar("R", ProverReply, RefuterReply)
-_KEEP = ("internal_error", "no_score", "absent_from_outputs")
+_KEEP = ("internal_error", "no_score", "absent_from_outputs", "db_missing", "db_unreadable")
 """Unscored reasons a replay keeps: there is nothing to re-decide."""
 
 

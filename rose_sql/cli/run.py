@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -16,6 +18,7 @@ from rose_sql.cli.main import console, err, fail
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.errors import RoseError, UsageError
 from rose_sql.items import FORMATS, load_items
+from rose_sql.provenance import command_line
 from rose_sql.run import SystemRun, plan, run
 from rose_sql.summary import Summary
 
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
     from rose_sql.judges.llm import Ledger
 
 DEFAULTS = Config()
+JUDGE = JudgeConfig(model="")
+POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 @click.command("run")
@@ -39,23 +44,33 @@ DEFAULTS = Config()
     help="Output folder; each prediction file gets OUT/<file name>/.",
 )
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Input format (default: detected).")
-@click.option("--resume", is_flag=True, help="Continue an interrupted run: skip items already recorded.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue an earlier run in OUT: keep its records (refused if its inputs or options differ) and "
+    "evaluate again the items it left unscored for a transient reason.",
+)
+@click.option(
+    "--keep-unscored",
+    is_flag=True,
+    help="With --resume: keep items left unscored for a transient reason as they are (no retry).",
+)
 @click.option(
     "--timeout",
-    type=float,
+    type=POSITIVE,
     default=DEFAULTS.timeout_s,
     show_default=True,
     help="Seconds one query may run before SQLite interrupts it.",
 )
 @click.option(
     "--workers",
-    type=int,
+    type=click.IntRange(min=1),
     default=None,
-    help="Processes for the deterministic stages (default: one per core; 1: in this process).",
+    help="Worker processes for the deterministic stages (default: one per core).",
 )
 @click.option(
     "--max-rows",
-    type=int,
+    type=click.IntRange(min=1),
     default=DEFAULTS.max_rows,
     show_default=True,
     help="Rows kept per result; larger results are marked truncated.",
@@ -68,34 +83,44 @@ DEFAULTS = Config()
 )
 @click.option(
     "--evidence-budget",
-    type=float,
+    type=POSITIVE,
     default=DEFAULTS.evidence_budget_s,
     show_default=True,
     help="Seconds of evidence search per item.",
 )
 @click.option("--judge-model", help="Model of the LLM judges; without it only the deterministic stages run.")
 @click.option("--judge-base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI).")
-@click.option("--concurrency", type=int, default=16, show_default=True, help="LLM calls in flight at once.")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=JUDGE.concurrency,
+    show_default=True,
+    help="LLM calls in flight.",
+)
 @click.option(
     "--policy",
     type=click.Choice(["rose", "paper"]),
-    default="rose",
+    default=JUDGE.policy,
     show_default=True,
     help="'paper' reproduces the ROSE paper's flow exactly (Refuter on every matching result).",
 )
 @click.option(
     "--matched-refuter",
     type=click.Choice(["always", "evidence", "never"]),
-    default="evidence",
+    default=JUDGE.matched_refuter,
     show_default=True,
     help="When results match: ask the Refuter always, only on doubtful evidence, never.",
 )
-@click.option("--budget", type=float, help="Stop starting LLM calls once this many USD are spent.")
+@click.option("--budget", type=POSITIVE, help="Stop starting LLM calls once this many USD are spent.")
 @click.option("--prices", type=click.Path(path_type=Path), help="JSON price table to extend the bundled one.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the LLM cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="LLM cache folder (default: ~/.cache/rose-sql).")
-@click.option("--judge-timeout", type=float, default=180.0, show_default=True, help="Seconds per LLM call.")
-@click.option("--max-retries", type=int, default=5, show_default=True, help="Retries per LLM call.")
+@click.option(
+    "--judge-timeout", type=POSITIVE, default=JUDGE.timeout_s, show_default=True, help="Seconds per LLM call."
+)
+@click.option(
+    "--max-retries", type=click.IntRange(min=0), default=JUDGE.max_retries, show_default=True, help="Retries per call."
+)
 @click.option(
     "--dry-run", is_flag=True, help="Build every prompt, estimate calls and cost; call nothing, write nothing."
 )
@@ -106,6 +131,7 @@ def run_cmd(
     out: Path,
     fmt: str | None,
     resume: bool,
+    keep_unscored: bool,
     timeout: float,
     workers: int | None,
     max_rows: int,
@@ -163,19 +189,71 @@ def run_cmd(
 
             print_estimate(estimate(loaded, db_root, config))
             return
-        systems = plan(loaded, out, resume=resume)
+        _writable(out)
+        systems = plan(
+            loaded, out, db_root=db_root, config=config, gold=gold, resume=resume, retry_unscored=not keep_unscored
+        )
     except RoseError as e:
         fail(e)
-        return
     for lf in loaded:
         for w in lf.warnings:
             err.print(f"[yellow]warning:[/] {w}", highlight=False)
     for s in systems:
-        if s.resumed:
-            console.print(f"{s.name}: resuming, {s.resumed} items already recorded, {len(s.todo)} to go")
-    summaries = _run_with_progress(systems, db_root, config)
+        for w in s.warnings:
+            err.print(f"[yellow]warning:[/] {s.name}: {w}", highlight=False)
+        if s.resumed or s.retried:
+            again = f", {s.retried} left unscored for a transient reason evaluated again" if s.retried else ""
+            console.print(f"{s.name}: resuming: {s.resumed} items kept{again}, {len(s.todo)} to go", highlight=False)
+    try:
+        summaries = _run_with_progress(systems, db_root, config)
+    except KeyboardInterrupt:
+        saved = sum(len(s.briefs) for s in systems)
+        total = sum(len(s.loaded.items) for s in systems)
+        err.print(
+            f"\n[bold]interrupted:[/] {saved} of {total} items are recorded under {out} (summary.json marked "
+            f"incomplete); nothing recorded is lost. To continue:\n  {resume_command()}",
+            highlight=False,
+        )
+        sys.exit(130)
     print_summaries(summaries)
     console.print(f"records: {', '.join(str(s.out_dir / 'records.jsonl') for s in systems)}", highlight=False)
+    _exit_if_nothing_could_run(systems, summaries, db_root)
+
+
+def _writable(out: Path) -> None:
+    """Refuse an --out that cannot be written, before any item is evaluated."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".rose-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"--out {out} cannot be written: {e.strerror or e}") from None
+
+
+def resume_command() -> str:
+    """The command line of this run, with --resume: what continues it."""
+    argv = command_line()
+    return shlex.join(argv if "--resume" in argv else [*argv, "--resume"])
+
+
+_INFRASTRUCTURE = ("db_missing", "db_unreadable")
+
+
+def _exit_if_nothing_could_run(systems: Sequence[SystemRun], summaries: Sequence[Summary], db_root: Path) -> None:
+    """Exit 2 when no item of the run could be evaluated because no database could be read."""
+    n = sum(s.n for s in summaries)
+    blocked = sum(s.unscored.get(r, 0) for s in summaries for r in _INFRASTRUCTURE)
+    if n == 0 or blocked < n:
+        return
+    tried = sorted({d.path for s in systems for d in s.manifest.databases})
+    shown = ", ".join(tried[:5]) + (f" and {len(tried) - 5} more" if len(tried) > 5 else "")
+    fail(
+        UsageError(
+            f"no item could be evaluated: no database under --db-root {db_root} could be read "
+            f"(tried {shown}). The databases must be at <db-root>/<db_id>/<db_id>.sqlite."
+        )
+    )
 
 
 def _run_with_progress(systems: Sequence[SystemRun], db_root: Path, config: Config) -> list[Summary]:

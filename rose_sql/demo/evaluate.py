@@ -13,7 +13,7 @@ from rose_sql.summary import Summary
 def evaluate(paths: DemoPaths, config: Config) -> tuple[dict[int, Record], Summary]:
     """Evaluate ``OUT/items.jsonl`` into ``OUT/runs/``; the records read back by item id, and the summary."""
     loaded = load_items(paths.items, fmt="generic")
-    systems = plan([loaded], paths.runs, resume=False)
+    systems = plan([loaded], paths.runs, db_root=paths.db_root, config=config)
     (summary,) = run(systems, paths.db_root, config)
     records = read_records(systems[0].out_dir / "records.jsonl")
     return {int(r.id): r for r in records}, summary

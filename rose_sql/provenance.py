@@ -1,0 +1,262 @@
+"""Provenance: what produced a run's records, written before the first item and checked on ``--resume``.
+
+A :class:`Manifest` names everything that can change a score: the rose-sql and SQLite versions, every
+input file with its SHA-256, each database's identity, every option that decides a score, and the judge
+(model, endpoint, parameters, prompt hashes). ``rose run`` writes it as ``manifest.json`` when the run
+starts (``complete: false``), again when it ends, and repeats it in ``summary.json``. ``--resume``
+refuses to continue a run whose inputs or score-changing options differ (:func:`differences`): a
+resumed run must not mix records of two runs.
+
+A database's identity is its size and a digest of its first and last MiB: the first page holds SQLite's
+change counter, which every write transaction increments, so the digest changes when the database does,
+without reading a file of gigabytes whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import sqlite3
+import sys
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rose_sql.config import Config
+from rose_sql.items import Loaded, db_file
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
+MANIFEST_VERSION = 1
+_EDGE = 2**20
+
+SCORE_OPTIONS = (
+    "max_rows",
+    "max_result_bytes",
+    "max_value_bytes",
+    "max_sql_chars",
+    "float_digits",
+    "evidence",
+    "evidence_max_candidates",
+    "evidence_max_db_bytes",
+)
+"""Config fields that can change a record's score, readings or evidence (compared on resume)."""
+JUDGE_OPTIONS = ("model", "temperature", "seed", "max_tokens", "reask", "policy", "matched_refuter")
+"""Judge settings that can change a score: a resume with other values is refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileId:
+    """An input file: where it was, how large, and its SHA-256."""
+
+    path: str
+    bytes: int
+    sha256: str
+
+    @classmethod
+    def of(cls, path: Path) -> FileId:
+        data = path.read_bytes()
+        return cls(str(path.resolve()), len(data), hashlib.sha256(data).hexdigest())
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseId:
+    """A database an item names: where it was looked for, whether it was there, and its identity."""
+
+    db_id: str
+    """The name the items use."""
+    path: str
+    """The file looked for (``<db-root>/<db_id>/<db_id>.sqlite``)."""
+    found: bool
+    """Whether the file exists."""
+    bytes: int | None = None
+    """Its size."""
+    fingerprint: str | None = None
+    """SHA-256 of its first and last MiB (the first page holds SQLite's change counter)."""
+
+    @classmethod
+    def of(cls, db_id: str, path: Path) -> DatabaseId:
+        if not path.is_file():
+            return cls(db_id, str(path.resolve()), False)
+        size = path.stat().st_size
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            h.update(f.read(_EDGE))
+            if size > _EDGE:
+                f.seek(max(_EDGE, size - _EDGE))
+                h.update(f.read(_EDGE))
+        return cls(db_id, str(path.resolve()), True, size, h.hexdigest())
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What produced a run's records (``manifest.json``; repeated in ``summary.json``)."""
+
+    rose_sql: str
+    """The rose-sql version."""
+    sqlite: str
+    """The SQLite library version (query plans, and so step counts, depend on it)."""
+    python: str
+    """The Python version."""
+    platform: str
+    """The operating system and machine."""
+    command: list[str]
+    """The command line."""
+    started: str
+    """When the run (or this resumption of it) started, UTC, ISO 8601."""
+    format: str
+    """The input format the predictions were read as."""
+    predictions: FileId
+    """The prediction file."""
+    gold: FileId | None
+    """The gold file, when one was given."""
+    db_root: str
+    """The folder the databases were looked for in."""
+    databases: list[DatabaseId]
+    """Every database the items name."""
+    options: dict[str, Any]
+    """The options that can change a score (:data:`SCORE_OPTIONS`)."""
+    judge: dict[str, Any] | None = None
+    """The judge: model, endpoint, parameters and prompt hashes (None without one)."""
+    finished: str | None = None
+    """When the run ended (None while it runs, or if it was interrupted)."""
+    complete: bool = False
+    """Whether every item of the input has a record."""
+    version: int = MANIFEST_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Manifest:
+        from pydantic import ValidationError
+
+        try:
+            manifest: Manifest = _adapter().validate_python(data)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise ValueError(f"not a valid manifest: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        return manifest
+
+    def finish(self, *, complete: bool) -> Manifest:
+        """The manifest as the run ends."""
+        return replace(self, finished=_now(), complete=complete)
+
+
+@cache
+def _adapter() -> TypeAdapter[Manifest]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(Manifest)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def build(loaded: Loaded, gold: Path | None, db_root: Path, config: Config, *, command: list[str]) -> Manifest:
+    """The manifest of one prediction file's run."""
+    from rose_sql import __version__
+
+    db_ids = sorted({it.db_id for it in loaded.items})
+    return Manifest(
+        rose_sql=__version__,
+        sqlite=sqlite3.sqlite_version,
+        python=platform.python_version(),
+        platform=f"{platform.system()} {platform.machine()}",
+        command=command,
+        started=_now(),
+        format=loaded.format,
+        predictions=FileId.of(loaded.path),
+        gold=FileId.of(gold) if gold is not None else None,
+        db_root=str(db_root.resolve()),
+        databases=[DatabaseId.of(d, db_file(db_root, d)) for d in db_ids],
+        options={name: getattr(config, name) for name in SCORE_OPTIONS},
+        judge=_judge(config),
+    )
+
+
+def _judge(config: Config) -> dict[str, Any] | None:
+    if config.judge is None:
+        return None
+    from rose_sql.judges.ask import prompt_hashes
+
+    j = config.judge
+    endpoint = j.base_url or "(the SDK's default: $OPENAI_BASE_URL or OpenAI)"
+    return {**{k: getattr(j, k) for k in JUDGE_OPTIONS}, "base_url": endpoint, "prompts": prompt_hashes()}
+
+
+def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
+    """What differs between the manifest of a run and that of its resumption: (refusals, warnings).
+
+    Refused: other input files (by content), other databases, other score-changing options, another
+    judge (model, parameters, prompts) or none where there was one. Warned: another endpoint for the
+    same model, another rose-sql or SQLite version.
+    """
+    refuse: list[str] = []
+    warn: list[str] = []
+
+    def file(name: str, a: FileId | None, b: FileId | None) -> None:
+        if (a.sha256 if a else None) != (b.sha256 if b else None):
+            refuse.append(f"the {name} file differs ({_file(a)} then, {_file(b)} now)")
+
+    file("prediction", old.predictions, new.predictions)
+    file("gold", old.gold, new.gold)
+    if old.format != new.format:
+        refuse.append(f"the input format differs ({old.format} then, {new.format} now)")
+    dbs_old = {d.db_id: d for d in old.databases}
+    for d in new.databases:
+        before = dbs_old.get(d.db_id)
+        if before is not None and (before.found, before.fingerprint) != (d.found, d.fingerprint):
+            refuse.append(f"database {d.db_id} differs ({_db(before)} then, {_db(d)} now)")
+    for key in sorted(set(old.options) | set(new.options)):
+        a, b = old.options.get(key), new.options.get(key)
+        if a != b:
+            refuse.append(f"option {key} differs ({a!r} then, {b!r} now)")
+    if (old.judge is None) != (new.judge is None):
+        then, now = ("a judge" if old.judge else "no judge"), ("a judge" if new.judge else "no judge")
+        refuse.append(f"the run had {then}, this resumption has {now}: pass the same judge options")
+    elif old.judge is not None and new.judge is not None:
+        for key in (*JUDGE_OPTIONS, "prompts"):
+            if old.judge.get(key) != new.judge.get(key):
+                refuse.append(f"judge {key} differs ({old.judge.get(key)!r} then, {new.judge.get(key)!r} now)")
+        if old.judge.get("base_url") != new.judge.get("base_url"):
+            warn.append(f"judge endpoint differs ({old.judge.get('base_url')} then, {new.judge.get('base_url')} now)")
+    for name in ("rose_sql", "sqlite"):
+        if getattr(old, name) != getattr(new, name):
+            warn.append(f"{name} version differs ({getattr(old, name)} then, {getattr(new, name)} now)")
+    return refuse, warn
+
+
+def _file(f: FileId | None) -> str:
+    return "none" if f is None else f"{f.path}, sha256 {f.sha256[:12]}"
+
+
+def _db(d: DatabaseId) -> str:
+    return f"{d.path}, {d.fingerprint[:12]}" if d.found and d.fingerprint else f"{d.path}, missing"
+
+
+def read_manifest(path: Path) -> Manifest | None:
+    """The manifest in ``path`` (None when there is none)."""
+    if not path.is_file():
+        return None
+    return Manifest.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def write_manifest(manifest: Manifest, path: Path) -> None:
+    """Write ``manifest.json`` atomically."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def command_line() -> list[str]:
+    """This process's command line, as typed (``rose`` for the entry point)."""
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name in ("rose", "__main__.py"):
+        argv[0] = "rose"
+    return argv

@@ -1,0 +1,244 @@
+"""Runs a researcher can trust: each symptom found by trying rose as a new user, asserted as it now behaves.
+
+Infrastructure failures are never scores; provenance makes --resume honest; interruptions and
+mistakes get help (exit statuses: 0 done, 2 unusable input or options, 130 interrupted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from rose_sql.cli import main
+from rose_sql.record import read_records
+from rose_sql.summary import Summary
+from rose_sql.testing import Reply, ScriptedOpenAI, by_content
+
+SCHEMA = """
+CREATE TABLE team (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT);
+CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, team_id INTEGER REFERENCES team(id), age INTEGER);
+INSERT INTO team VALUES (1, 'Owls', 'Lyon'), (2, 'Hawks', 'Nice'), (3, 'Crows', NULL);
+INSERT INTO player VALUES (1, 'Ana', 1, 23), (2, 'Ben', 1, 31), (3, 'Cleo', 2, 27), (4, 'Dan', NULL, 19);
+"""
+
+
+def rose(*args: Any, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(main, [str(a) for a in args], env=env)
+
+
+def superhero_items(shared: Path, tmp: Path, n: int = 30, name: str = "alpha") -> Path:
+    items = [
+        x for x in json.loads((shared / "preds/bird-dev/alpha-result.json").read_text()) if x["db_id"] == "superhero"
+    ]
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps(items[:n]))
+    return path
+
+
+# --------------------------------------------------------------------------- infrastructure failures
+
+
+@pytest.mark.parametrize("damage", ["text", "truncated"])
+def test_a_broken_database_is_never_a_score(shared: Path, tmp_path: Path, damage: str) -> None:
+    real = (shared / "bird/superhero/superhero.sqlite").read_bytes()
+    root = tmp_path / "dbs"
+    (root / "superhero").mkdir(parents=True)
+    broken = root / "superhero/superhero.sqlite"
+    broken.write_bytes(b"this is not a database\n" * 100 if damage == "text" else real[: len(real) // 3])
+    res = rose("run", superhero_items(shared, tmp_path), "--db-root", root, "--out", tmp_path / "out")
+    records = list(read_records(tmp_path / "out/alpha/records.jsonl"))
+    assert len(records) == 30
+    unreadable = [r for r in records if r.unscored_reason == "db_unreadable"]
+    # no prediction is blamed for the database: nothing "does not execute" because of it
+    assert not [r for r in records if r.score == 0 and "malformed" in r.why + str(r.pred.error)]
+    assert len(unreadable) == 30 and all(str(broken) in r.why for r in unreadable)
+    assert all(("not a database" if damage == "text" else "malformed") in r.why for r in unreadable)
+    assert res.exit_code == 2 and "no item could be evaluated" in res.output and str(broken) in res.output
+
+
+def test_a_wrong_db_root_exits_2_naming_the_paths_tried(shared: Path, tmp_path: Path) -> None:
+    res = rose(
+        "run", shared / "preds/spider/c3sql.txt", "--gold", shared / "spider/dev.json",
+        "--db-root", shared / "spider", "--out", tmp_path / "out",
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "no item could be evaluated" in res.output and str(shared / "spider/concert_singer") in res.output
+    record = next(read_records(tmp_path / "out/c3sql/records.jsonl"))
+    assert record.unscored_reason == "db_missing" and str(shared / "spider") in record.why
+
+
+# --------------------------------------------------------------------------- provenance and resume
+
+
+@pytest.fixture
+def league(make_db: Any, tmp_path: Path) -> tuple[Path, Path]:
+    db_root = make_db(SCHEMA, db_id="league").parent.parent
+    items = tmp_path / "items.jsonl"
+    _write_items(items, ["SELECT name FROM player WHERE age > 25"] * 6)
+    return items, db_root
+
+
+def _write_items(path: Path, preds: list[str]) -> None:
+    rows = [
+        {"id": i, "db_id": "league", "question": f"q{i}", "gold_sql": "SELECT name FROM player WHERE age > 25",
+         "pred_sql": p}
+        for i, p in enumerate(preds)
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def test_the_manifest_names_inputs_options_and_versions(league: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league
+    assert rose("run", items, "--db-root", db_root, "--out", tmp_path / "out").exit_code == 0
+    manifest = json.loads((tmp_path / "out/items/manifest.json").read_text())
+    summary = Summary.from_dict(json.loads((tmp_path / "out/items/summary.json").read_text()))
+    assert summary.manifest is not None and summary.manifest.to_dict() == manifest
+    assert manifest["complete"] is True and manifest["finished"] and manifest["sqlite"]
+    assert manifest["predictions"]["path"] == str(items.resolve()) and len(manifest["predictions"]["sha256"]) == 64
+    (db,) = manifest["databases"]
+    assert db["db_id"] == "league" and db["found"] and db["fingerprint"]
+    assert manifest["options"]["max_rows"] == 100_000 and manifest["command"]
+
+
+def test_resume_refuses_other_predictions(league: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league
+    out = tmp_path / "out"
+    assert rose("run", items, "--db-root", db_root, "--out", out).exit_code == 0
+    before = (out / "items/records.jsonl").read_bytes()
+    _write_items(items, ["SELECT name FROM player"] * 6)
+    res = rose("run", items, "--db-root", db_root, "--out", out, "--resume")
+    assert res.exit_code == 2 and "the prediction file differs" in res.output
+    res = rose("run", items, "--db-root", db_root, "--out", out, "--resume", "--max-rows", "10")
+    assert res.exit_code == 2 and "option max_rows differs (100000 then, 10 now)" in res.output
+    assert (out / "items/records.jsonl").read_bytes() == before
+
+
+def verdict(text: str) -> Reply:
+    if "Reference SQL" in text:
+        body: dict[str, Any] = {"reasoning": "r", "overturn": False, "ambiguity": "none", "gold_correct": True}
+    else:
+        body = {"expected_answer": "e", "sql_behaviour": "b", "reasoning": "p", "answers_question": True}
+    return Reply(content=json.dumps(body), prompt_tokens=1000, completion_tokens=100)
+
+
+def _judged(srv: ScriptedOpenAI, tmp: Path, *extra: Any) -> list[Any]:
+    return ["--judge-model", "gpt-4o-mini", "--judge-base-url", srv.base_url, "--cache-dir", tmp / "cache", *extra]
+
+
+def test_resume_refuses_a_judged_run_without_its_judge_and_warns_of_another_endpoint(
+    league: tuple[Path, Path], tmp_path: Path
+) -> None:
+    items, db_root = league
+    _write_items(items, ["SELECT name, age FROM player WHERE age > 25"] * 6)
+    out = tmp_path / "out"
+    env = {"OPENAI_API_KEY": "t"}
+    with ScriptedOpenAI(by_content(verdict)) as srv:
+        assert rose("run", items, "--db-root", db_root, "--out", out, *_judged(srv, tmp_path), env=env).exit_code == 0
+    res = rose("run", items, "--db-root", db_root, "--out", out, "--resume")
+    assert res.exit_code == 2 and "the run had a judge, this resumption has no judge" in res.output
+    with ScriptedOpenAI(by_content(verdict)) as other:
+        res = rose("run", items, "--db-root", db_root, "--out", out, "--resume", *_judged(other, tmp_path), env=env)
+        assert res.exit_code == 0 and "judge endpoint differs" in res.output
+        res = rose(
+            "run", items, "--db-root", db_root, "--out", out, "--resume",
+            *_judged(other, tmp_path, "--judge-model", "gpt-4o"), env=env,
+        )  # fmt: skip
+        assert res.exit_code == 2 and "judge model differs ('gpt-4o-mini' then, 'gpt-4o' now)" in res.output
+
+
+def test_resume_retries_items_whose_endpoint_was_down(league: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league
+    _write_items(items, ["SELECT name, age FROM player WHERE age > 25"] * 6)
+    out, env = tmp_path / "out", {"OPENAI_API_KEY": "t"}
+    down = ["--judge-model", "m", "--judge-base-url", "http://127.0.0.1:9/v1", "--max-retries", "0"]
+    down += ["--judge-timeout", "2", "--cache-dir", tmp_path / "cache"]
+    assert rose("run", items, "--db-root", db_root, "--out", out, *down, env=env).exit_code == 0
+    assert {r.unscored_reason for r in read_records(out / "items/records.jsonl")} == {"judge_error"}
+    with ScriptedOpenAI(by_content(verdict)) as srv:
+        up = ["--judge-model", "m", "--judge-base-url", srv.base_url, "--cache-dir", tmp_path / "cache"]
+        res = rose("run", items, "--db-root", db_root, "--out", out, "--resume", *up, env=env)
+        assert res.exit_code == 0, res.output
+        assert "6 left unscored for a transient reason evaluated again" in res.output
+        assert srv.calls == 12  # Prover and Refuter for each item
+    records = list(read_records(out / "items/records.jsonl"))
+    assert len(records) == 6 and {r.score for r in records} == {1}
+
+
+def test_keep_unscored_keeps_them(league: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league
+    _write_items(items, ["SELECT name, age FROM player WHERE age > 25"] * 6)
+    out, env = tmp_path / "out", {"OPENAI_API_KEY": "t"}
+    down = ["--judge-model", "m", "--judge-base-url", "http://127.0.0.1:9/v1", "--max-retries", "0"]
+    assert rose("run", items, "--db-root", db_root, "--out", out, *down, env=env).exit_code == 0
+    res = rose("run", items, "--db-root", db_root, "--out", out, "--resume", "--keep-unscored", *down, env=env)
+    assert res.exit_code == 0 and "0 to go" in res.output
+
+
+# --------------------------------------------------------------------------- interruptions and mistakes
+
+
+def test_ctrl_c_stops_saves_and_says_how_to_resume(make_db: Any, tmp_path: Path) -> None:
+    db_root = make_db(SCHEMA, db_id="league").parent.parent
+    slow = (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 400000) SELECT count(*) + {} FROM c"
+    )
+    items = tmp_path / "items.jsonl"
+    rows = [{"id": i, "db_id": "league", "gold_sql": "SELECT 1", "pred_sql": slow.format(i)} for i in range(300)]
+    items.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "rose_sql", "run", str(items), "--db-root", str(db_root), "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    records = out / "items/records.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size == 0):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    start = time.monotonic()
+    _, stderr = proc.communicate(timeout=60)
+    assert time.monotonic() - start < 10  # stops within seconds, whatever the workers were doing
+    assert proc.returncode == 130, stderr
+    assert "interrupted:" in stderr and "--resume" in stderr
+    summary = Summary.from_dict(json.loads((out / "items/summary.json").read_text()))
+    assert summary.manifest is not None and summary.manifest.complete is False and 0 < summary.n < 300
+    resume = shlex.split(stderr.split("To continue:")[1].strip())
+    assert resume[0] == "rose" and resume[-1] == "--resume"
+    done = subprocess.run([sys.executable, "-m", "rose_sql", *resume[1:]], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert len(list(read_records(records))) == 300
+    assert Summary.from_dict(json.loads((out / "items/summary.json").read_text())).manifest.complete  # type: ignore[union-attr]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_an_unwritable_out_is_exit_2(league: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    res = rose("run", items, "--db-root", db_root, "--out", locked / "out")
+    assert res.exit_code == 2 and "cannot be written" in res.output
+
+
+def test_an_out_that_is_a_file_is_exit_2(league: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league
+    (tmp_path / "file").write_text("x")
+    res = rose("run", items, "--db-root", db_root, "--out", tmp_path / "file")
+    assert res.exit_code == 2 and "--out" in res.output and "cannot be written" in res.output
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--timeout", "0"), ("--max-rows", "0"), ("--concurrency", "0"), ("--budget", "-1"), ("--workers", "0")],
+)
+def test_options_are_validated_by_name(league: tuple[Path, Path], tmp_path: Path, option: str, value: str) -> None:
+    items, db_root = league
+    res = rose("run", items, "--db-root", db_root, "--out", tmp_path / "out", option, value)
+    assert res.exit_code == 2 and option in res.output
