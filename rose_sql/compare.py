@@ -20,9 +20,9 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from itertools import islice
 from typing import Any, Literal
 
+from rose_sql.columns import DEFAULT_WORK, Budget, column_maps
 from rose_sql.execute import ResultSet, Row
 
 Reason = Literal[
@@ -35,9 +35,8 @@ Reason = Literal[
     "type",  # equal only if numeric text is read as numbers ('1' vs 1)
     "values",  # different rows
     "truncated",  # a result was cut by the row cap, so equality cannot be decided
+    "undecided",  # too many columns look alike for the bounded column search to decide
 ]
-
-_SEARCH_LIMIT = 20_000
 
 
 class _Null:
@@ -55,7 +54,7 @@ class Comparison:
     """The outcome of comparing a prediction's result with the gold's."""
 
     equal: bool | None
-    """True or False; None when undecidable (a truncated result)."""
+    """True or False; None when undecidable (a truncated result, or a column search that gave up)."""
     reason: Reason
     """Why: ``same`` when equal, otherwise the kind of mismatch."""
     detail: str
@@ -113,43 +112,6 @@ def _rows(res: ResultSet, digits: int, key: Any = canon) -> list[tuple[Any, ...]
     return [tuple([key(v, digits) for v in row]) for row in res.rows]
 
 
-def _column_maps(
-    gold: list[tuple[Any, ...]], pred: list[tuple[Any, ...]], ng: int, np_: int
-) -> Iterator[tuple[int, ...]]:
-    """Injective maps gold column -> prediction column whose columns hold the same values.
-
-    Candidates are pruned by comparing each column's value multiset (or value set when the
-    prediction has extra columns, since projecting may merge rows); callers confirm whole rows.
-    """
-    same_len = len(gold) == len(pred)
-
-    def sig(rows: list[tuple[Any, ...]], j: int) -> Any:
-        col = [r[j] for r in rows]
-        return dict(Counter(col)) if same_len and ng == np_ else frozenset(col)
-
-    gsig = [sig(gold, i) for i in range(ng)]
-    psig = [sig(pred, j) for j in range(np_)]
-    cands = [[j for j in range(np_) if psig[j] == gsig[i]] for i in range(ng)]
-    order = sorted(range(ng), key=lambda i: len(cands[i]))
-    chosen: dict[int, int] = {}
-    used: set[int] = set()
-
-    def walk(k: int) -> Iterator[tuple[int, ...]]:
-        if k == ng:
-            yield tuple(chosen[i] for i in range(ng))
-            return
-        i = order[k]
-        for j in cands[i]:
-            if j not in used:
-                chosen[i] = j
-                used.add(j)
-                yield from walk(k + 1)
-                used.discard(j)
-        chosen.pop(i, None)
-
-    yield from islice(walk(0), _SEARCH_LIMIT)
-
-
 def _project(rows: list[tuple[Any, ...]], cols: Sequence[int]) -> list[tuple[Any, ...]]:
     return [tuple(r[j] for j in cols) for r in rows]
 
@@ -175,8 +137,9 @@ def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12
     notes: list[str] = []
     if not g and not p:
         return Comparison(True, "same", "both results are empty", column_map=tuple(range(ng)) if ng == np_ else None)
+    budget = Budget()
     if ng == np_:
-        found = _equal_up_to_columns(g, p, ng, ordered)
+        found = _equal_up_to_columns(g, p, ng, ordered, budget)
         if found is not None:
             cmap, in_order = found
             if cmap != tuple(range(ng)):
@@ -187,13 +150,17 @@ def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12
             return Comparison(
                 False, "order", "the same rows in another order, and the gold is ordered", tuple(notes), cmap
             )
+        if budget.exhausted:
+            return _undecided(ng)
         if not same_bag(g, p) and set(g) == set(p):
             return _diff(g, p, "multiplicity", "the same distinct rows, duplicated differently")
         if len(g) == len(p) and same_bag(_rows(gold, digits, _numeric_text), _rows(pred, digits, _numeric_text)):
             return _diff(g, p, "type", "equal only if numbers stored as text are read as numbers")
         return _diff(g, p, "values", f"{len(p)} predicted vs {len(g)} gold rows; the rows differ")
     if np_ > ng:
-        for cmap in _column_maps(g, p, ng, np_):
+        for cmap in column_maps(g, p, ng, np_, bags=False, budget=budget):
+            if not budget.spend(len(p) * ng):
+                break
             proj = _project(p, cmap)
             if same_bag(proj, g) or set(proj) == set(g):
                 extra = np_ - ng
@@ -204,17 +171,29 @@ def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12
                     column_map=cmap,
                 )
     else:
-        for cmap in _column_maps(p, g, np_, ng):
+        for cmap in column_maps(p, g, np_, ng, bags=False, budget=budget):
+            if not budget.spend(len(g) * np_):
+                break
             proj = _project(g, cmap)
             if same_bag(proj, p) or set(proj) == set(p):
                 return Comparison(
                     False, "missing_columns", f"the prediction returns {np_} of the gold's {ng} columns, rows aligned"
                 )
+    if budget.exhausted:
+        return _undecided(max(ng, np_))
     return _diff(g, p, "column_count", f"{np_} predicted vs {ng} gold columns; no column alignment fits")
 
 
+def _undecided(width: int) -> Comparison:
+    detail = (
+        f"matching the {width} columns gave up after {DEFAULT_WORK:,} cells of search: too many columns look "
+        "alike to tell whether the rows agree"
+    )
+    return Comparison(None, "undecided", detail)
+
+
 def _equal_up_to_columns(
-    g: list[tuple[Any, ...]], p: list[tuple[Any, ...]], n: int, ordered: bool
+    g: list[tuple[Any, ...]], p: list[tuple[Any, ...]], n: int, ordered: bool, budget: Budget
 ) -> tuple[tuple[int, ...], bool] | None:
     """A column permutation under which the row multisets agree, and whether the order agrees too."""
     if len(g) != len(p):
@@ -222,8 +201,9 @@ def _equal_up_to_columns(
     gbag = dict(Counter(g))
     first: tuple[int, ...] | None = None
     identity = tuple(range(n))
-    maps = _column_maps(g, p, n, n)
-    for cmap in maps:
+    for cmap in column_maps(g, p, n, n, bags=True, budget=budget):
+        if not budget.spend(len(p) * n):
+            break
         perm = p if cmap == identity else _project(p, cmap)
         if dict(Counter(perm)) != gbag:
             continue

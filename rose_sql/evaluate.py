@@ -141,7 +141,8 @@ def _ts(item: Item, db: Path, gold: Execution, pred: Execution, executor: Execut
         return 0
     if g.result.truncated or p.result.truncated:
         return None
-    return int(ts_equal(g.result.rows, p.result.rows, ts_order_matters(g_sql)))
+    equal = ts_equal(g.result.rows, p.result.rows, ts_order_matters(g_sql))
+    return None if equal is None else int(equal)
 
 
 # --------------------------------------------------------------------------- judging

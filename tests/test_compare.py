@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from rose_sql.compare import canon, compare
 from rose_sql.config import Config
 from rose_sql.execute import Executor, ResultSet
+from rose_sql.readings import ts_equal
 from rose_sql.sql import has_top_level_order_by
 
 CASES = json.loads((Path(__file__).parent / "cases" / "compare.json").read_text())
@@ -60,3 +62,33 @@ def test_wide_results_with_many_equal_columns_stay_fast() -> None:
     row = tuple([7] * 26)
     c = compare(rs([row] * 50), rs([row] * 49 + [(*row[:-1], 8)]), ordered=False)
     assert c.equal is False
+
+
+def _latin(n: int, repeat: int) -> list[tuple[int, ...]]:
+    """n columns that all hold the same values, as often: every column has one value signature."""
+    return [tuple((k + c) % n for c in range(n)) for k in range(n)] * repeat
+
+
+@pytest.mark.parametrize("width", [9, 11, 12])
+def test_column_matching_is_bounded_when_columns_look_alike(width: int) -> None:
+    gold = _latin(width, 80)
+    pred = list(gold)
+    a, b = pred[0], pred[1]  # swap two cells of one column between two rows: column signatures unchanged
+    pred[0], pred[1] = (b[0], *a[1:]), (a[0], *b[1:])
+    start = time.monotonic()
+    c = compare(rs(pred), rs(gold), ordered=False)
+    shuffled = compare(rs([r[::-1] for r in gold]), rs(gold), ordered=False)
+    took = time.monotonic() - start
+    assert (c.equal, c.reason) == (False, "values")
+    assert (shuffled.equal, shuffled.reason) == (True, "same") and "columns in another order" in shuffled.notes
+    assert took < 10  # was minutes at 12 columns; a generous bound for a loaded machine
+
+
+def test_a_search_that_runs_out_of_work_is_undecided(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rose_sql.columns
+
+    monkeypatch.setattr(rose_sql.columns, "DEFAULT_WORK", 50)
+    gold = _latin(6, 3)
+    c = compare(rs([r[::-1] for r in gold]), rs(gold), ordered=False)
+    assert (c.equal, c.reason) == (None, "undecided") and "gave up" in c.detail
+    assert ts_equal(gold, [r[::-1] for r in gold], ordered=False) is None

@@ -64,14 +64,17 @@ def test_bad_sql_is_an_error_with_sqlites_message(make_db: Callable[..., Path], 
     assert e.error is not None and message in e.error
 
 
-def test_missing_or_broken_database_is_an_error_not_an_exception(tmp_path: Path) -> None:
+def test_missing_or_broken_database_is_unreadable_not_an_exception(tmp_path: Path) -> None:
     with Executor() as ex:
         missing = ex.run(tmp_path / "nope.sqlite", "SELECT 1")
-        assert missing.status == "error" and "cannot open database" in (missing.error or "")
+        assert missing.status == "unreadable" and "cannot be read" in (missing.error or "")
         junk = tmp_path / "junk.sqlite"
         junk.write_bytes(b"this is not a database" * 100)
         broken = ex.run(junk, "SELECT 1 FROM sqlite_master")
-        assert broken.status == "error" and "not a database" in (broken.error or "")
+        assert broken.status == "unreadable" and "not a database" in (broken.error or "")
+        fine = tmp_path / "fine.sqlite"
+        sqlite3.connect(fine).execute("CREATE TABLE t (a)").connection.close()
+        assert ex.run(fine, "SELECT nope FROM t").status == "error"  # the query's own failure stays an error
     assert not (tmp_path / "nope.sqlite").exists()
 
 
