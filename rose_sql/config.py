@@ -63,6 +63,15 @@ class JudgeConfig:
         return "always" if self.policy == "paper" else self.matched_refuter
 
 
+STEPS_PER_SECOND = 100_000_000
+"""A typical rate of SQLite virtual-machine steps a second on one core (measured 20-280 million)."""
+
+
+def steps_for(seconds: float) -> int:
+    """The step budget of about ``seconds`` of one core on a typical machine (for settings given in seconds)."""
+    return max(1, int(seconds * STEPS_PER_SECOND))
+
+
 def _default_workers() -> int:
     return os.cpu_count() or 1
 
@@ -71,8 +80,15 @@ def _default_workers() -> int:
 class Config:
     """Everything that changes how items are executed, compared and recorded."""
 
-    timeout_s: float = 30.0
-    """Wall-clock limit for one query; a query past it is interrupted inside SQLite."""
+    max_steps: int = 1_000_000_000
+    """SQLite virtual-machine steps one query may take; past them it is stopped as a ``timeout`` (a
+    prediction scores 0, a gold is ``gold_error``). Deterministic: the same on every machine and at any
+    load, for a given SQLite version. About 4-50 s of one core on a typical machine (measured at
+    20-280 million steps a second depending on the query)."""
+    timeout_s: float = 60.0
+    """Wall-clock guard for one query: a query still running after it is stopped (inside SQLite, or by
+    stopping its worker process when SQLite cannot interrupt the call), and its item is unscored
+    ``wall_guard``, never scored: retried by ``--resume``. A guard against runaways, never a verdict."""
     max_rows: int = 100_000
     """Rows kept per result; past it the result is marked ``truncated`` (rows are still counted)."""
     max_result_bytes: int = 64 * 2**20
@@ -83,8 +99,8 @@ class Config:
     """Longer SQL is rejected before it reaches a parser."""
     sqlite_heap_bytes: int = 2 * 2**30
     """Hard heap limit for SQLite in this process (``PRAGMA hard_heap_limit``)."""
-    count_past_cap_s: float = 5.0
-    """After truncation, keep stepping (without storing) this long to count the total rows."""
+    count_past_cap_steps: int = 100_000_000
+    """After truncation, keep stepping (without storing) up to this many steps to count the total rows."""
     float_digits: int = 12
     """Numbers are compared after rounding to this many significant digits (int 1 == float 1.0)."""
     workers: int = field(default_factory=_default_workers)
@@ -93,8 +109,12 @@ class Config:
     """Cells of query results kept in the in-process execution cache (LRU beyond it)."""
     evidence: bool = True
     """Search for witnesses, distinguishing rows and gold smells (rose_sql.evidence)."""
-    evidence_budget_s: float = 2.0
-    """Time for one item's evidence."""
+    evidence_max_steps: int = 200_000_000
+    """SQLite steps all the statements of one item's evidence search may take together (about 1-10 s of
+    one core on a typical machine). Deterministic: the search finds the same on every machine."""
+    evidence_budget_s: float = 30.0
+    """Wall-clock guard of one item's evidence: past it the search stops, the evidence says so
+    (``guard``), and an item whose judges would read it is unscored ``wall_guard``."""
     evidence_max_candidates: int = 80
     """Witness candidates tried at most per item (keeps fast databases fast)."""
     evidence_max_db_bytes: int = 256 * 2**20

@@ -169,6 +169,8 @@ class Facts:
     matched_refuter: MatchedRefuter = "always"
     evidence_questions_match: bool = False
     """Deterministic evidence (a doubt, a witness, a gold smell) casts doubt on a match."""
+    evidence_guard: str | None = None
+    """Set when the wall-time guard stopped the evidence search (the judges would read machine-dependent evidence)."""
     consult_refuter: bool = True
     """Whether the Refuter is consulted on a Prover's pass (replay's ``no-refuter`` variant turns it off)."""
     db: str = ""
@@ -205,6 +207,8 @@ def decide(f: Facts) -> Decision | Step:
         return Decision(None, "gold_error", None, f"the gold SQL does not execute ({gold.status}): {gold.error}")
     if pred is not None and pred.status == "timeout":
         return Decision(0, None, "execution", failed)  # the gold ran within the same limit
+    if f.judge and f.evidence_guard:
+        return Decision(None, "wall_guard", None, f.evidence_guard)
     if not f.judge:
         if gold is None:
             return Decision(None, "no_gold", None, "the item has no gold SQL and no judge is configured")

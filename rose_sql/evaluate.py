@@ -71,6 +71,7 @@ class Executed:
             judge=judge,
             matched_refuter=matched_refuter,
             evidence_questions_match=judge and questions_match(self.doubts, self.evidence),
+            evidence_guard=self.evidence.guard if self.evidence is not None else None,
         )
 
     def evidence_text(self) -> str | None:

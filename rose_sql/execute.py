@@ -41,7 +41,8 @@ Row = tuple[Any, ...]
 
 _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
 _DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "sqlite_dbpage"}
-_PROGRESS_OPS = 2000
+STEP_GRAIN = 1000
+"""Virtual-machine steps between two calls of the progress handler (which counts them)."""
 _CELL_BYTES = 16
 """Bytes a cell is reckoned to take besides its text or blob (for the byte cap)."""
 _NOT_UTF8 = "Could not decode to UTF-8"
@@ -139,11 +140,15 @@ def _uri(path: Path) -> str:
 
 
 class _Conn:
-    """A locked-down read-only connection with a settable deadline."""
+    """A locked-down read-only connection that stops a statement past its step budget or deadline."""
 
     def __init__(self, path: Path, key: DbKey, config: Config) -> None:
         self.key = key
+        self.ticks = 0
+        self.tick_limit = 0
         self.deadline = float("inf")
+        self.stopped: str | None = None
+        """Why the running statement was stopped: ``steps`` (deterministic) or ``wall`` (the guard)."""
         self.decode_errors = False
         self.closed = False
         self.conn = sqlite3.connect(_uri(path), uri=True, check_same_thread=False, isolation_level=None)
@@ -151,18 +156,30 @@ class _Conn:
             # The pragmas must come before the authorizer, which denies every PRAGMA.
             self.conn.execute(f"PRAGMA hard_heap_limit = {int(config.sqlite_heap_bytes)}")
             self.conn.execute("PRAGMA query_only = ON")
+            self.conn.execute("PRAGMA temp_store = MEMORY")  # sorts and temp b-trees never spill to disk
             self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, config.max_value_bytes)
             self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
             self.conn.set_authorizer(_authorize)
-            self.conn.set_progress_handler(self._expired, _PROGRESS_OPS)
+            self.conn.set_progress_handler(self._progress, STEP_GRAIN)
             # text_factory stays str (decoded in C); a result with text that is not UTF-8 is
             # fetched again with self._text (see Executor._fetch)
         except BaseException:
             self.conn.close()
             raise
 
-    def _expired(self) -> bool:
-        return time.monotonic() > self.deadline
+    def limit(self, steps: int, deadline: float) -> None:
+        """The next statement may take ``steps`` virtual-machine steps and run until ``deadline``."""
+        self.ticks, self.tick_limit, self.deadline, self.stopped = 0, steps // STEP_GRAIN, deadline, None
+
+    def _progress(self) -> bool:
+        self.ticks += 1
+        if self.ticks > self.tick_limit:
+            self.stopped = "steps"
+            return True
+        if time.monotonic() > self.deadline:
+            self.stopped = "wall"
+            return True
+        return False
 
     def _text(self, raw: bytes) -> str:
         try:
@@ -298,7 +315,7 @@ class Executor:
             c = self._conn(db, dbk, role)
         except sqlite3.Error as e:
             return Execution("unreadable", time.monotonic() - start, error=f"{UNREADABLE}: {e}"), 0
-        self.watch.arm(key, self.config.timeout_s + self.config.count_past_cap_s + GUARD_MARGIN_S)
+        self.watch.arm(key, self.config.timeout_s + GUARD_MARGIN_S)
         try:
             try:
                 result, nbytes = self._fetch(c, sql, start)
@@ -311,26 +328,38 @@ class Executor:
                 finally:
                     c.conn.text_factory = str
         except Exception as e:  # sqlite3.Error, MemoryError, OverflowError, ValueError, UnicodeError
-            return self._failure(e, start), 0
+            return self._failure(e, start, c.stopped), 0
         finally:
             self.watch.disarm()
-            c.deadline = float("inf")
+            stopped = c.stopped
+            c.limit(0, float("inf"))
+        if stopped == "wall":  # the count past the cap met the guard: what it found depends on the machine
+            return Execution("guard", time.monotonic() - start, error=self._guard_text()), 0
         return Execution("ok", time.monotonic() - start, result=result), nbytes
 
-    def _failure(self, e: Exception, start: float) -> Execution:
+    def _guard_text(self) -> str:
+        return f"stopped by the wall-time guard after {self.config.timeout_s:g} s (--timeout), before its step budget"
+
+    def _failure(self, e: Exception, start: float, stopped: str | None) -> Execution:
         elapsed = time.monotonic() - start
         message = str(e) or type(e).__name__
         if isinstance(e, sqlite3.Error) and (getattr(e, "sqlite_errorcode", None) or 0) & 0xFF in _DATABASE_FAILURES:
             return Execution("unreadable", elapsed, error=f"{UNREADABLE}: {message}")
-        if isinstance(e, sqlite3.OperationalError) and message == "interrupted" and elapsed >= self.config.timeout_s:
-            return Execution("timeout", elapsed, error=f"timed out after {self.config.timeout_s:g} s")
+        if isinstance(e, sqlite3.OperationalError) and message == "interrupted" and stopped == "steps":
+            steps = f"{self.config.max_steps:,}"
+            return Execution("timeout", elapsed, error=f"stopped after {steps} steps (the --max-steps budget)")
+        if isinstance(e, sqlite3.OperationalError) and message == "interrupted" and stopped == "wall":
+            return Execution("guard", elapsed, error=self._guard_text())
+        if isinstance(e, MemoryError) or (isinstance(e, sqlite3.Error) and "out of memory" in message):
+            limit = f"{self.config.sqlite_heap_bytes / 2**30:g} GiB"
+            return Execution("timeout", elapsed, error=f"stopped: it needs more than the {limit} memory limit")
         if "not authorized" in message or "authorization denied" in message:
             return Execution("rejected", elapsed, error=f"{message} (only reading is allowed)")
         return Execution("error", elapsed, error=f"{type(e).__name__}: {message}")
 
     def _fetch(self, c: _Conn, sql: str, start: float) -> tuple[ResultSet, int]:
         cfg = self.config
-        c.deadline = start + cfg.timeout_s
+        c.limit(cfg.max_steps, start + cfg.timeout_s)
         c.decode_errors = False
         cur = c.conn.execute(sql)
         try:
@@ -360,14 +389,14 @@ class Executor:
             cur.close()
 
     def _count_rest(self, c: _Conn, cur: sqlite3.Cursor, counted: int) -> tuple[int, bool]:
-        """Step through the rows past the cap without keeping them, within a time limit."""
-        c.deadline = min(c.deadline, time.monotonic() + self.config.count_past_cap_s)
+        """Step through the rows past the cap without keeping them, within a step budget of their own."""
+        c.ticks, c.tick_limit = 0, self.config.count_past_cap_steps // STEP_GRAIN
         factory, c.conn.text_factory = c.conn.text_factory, bytes  # text we drop: not decoded, cannot fail
         try:
             for _ in cur:
                 counted += 1
             return counted, True
-        except Exception:  # interrupted at the deadline, or out of memory: the count is a lower bound
+        except Exception:  # out of steps (or memory): the count is a lower bound
             return counted, False
         finally:
             c.conn.text_factory = factory

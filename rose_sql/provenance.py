@@ -35,6 +35,9 @@ MANIFEST_VERSION = 1
 _EDGE = 2**20
 
 SCORE_OPTIONS = (
+    "max_steps",
+    "count_past_cap_steps",
+    "evidence_max_steps",
     "max_rows",
     "max_result_bytes",
     "max_value_bytes",

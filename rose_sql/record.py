@@ -252,6 +252,28 @@ _LABEL_FIELDS = tuple(f.name for f in fields(DatasetLabels))
 _CALL_FIELDS = tuple(f.name for f in fields(JudgeCall))
 
 
+EXEMPT = frozenset({"seconds", "cached", "llm_calls", "cost_usd"})
+"""The only fields that may differ between two runs of the same inputs and options, on any machine and
+at any load: timing (``seconds`` at every level), cache flags (``cached``: which executions or replies a
+cache served), and this run's own counters of calls made and their cost (``llm_calls``, and the
+record's ``cost_usd``). Everything else is the same, for a given SQLite version."""
+
+
+def comparable(record: Record) -> dict[str, Any]:
+    """The record as JSON data without the :data:`EXEMPT` fields: equal across runs of the same inputs."""
+
+    def drop(x: Any, top: bool) -> Any:
+        if isinstance(x, dict):
+            gone = EXEMPT if top else EXEMPT - {"cost_usd"}  # a call's cost is its reply's: compared
+            return {k: drop(v, False) for k, v in x.items() if k not in gone}
+        if isinstance(x, list):
+            return [drop(v, False) for v in x]
+        return x
+
+    out: dict[str, Any] = drop(record.to_dict(), True)
+    return out
+
+
 def _plain(obj: Any, names: tuple[str, ...]) -> dict[str, Any] | None:
     return None if obj is None else {name: getattr(obj, name) for name in names}
 

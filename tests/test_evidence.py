@@ -28,8 +28,8 @@ from rose_sql.sql import has_top_level_order_by
 OURS = json.loads((Path(__file__).parent / "cases" / "evidence.json").read_text())
 
 
-def gather(db: Path, gold_sql: str, pred_sql: str, budget: float = 3.0) -> tuple[Evidence, bool | None]:
-    cfg = Config(evidence_budget_s=budget, evidence_max_candidates=400)
+def gather(db: Path, gold_sql: str, pred_sql: str, steps: int = 300_000_000) -> tuple[Evidence, bool | None]:
+    cfg = Config(evidence_max_steps=steps, evidence_max_candidates=400)
     with Executor(cfg) as ex:
         g, p = ex.run(db, gold_sql), ex.run(db, pred_sql)
     assert g.result is not None and p.result is not None, (g.error, p.error)
@@ -130,12 +130,30 @@ def test_diff_lists_rows_on_each_side() -> None:
     )
 
 
-def test_witness_search_respects_its_time_budget(make_db: Callable[..., Path]) -> None:
+def test_witness_search_respects_its_step_budget_and_finds_the_same_every_time(make_db: Callable[..., Path]) -> None:
     rows = ",".join(f"({i},'n{i % 50}',{i % 97})" for i in range(3000))
     db = make_db(f"CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, v INTEGER); INSERT INTO t VALUES {rows};")
-    ev, _ = gather(db, "SELECT COUNT(*) FROM t WHERE v >= 0", "SELECT COUNT(*) FROM t WHERE v >= 0", budget=0.3)
-    assert ev.witness is None and ev.search is not None
-    assert ev.search.seconds < 0.3 + 0.5  # one candidate may overrun the line
+    sql = "SELECT COUNT(*) FROM t WHERE v >= 0"
+    ev, _ = gather(db, sql, sql, steps=2_000_000)
+    assert ev.witness is None and ev.search is not None and ev.search.stopped == "budget"
+    assert ev.guard is None
+    again, _ = gather(db, sql, sql, steps=2_000_000)
+    assert again.search is not None and (again.search.tried, again.search.candidates) == (
+        ev.search.tried,
+        ev.search.candidates,
+    )
+
+
+def test_the_wall_guard_marks_the_evidence(make_db: Callable[..., Path]) -> None:
+    rows = ",".join(f"({i},'n{i % 50}',{i % 97})" for i in range(3000))
+    db = make_db(f"CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, v INTEGER); INSERT INTO t VALUES {rows};")
+    sql = "SELECT COUNT(*) FROM t a, t b WHERE a.v >= b.v"
+    cfg = Config(evidence_max_steps=10**12, evidence_budget_s=0.2, evidence_max_candidates=400)
+    with Executor(cfg) as ex:
+        g = ex.run(db, sql)
+    assert g.result is not None
+    ev = Finder(cfg).gather(db, sql, sql, g, g, compare(g.result, g.result, ordered=False))
+    assert ev.guard is not None and "wall-time guard after 0.2 s" in ev.guard
 
 
 def test_database_is_opened_read_only(make_db: Callable[..., Path]) -> None:
@@ -161,20 +179,20 @@ def test_interrupted_search_leaves_the_copy_as_the_real_data(make_db: Callable[.
     db = make_db(f"CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, v INTEGER); INSERT INTO t VALUES {rows};")
     ws = Workspace(db)
     gold, pred = "SELECT name, COUNT(*) FROM t GROUP BY name", "SELECT name, COUNT(v) FROM t GROUP BY name"
-    for budget in (0.001, 0.01, 0.05):
-        ws.hard_deadline = time.monotonic() + budget
-        search(
-            ws,
-            gold,
-            pred,
-            features(gold).merge(features(pred)),
-            ordered=False,
-            digits=12,
-            budget_s=1.0,
-            max_candidates=50,
-            result_values=[],
-        )
-        ws.hard_deadline = float("inf")
+    for budget in (0.001, 0.01, 0.05):  # the wall guard, and step budgets, stopping statements anywhere
+        for steps in (5_000, 500_000, 5_000_000):
+            ws.start(steps, time.monotonic() + budget)
+            search(
+                ws,
+                gold,
+                pred,
+                features(gold).merge(features(pred)),
+                ordered=False,
+                digits=12,
+                max_candidates=50,
+                result_values=[],
+            )
+            ws.stop()
     real = sqlite3.connect(db)
     assert (
         ws.conn.execute("SELECT * FROM t ORDER BY id").fetchall()

@@ -92,13 +92,16 @@ def test_exactly_max_rows_is_not_truncated(make_db: Callable[..., Path]) -> None
     assert (len(r.rows), r.row_count, r.truncated) == (10, 10, False)
 
 
-def test_counting_past_the_cap_stops_at_its_time_limit(make_db: Callable[..., Path]) -> None:
+def test_counting_past_the_cap_stops_at_its_step_budget(make_db: Callable[..., Path]) -> None:
     start = time.monotonic()
-    e = run_query(make_db(SCRIPT), ROWS_FOREVER, Config(max_rows=10, count_past_cap_s=0.3, timeout_s=60))
+    cfg = Config(max_rows=10, count_past_cap_steps=3_000_000, timeout_s=60)
+    e = run_query(make_db(SCRIPT), ROWS_FOREVER, cfg)
     elapsed = time.monotonic() - start
     r = result(e)
     assert len(r.rows) == 10 and r.truncated and not r.count_exact and r.row_count > 10
     assert elapsed < HANG_GUARD_S
+    again = result(run_query(make_db(SCRIPT, db_id="u"), ROWS_FOREVER, cfg))
+    assert again.row_count == r.row_count  # counted by steps: the same lower bound every time
 
 
 def test_byte_cap_keeps_no_more_than_max_result_bytes(make_db: Callable[..., Path]) -> None:
@@ -125,25 +128,36 @@ def test_huge_rows_are_not_fetched_in_a_batch(make_db: Callable[..., Path]) -> N
 # --------------------------------------------------------------------------- timeouts
 
 
-def test_timeout_interrupts_a_query_inside_sqlite(make_db: Callable[..., Path]) -> None:
+def test_the_step_budget_stops_a_query_inside_sqlite_deterministically(make_db: Callable[..., Path]) -> None:
     db = make_db(SCRIPT)
-    with Executor(Config(timeout_s=0.5)) as ex:
+    with Executor(Config(max_steps=20_000_000, timeout_s=60)) as ex:
         start = time.monotonic()
         e = ex.run(db, COUNT_FOREVER)
         elapsed = time.monotonic() - start
         assert e.status == "timeout" and e.result is None
-        assert "timed out" in (e.error or "")
-        assert e.seconds >= 0.5
+        assert "stopped after 20,000,000 steps (the --max-steps budget)" in (e.error or "")
         assert elapsed < HANG_GUARD_S
-        # the connection is usable again, with a fresh deadline
+        # the connection is usable again, with a fresh budget
         assert result(ex.run(db, "SELECT count(*) FROM t")).rows == ((3,),)
+    # the same budget allows the same work on every run: a query just under it always completes
+    counted = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200000) SELECT count(*) FROM c"
+    assert all(run_query(db, counted, Config(max_steps=20_000_000)).ok for _ in range(3))
 
 
-def test_timeout_while_rows_stream(make_db: Callable[..., Path]) -> None:
-    """A query that returns rows slowly is interrupted between rows too."""
+def test_the_wall_guard_is_never_a_timeout(make_db: Callable[..., Path]) -> None:
+    """A query still running at the wall-clock guard is stopped with status guard: the item is unscored."""
+    db = make_db(SCRIPT)
+    start = time.monotonic()
+    e = run_query(db, COUNT_FOREVER, Config(timeout_s=0.5))
+    assert e.status == "guard" and "wall-time guard after 0.5 s" in (e.error or "")
+    assert time.monotonic() - start < HANG_GUARD_S
+
+
+def test_step_budget_while_rows_stream(make_db: Callable[..., Path]) -> None:
+    """A query that returns rows slowly is stopped between rows too."""
     slow_rows = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c WHERE x % 50000000 = 0"
     start = time.monotonic()
-    e = run_query(make_db(SCRIPT), slow_rows, Config(timeout_s=0.5))
+    e = run_query(make_db(SCRIPT), slow_rows, Config(max_steps=30_000_000))
     assert e.status == "timeout"
     assert time.monotonic() - start < HANG_GUARD_S
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from rose_sql.config import Config
+from rose_sql.config import Config, steps_for
 from rose_sql.execute import run_query
 from rose_sql.reward import (
     Reward,
@@ -277,9 +277,9 @@ def _plain(item: RewardItem, config: RewardConfig, step: int | None) -> tuple[An
     """What a reward is made of, from the plain functions: fresh sandboxes, no scorer, no cache."""
     sql = extract_sql(item.completion, item.prompt)
     assert sql is not None
-    sandbox = Config(max_rows=config.max_rows, float_digits=config.float_digits, count_past_cap_s=0.0)
-    gold = run_query(item.db, item.gold_sql, replace(sandbox, timeout_s=config.gold_timeout_s))
-    pred = run_query(item.db, sql, replace(sandbox, timeout_s=config.timeout_s))
+    sandbox = Config(max_rows=config.max_rows, float_digits=config.float_digits, count_past_cap_steps=0)
+    gold = run_query(item.db, item.gold_sql, replace(sandbox, max_steps=steps_for(config.gold_timeout_s)))
+    pred = run_query(item.db, sql, replace(sandbox, max_steps=steps_for(config.timeout_s)))
     status, detail = execution_outcome(pred, gold, item.gold_sql, config)
     structure = syntax_score(parse(sql, config), parse(item.gold_sql, config), config)
     execution = {"match": 1.0, "partial": 0.5, "wrong": 0.0, "error": -1.0, "timeout": -0.5}[status]

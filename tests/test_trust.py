@@ -242,3 +242,56 @@ def test_options_are_validated_by_name(league: tuple[Path, Path], tmp_path: Path
     items, db_root = league
     res = rose("run", items, "--db-root", db_root, "--out", tmp_path / "out", option, value)
     assert res.exit_code == 2 and option in res.output
+
+
+# --------------------------------------------------------------------------- machine-independent results
+
+
+def hashed_verdict(text: str) -> Reply:
+    """A deterministic judge: its verdicts follow a hash of what it reads, so any change in the prompt shows."""
+    import hashlib
+
+    h = int(hashlib.sha256(text.encode()).hexdigest(), 16)
+    if "Reference SQL" in text:
+        body: dict[str, Any] = {"reasoning": f"r{h % 97}", "overturn": h % 5 == 0, "ambiguity": "none",
+                                "gold_correct": h % 7 != 0}  # fmt: skip
+    else:
+        body = {"expected_answer": "e", "sql_behaviour": "b", "reasoning": f"p{h % 89}", "answers_question": h % 3 != 0}
+    return Reply(content=json.dumps(body), prompt_tokens=1000, completion_tokens=100)
+
+
+def _busy(n: int) -> list[subprocess.Popen[bytes]]:
+    """``n`` processes that keep a core each busy."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+@pytest.mark.slow
+def test_the_same_records_on_an_idle_and_a_saturated_machine(shared: Path, tmp_path: Path) -> None:
+    from rose_sql.record import comparable
+
+    files = [superhero_items(shared, tmp_path, 40, "alpha")]
+    c3 = [x for x in json.loads((shared / "preds/bird-dev/c3-result.json").read_text()) if x["db_id"] == "superhero"]
+    (tmp_path / "c3.json").write_text(json.dumps(c3[:40]))
+    files.append(tmp_path / "c3.json")
+    runs = {}
+    with ScriptedOpenAI(by_content(hashed_verdict)) as srv:
+        for name, load in (("idle", 0), ("loaded", os.cpu_count() or 2)):
+            busy = _busy(load)
+            try:
+                out = tmp_path / name
+                args = [sys.executable, "-m", "rose_sql", "run", *map(str, files), "--db-root", str(shared / "bird")]
+                args += ["--out", str(out), "--judge-model", "m", "--judge-base-url", srv.base_url]
+                args += ["--cache-dir", str(tmp_path / f"cache-{name}")]  # each run asks the judges itself
+                done = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "OPENAI_API_KEY": "t"})
+                assert done.returncode == 0, done.stderr
+            finally:
+                for p in busy:
+                    p.kill()
+            runs[name] = {f"{f.stem}/{r.id}": r for f in files for r in read_records(out / f.stem / "records.jsonl")}
+    idle, loaded = runs["idle"], runs["loaded"]
+    assert idle.keys() == loaded.keys() and len(idle) == 80
+    assert not [k for k, r in {**idle, **loaded}.items() if r.unscored_reason in ("internal_error", "wall_guard")]
+    assert sum(1 for r in idle.values() if r.evidence is not None and r.evidence.witness is not None) > 0
+    assert sum(1 for r in idle.values() if r.judges) > 20
+    different = [k for k in idle if comparable(idle[k]) != comparable(loaded[k])]
+    assert different == []

@@ -56,6 +56,7 @@ def facts_of(record: Record, variant: Variant) -> Facts:
         judge=True,
         matched_refuter="never" if variant == "no-refuter" else variant,
         evidence_questions_match=questions_match(record.doubts, record.evidence),
+        evidence_guard=record.evidence.guard if record.evidence is not None else None,
         consult_refuter=variant != "no-refuter",
     )
 

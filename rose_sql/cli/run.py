@@ -56,11 +56,20 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
     help="With --resume: keep items left unscored for a transient reason as they are (no retry).",
 )
 @click.option(
+    "--max-steps",
+    type=click.IntRange(min=1000),
+    default=DEFAULTS.max_steps,
+    show_default=True,
+    help="SQLite steps one query may take; past them it is a timeout (a prediction scores 0). The same on every "
+    "machine: about 4-50 s of one core on a typical machine.",
+)
+@click.option(
     "--timeout",
     type=POSITIVE,
     default=DEFAULTS.timeout_s,
     show_default=True,
-    help="Seconds one query may run before SQLite interrupts it.",
+    help="Wall-clock guard, in seconds, for one query: past it the query is stopped and the item left unscored "
+    "(wall_guard, retried by --resume), never scored.",
 )
 @click.option(
     "--workers",
@@ -82,11 +91,18 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
     "(default: on when a judge is configured, since the judges read it).",
 )
 @click.option(
+    "--evidence-steps",
+    type=click.IntRange(min=1000),
+    default=DEFAULTS.evidence_max_steps,
+    show_default=True,
+    help="SQLite steps of evidence search per item (deterministic; about 1-10 s of one core).",
+)
+@click.option(
     "--evidence-budget",
     type=POSITIVE,
     default=DEFAULTS.evidence_budget_s,
     show_default=True,
-    help="Seconds of evidence search per item.",
+    help="Wall-clock guard, in seconds, of one item's evidence search (past it a judged item is left unscored).",
 )
 @click.option("--judge-model", help="Model of the LLM judges; without it only the deterministic stages run.")
 @click.option("--judge-base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI).")
@@ -132,10 +148,12 @@ def run_cmd(
     fmt: str | None,
     resume: bool,
     keep_unscored: bool,
+    max_steps: int,
     timeout: float,
     workers: int | None,
     max_rows: int,
     evidence: bool | None,
+    evidence_steps: int,
     evidence_budget: float,
     judge_model: str | None,
     judge_base_url: str | None,
@@ -158,7 +176,14 @@ def run_cmd(
     """
     if evidence is None:
         evidence = judge_model is not None
-    config = Config(timeout_s=timeout, max_rows=max_rows, evidence=evidence, evidence_budget_s=evidence_budget)
+    config = Config(
+        max_steps=max_steps,
+        timeout_s=timeout,
+        max_rows=max_rows,
+        evidence=evidence,
+        evidence_max_steps=evidence_steps,
+        evidence_budget_s=evidence_budget,
+    )
     if workers:
         config = config.with_(workers=workers)
     if judge_model:

@@ -66,7 +66,7 @@ def rose_says(record: Record) -> Text:
     """What ROSE-SQL's deterministic stage says about an item: a score, or why there is none yet."""
     if record.score is not None:
         if record.pred.status == "timeout":
-            why = f"timed out after {record.pred.seconds:.1f} s"
+            why = f"stopped at its step budget ({_short_error(record.pred.error)})"
         else:
             why = f"does not execute: {_short_error(record.pred.error)}"
         return Text.assemble((f"score {record.score}", "bold"), f" · {why}")

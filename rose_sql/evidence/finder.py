@@ -9,8 +9,10 @@ candidate budget, and computed on copies: the user's database is opened read-onl
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rose_sql.compare import Comparison
@@ -24,6 +26,9 @@ from rose_sql.evidence.workspace import Workspace
 from rose_sql.execute import GUARD_MARGIN_S, GUARD_STOPPED, Execution, ResultSet
 from rose_sql.sql import has_top_level_order_by
 from rose_sql.workers import Watch, statement_key
+
+STATEMENT_STEPS = 50_000_000
+"""Steps one statement of the evidence search may take (the queries under test run on a copy many times)."""
 
 
 class Finder:
@@ -39,7 +44,13 @@ class Finder:
         if spaces is None:
             spaces = self._local.spaces = {}
         if db not in spaces:
-            spaces[db] = Workspace(db, timeout_s=min(self.config.timeout_s, 2.0))
+            cfg = self.config
+            spaces[db] = Workspace(
+                db,
+                statement_steps=min(cfg.max_steps, STATEMENT_STEPS),
+                max_bytes=cfg.max_result_bytes,
+                max_value_bytes=cfg.max_value_bytes,
+            )
         return spaces[db]
 
     def gather(
@@ -55,15 +66,23 @@ class Finder:
             return Evidence(skipped=f"database larger than {cfg.evidence_max_db_bytes // 2**20} MiB")
         key = statement_key("evidence", str(db), gold_sql, pred_sql)
         if key in self.watch.poisoned:
-            return Evidence(skipped=f"the evidence search was {GUARD_STOPPED}")
-        ws = self._workspace(db)
-        ws.hard_deadline = start + cfg.evidence_budget_s
+            return Evidence(skipped="stopped", guard=f"the evidence search was {GUARD_STOPPED}")
         self.watch.arm(key, cfg.evidence_budget_s + GUARD_MARGIN_S)
         try:
-            return self._gather(ws, start, gold_sql, pred_sql, g, p, comparison)
+            ws = self._workspace(db)
+            ws.start(cfg.evidence_max_steps, start + cfg.evidence_budget_s)
+            try:
+                found = self._gather(ws, start, gold_sql, pred_sql, g, p, comparison)
+            finally:
+                ws.stop()
+        except (sqlite3.Error, MemoryError, OverflowError, ValueError) as e:  # the item's, never the run's
+            return Evidence(skipped=f"the evidence search failed: {type(e).__name__}: {e}")
         finally:
             self.watch.disarm()
-            ws.hard_deadline = float("inf")
+        if ws.guard_fired:
+            guard = f"the evidence search was stopped by the wall-time guard after {cfg.evidence_budget_s:g} s"
+            return replace(found, guard=guard)
+        return found
 
     def _gather(
         self,
@@ -78,15 +97,14 @@ class Finder:
         cfg = self.config
         ordered = has_top_level_order_by(gold_sql)
         feats = features(gold_sql).merge(features(pred_sql))
-        base_timeout, ws.timeout_s = ws.timeout_s, min(ws.timeout_s, cfg.evidence_budget_s / 4)
+        base, ws.statement_steps = ws.statement_steps, min(ws.statement_steps, cfg.evidence_max_steps // 4)
         try:
             smells = gold_smells(ws, gold_sql, g, feats.tables, ordered=ordered, digits=cfg.float_digits)
         finally:
-            ws.timeout_s = base_timeout
+            ws.statement_steps = base
         witness = diff = info = None
         if comparison is not None and p is not None and comparison.equal is True:
-            values = list({v for row in g.rows[:20] for v in row if isinstance(v, int | float | str)})[:20]
-            remaining = max(0.0, cfg.evidence_budget_s - (time.monotonic() - start))
+            values = list(dict.fromkeys(v for row in g.rows[:20] for v in row if isinstance(v, int | float | str)))[:20]
             s = search(
                 ws,
                 gold_sql,
@@ -94,7 +112,6 @@ class Finder:
                 feats,
                 ordered=ordered,
                 digits=cfg.float_digits,
-                budget_s=remaining,
                 max_candidates=cfg.evidence_max_candidates,
                 result_values=values,
             )

@@ -200,6 +200,9 @@ class Evidence:
     """Time spent on this item's evidence."""
     skipped: str | None = None
     """Why no evidence was gathered, when none was."""
+    guard: str | None = None
+    """Set when the wall-time guard stopped the search: what was found then depends on the machine, so an
+    item whose judges would read it is left unscored (``wall_guard``), never decided on it."""
 
     @property
     def questions_match(self) -> bool:
@@ -214,6 +217,7 @@ class Evidence:
             "search": _search_dict(self.search) if self.search else None,
             "seconds": round(self.seconds, 4),
             "skipped": self.skipped,
+            "guard": self.guard,
         }
 
 

@@ -21,13 +21,15 @@ from rose_sql.compare import Comparison, compare, json_value
 from rose_sql.evidence.features import Features
 from rose_sql.evidence.findings import Change, ResultSample, Witness
 from rose_sql.evidence.workspace import Workspace
-from rose_sql.execute import ResultSet
+from rose_sql.execute import STEP_GRAIN, ResultSet
 
 Apply = Callable[[Workspace], list[Change]]
 
 MAX_WITNESSES = 3
 EXTRA_AFTER_FIRST = 40
 """Candidates tried after the first witness, looking for a more realistic one."""
+DRAWN_PER_TRIED = 10
+"""Candidates drawn (tried, or skipped as a kind already witnessed) per candidate the cap allows."""
 
 REASONS = {
     "null": "a NULL in a column the queries read: COUNT(col), AVG, comparisons and NOT IN treat NULL differently",
@@ -239,12 +241,11 @@ def search(
     *,
     ordered: bool,
     digits: int,
-    budget_s: float,
     max_candidates: int,
     result_values: list[Any],
     seed: int = 0,
 ) -> Search:
-    """Look for a witness within the time and candidate budget.
+    """Look for a witness within the candidate cap and the item's step budget (``ws.start``).
 
     After the first witness, a few more candidates are tried for a more realistic one (fewer
     caveats), keeping at most one witness per kind; the most realistic is reported.
@@ -256,43 +257,47 @@ def search(
     stopped = "exhausted"
     found: list[Witness] = []
     extra = 0
-    base_timeout = ws.timeout_s
-    try:
-        for cand in candidates(ws, feats, result_values, seed):
-            left = budget_s - (time.monotonic() - start)
-            if n >= max_candidates or left <= 0:
-                stopped = "budget"
-                break
-            if found and (extra >= EXTRA_AFTER_FIRST or len(found) >= MAX_WITNESSES or not found[0].caveats):
-                break
-            if found and any(w.kind == cand.kind for w in found):
-                continue
-            ws.timeout_s = min(base_timeout, max(0.05, left / 2))  # two queries per candidate
-            n += 1
-            extra += bool(found)
-            tried[cand.kind] = tried.get(cand.kind, 0) + 1
-            outcome = _try(ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=False)
-            if outcome is None:
-                continue
-            if _try(ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=True) is None:
-                order_dependent += 1  # a difference that moves with row order is not a semantic witness
-                continue
-            changes, pred, gold, cmp = outcome
-            comparison = f"{cmp.reason}: {cmp.detail}"
-            found.append(
-                Witness(
-                    cand.kind,
-                    REASONS[cand.kind],
-                    cand.label,
-                    [c.as_json() for c in changes],
-                    sample(pred),
-                    sample(gold),
-                    comparison,
-                    _caveats(ws, changes),
-                )
-            )
-    finally:
-        ws.timeout_s = base_timeout
+    pending = candidates(ws, feats, result_values, seed)
+    drawn = 0
+    while True:
+        if n >= max_candidates or drawn >= DRAWN_PER_TRIED * max_candidates or ws.steps_left <= 0:
+            stopped = "budget"
+            break
+        drawn += 1
+        try:
+            cand = next(pending)
+        except StopIteration:
+            break
+        except sqlite3.Error:  # a probe of ours ran out of steps: the budget is spent
+            stopped = "budget"
+            break
+        if found and (extra >= EXTRA_AFTER_FIRST or len(found) >= MAX_WITNESSES or not found[0].caveats):
+            break
+        if found and any(w.kind == cand.kind for w in found):
+            continue
+        steps = max(STEP_GRAIN, ws.steps_left // 2)  # two queries per candidate
+        n += 1
+        extra += bool(found)
+        tried[cand.kind] = tried.get(cand.kind, 0) + 1
+        outcome = _try(ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=False, steps=steps)
+        if outcome is None:
+            continue
+        if _try(ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=True, steps=steps) is None:
+            order_dependent += 1  # a difference that moves with row order is not a semantic witness
+            continue
+        changes, pred, gold, cmp = outcome
+        comparison = f"{cmp.reason}: {cmp.detail}"
+        witness = Witness(
+            cand.kind,
+            REASONS[cand.kind],
+            cand.label,
+            [c.as_json() for c in changes],
+            sample(pred),
+            sample(gold),
+            comparison,
+            _caveats(ws, changes),
+        )
+        found.append(witness)
     if found:
         best = min(found, key=lambda w: len(w.caveats))  # stable: the first among the most realistic
         return Search(best, tried, n, time.monotonic() - start, order_dependent, "found")
@@ -300,7 +305,15 @@ def search(
 
 
 def _try(
-    ws: Workspace, cand: Candidate, gold_sql: str, pred_sql: str, *, ordered: bool, digits: int, reverse: bool
+    ws: Workspace,
+    cand: Candidate,
+    gold_sql: str,
+    pred_sql: str,
+    *,
+    ordered: bool,
+    digits: int,
+    reverse: bool,
+    steps: int,
 ) -> tuple[list[Change], ResultSet, ResultSet, Comparison] | None:
     ws.begin()
     try:
@@ -311,7 +324,7 @@ def _try(
         if reverse:
             ws.set_reverse_order(True)
         try:
-            gold, pred = ws.run(gold_sql), ws.run(pred_sql)
+            gold, pred = ws.run(gold_sql, steps), ws.run(pred_sql, steps)
         finally:
             if reverse:
                 ws.set_reverse_order(False)

@@ -4,7 +4,14 @@ The user's file is opened read-only and copied page by page into ``:memory:``; e
 change is made inside a SAVEPOINT and rolled back. Mutations are valid by construction (fresh
 primary-key and UNIQUE values for copies, children deleted with their parent) and the engine
 polices the rest with ``PRAGMA foreign_keys=ON``, NOT NULL, UNIQUE and CHECK. The queries under
-test run with the sandbox's read-only authorizer and a deadline, exactly as in the real run.
+test run with the sandbox's read-only authorizer, its value-length limit and temp storage in memory.
+
+Every statement is bounded by work, not time, so the search finds the same evidence on any machine at
+any load: each statement by its own step budget, and all of an item's statements together by the
+item's budget (:meth:`Workspace.start`). The columns' profiles, cached for the items that follow, are
+computed under a budget of their own, so what an item finds never depends on the items before it. The
+wall clock is only a guard: when the item's deadline passes, every statement stops and
+``guard_fired`` says that what was found depends on the machine.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rose_sql.evidence.findings import Change
-from rose_sql.execute import ResultSet, _authorize
+from rose_sql.execute import STEP_GRAIN, ResultSet, _authorize
 from rose_sql.sql import quote_identifier as _q
 
 
@@ -53,7 +60,15 @@ class Table:
 class Workspace:
     """An in-memory copy of a database, its schema and column profiles."""
 
-    def __init__(self, db: Path, *, timeout_s: float = 1.0, max_rows: int = 10_000) -> None:
+    def __init__(
+        self,
+        db: Path,
+        *,
+        statement_steps: int = 50_000_000,
+        max_rows: int = 10_000,
+        max_bytes: int = 64 * 2**20,
+        max_value_bytes: int = 16 * 2**20,
+    ) -> None:
         src = sqlite3.connect("file:" + urllib.parse.quote(str(db)) + "?mode=ro", uri=True)
         self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         try:
@@ -62,13 +77,70 @@ class Workspace:
             src.close()
         self.conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
         self.conn.execute("PRAGMA foreign_keys = ON")
-        self.timeout_s = timeout_s
+        self.conn.execute("PRAGMA temp_store = MEMORY")
+        self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)  # no zeroblob(800000000)
+        self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        self.statement_steps = statement_steps
+        """Steps one statement may take (a query under test may be given less)."""
         self.max_rows = max_rows
-        self.deadline = float("inf")
+        self.max_bytes = max_bytes
         self.hard_deadline = float("inf")
-        """No statement of ours or of the queries may run past this (the item's evidence budget)."""
-        self.conn.set_progress_handler(lambda: time.monotonic() > min(self.deadline, self.hard_deadline), 1000)
-        self.tables = self._read_schema()
+        """The wall-clock guard of the current item: past it, every statement stops."""
+        self.guard_fired = False
+        """Whether the guard stopped a statement of the current item."""
+        self._item_ticks = float("inf")  # the current item's steps left, in ticks
+        self._ticks = 0  # ticks of the current statement
+        self._limit = 0  # its limit
+        self._charged = True  # whether its ticks count against the item's budget
+        self._free = False  # our own undo statements: never stopped
+        self.conn.set_progress_handler(self._progress, STEP_GRAIN)
+        self._free = True  # reading the schema is ours and bounded by it
+        try:
+            self.tables = self._read_schema()
+        finally:
+            self._free = False
+
+    # ------------------------------------------------------------------ budgets
+
+    def start(self, steps: int, deadline: float) -> None:
+        """Begin an item: all its statements together may take ``steps``; the guard is at ``deadline``."""
+        self._item_ticks = steps // STEP_GRAIN
+        self.hard_deadline = deadline
+        self.guard_fired = False
+
+    def stop(self) -> None:
+        """End the item's budget."""
+        self._item_ticks = float("inf")
+        self.hard_deadline = float("inf")
+
+    @property
+    def steps_left(self) -> int:
+        """Steps the current item may still take."""
+        return int(min(self._item_ticks, 2**62 // STEP_GRAIN)) * STEP_GRAIN
+
+    def _progress(self) -> bool:
+        if self._free:
+            return False
+        self._ticks += 1
+        if self._charged:
+            self._item_ticks -= 1
+            if self._item_ticks < 0:
+                return True
+        if self._ticks > self._limit:
+            return True
+        if time.monotonic() > self.hard_deadline:
+            self.guard_fired = True
+            return True
+        return False
+
+    def _begin(self, steps: int | None = None) -> None:
+        self._ticks = 0
+        self._limit = min(steps or self.statement_steps, self.statement_steps) // STEP_GRAIN
+
+    def _do(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        """A statement of ours (a mutation, a probe), under the statement and item budgets."""
+        self._begin()
+        return self.conn.execute(sql, params)
 
     # ------------------------------------------------------------------ schema
 
@@ -114,6 +186,14 @@ class Workspace:
         t = self.tables[table]
         if t.rows:
             return True
+        self._charged = False  # the profile is the table's, kept for later items: never the item's budget
+        try:
+            return self._profile(t)
+        finally:
+            self._charged = True
+
+    def _profile(self, t: Table) -> bool:
+        table = t.name
         facts = []
         for c in t.columns.values():
             col, tab = _q(c.name), _q(table)
@@ -136,58 +216,68 @@ class Workspace:
 
     # ------------------------------------------------------------------ queries under test
 
-    def run(self, sql: str) -> ResultSet | None:
-        """Run an untrusted query read-only with a deadline; None when it fails or times out."""
+    def run(self, sql: str, steps: int | None = None) -> ResultSet | None:
+        """Run an untrusted query read-only within ``steps`` (at most the statement budget); None when it
+        fails, runs out, or returns more rows or bytes than can be compared soundly here."""
         self.conn.set_authorizer(_authorize)
-        self.deadline = time.monotonic() + self.timeout_s
+        self._begin(steps)
         try:
             cur = self.conn.execute(sql)
             cols = tuple(d[0] for d in cur.description or ())
-            rows = cur.fetchmany(self.max_rows + 1)
-            if len(rows) > self.max_rows:
-                return None  # too large to compare soundly here
+            rows: list[tuple[Any, ...]] = []
+            nbytes = 0
+            for row in cur:
+                nbytes += sum(len(v) for v in row if isinstance(v, str | bytes)) + 16 * len(row)
+                if len(rows) >= self.max_rows or nbytes > self.max_bytes:
+                    return None  # too large to compare soundly here
+                rows.append(row)
             return ResultSet(cols, tuple(rows), len(rows))
         except (sqlite3.Error, ValueError, OverflowError, MemoryError):
             return None
         finally:
-            self.deadline = float("inf")
             self.conn.set_authorizer(None)
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]] | None:
-        """A trusted query of ours (profiles, probes) under the same deadlines; None if it fails."""
-        self.deadline = time.monotonic() + self.timeout_s
+        """A trusted query of ours (profiles, probes) under the same budgets; None if it fails or runs out."""
         try:
-            return self.conn.execute(sql, params).fetchall()
+            return self._do(sql, params).fetchall()
         except sqlite3.Error:
             return None
-        finally:
-            self.deadline = float("inf")
 
     def set_reverse_order(self, on: bool) -> None:
-        self.conn.execute(f"PRAGMA reverse_unordered_selects = {int(on)}")
+        self._free = True
+        try:
+            self.conn.execute(f"PRAGMA reverse_unordered_selects = {int(on)}")
+        finally:
+            self._free = False
 
     # ------------------------------------------------------------------ mutations
 
     def begin(self) -> None:
-        self.conn.execute("SAVEPOINT candidate")
+        """Open a candidate's savepoint; never interrupted (an interrupted SAVEPOINT leaves none to undo)."""
+        self._free = True
+        try:
+            self.conn.execute("SAVEPOINT candidate")
+        finally:
+            self._free = False
 
     def rollback(self) -> None:
         """Undo the candidate; never interrupted, so the copy always returns to the real data."""
-        saved, self.hard_deadline, self.deadline = self.hard_deadline, float("inf"), float("inf")
+        self._free = True
         try:
             self.conn.execute("ROLLBACK TO candidate")
             self.conn.execute("RELEASE candidate")
         finally:
-            self.hard_deadline = saved
+            self._free = False
 
     def sample_rowids(self, table: str, limit: int) -> list[int]:
         t = self.tables[table]
         if not t.rowid:
             return []
-        return [r[0] for r in self.conn.execute(f"SELECT rowid FROM {_q(table)} LIMIT ?", (limit,))]
+        return [r[0] for r in self._do(f"SELECT rowid FROM {_q(table)} LIMIT ?", (limit,))]
 
     def row(self, table: str, rowid: int) -> dict[str, Any]:
-        cur = self.conn.execute(f"SELECT * FROM {_q(table)} WHERE rowid = ?", (rowid,))
+        cur = self._do(f"SELECT * FROM {_q(table)} WHERE rowid = ?", (rowid,))
         values = cur.fetchone()
         return dict(zip([d[0] for d in cur.description], values, strict=True)) if values else {}
 
@@ -195,19 +285,19 @@ class Workspace:
         """A value not yet in a unique column, of the same kind as ``like``."""
         col = _q(column.name)
         if isinstance(like, int) or like is None:
-            top = self.conn.execute(f"SELECT MAX({col}) FROM {_q(table)}").fetchone()[0]
+            top = self._do(f"SELECT MAX({col}) FROM {_q(table)}").fetchone()[0]
             return (top if isinstance(top, int) else 0) + 1000
         base = str(like)
         for i in range(1, 50):
             candidate = f"{base}~{i}"
-            if self.conn.execute(f"SELECT 1 FROM {_q(table)} WHERE {col} = ?", (candidate,)).fetchone() is None:
+            if self._do(f"SELECT 1 FROM {_q(table)} WHERE {col} = ?", (candidate,)).fetchone() is None:
                 return candidate
-        return f"{base}~{time.monotonic_ns()}"
+        return f"{base}~{len(base)}~fresh"  # deterministic; a clash makes the insert fail, and the candidate go
 
     def update(self, table: str, rowid: int, column: str, value: Any) -> Change:
         """Set one non-key cell; raises sqlite3.Error when a constraint forbids it."""
         old = self.row(table, rowid).get(column)
-        self.conn.execute(f"UPDATE {_q(table)} SET {_q(column)} = ? WHERE rowid = ?", (value, rowid))
+        self._do(f"UPDATE {_q(table)} SET {_q(column)} = ? WHERE rowid = ?", (value, rowid))
         return Change("update", table, rowid, column=column, old=old, new=value)
 
     def insert_copy(self, table: str, rowid: int, overrides: dict[str, Any] | None = None) -> Change:
@@ -220,7 +310,7 @@ class Workspace:
                 new[c.name] = self.fresh(table, c, values.get(c.name))
         new.update(overrides or {})
         names = list(new)
-        cur = self.conn.execute(
+        cur = self._do(
             f"INSERT INTO {_q(table)} ({', '.join(_q(n) for n in names)}) VALUES ({', '.join('?' * len(names))})",
             [new[n] for n in names],
         )
@@ -235,16 +325,13 @@ class Workspace:
             if child == table:
                 continue
             kids = (
-                [
-                    r[0]
-                    for r in self.conn.execute(f"SELECT rowid FROM {_q(child)} WHERE {_q(ccol)} = ?", (row.get(pcol),))
-                ]
+                [r[0] for r in self._do(f"SELECT rowid FROM {_q(child)} WHERE {_q(ccol)} = ?", (row.get(pcol),))]
                 if self.tables[child].rowid
                 else []
             )
             for kid in kids[:50]:
                 changes += self.delete(child, kid)
-        self.conn.execute(f"DELETE FROM {_q(table)} WHERE rowid = ?", (rowid,))
+        self._do(f"DELETE FROM {_q(table)} WHERE rowid = ?", (rowid,))
         changes.append(Change("delete", table, rowid, row=row))
         return changes
 

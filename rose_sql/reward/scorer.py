@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Generic, TypeVar, cast
 
-from rose_sql.config import Config
+from rose_sql.config import Config, steps_for
 from rose_sql.execute import Execution, Executor, Row
 from rose_sql.reward.clauses import ParsedSQL, parse
 from rose_sql.reward.config import RewardConfig
@@ -112,11 +112,12 @@ class RewardScorer:
     def _executor_config(self, timeout_s: float) -> Config:
         cfg = self.config
         return Config(
-            timeout_s=timeout_s,
+            max_steps=steps_for(timeout_s),  # the deterministic limit: a timeout reward
+            timeout_s=5 * timeout_s + 5,  # the wall-time guard, far behind it
             max_rows=cfg.max_rows,
             max_sql_chars=cfg.max_sql_chars,
             float_digits=cfg.float_digits,
-            count_past_cap_s=0.0,  # a result past the cap is never equal: its exact size does not matter
+            count_past_cap_steps=0,  # a result past the cap is never equal: its exact size does not matter
             workers=cfg.workers,
             cache_cells=cfg.cache_cells,
         )
