@@ -2,7 +2,8 @@
 
 Without a judge every view shows the official readings and says that ROSE awaits a judge (never a 0
 it does not mean); compare, report and audit take the --out folder of `rose run`; partial runs say so;
-and tables keep names whole when piped.
+`rose agree` refuses a run and labels about other items and reports the tags it could not apply; the
+policy vocabulary is one, every command has an example, and tables keep names whole when piped.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from rose_sql.cli import main
 from rose_sql.config import Config
 from rose_sql.items import load_items
 from rose_sql.run import plan, run
+
+OWNED = ("compare", "report", "audit", "agree", "import-rose", "replay", "judge-card", "judge-compare")
+"""The commands that read finished runs."""
 
 
 def rose(*args: Any) -> Result:
@@ -158,13 +162,16 @@ def partial(shared: Path, tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_a_partial_run_is_marked_partial_everywhere(partial: tuple[Path, Path], tmp_path: Path) -> None:
-    folder, _ = partial
+    folder, labels = partial
     res = ok("compare", folder, "--json", tmp_path / "t.json", "--csv", tmp_path / "t.csv")
     assert "partial" in _row(res.stdout, "rv-superhero") and "is a partial run" in res.stderr
     assert json.loads((tmp_path / "t.json").read_text())["systems"][0]["headline"]["completeness"] == "partial"
     assert next(csv.DictReader(io.StringIO((tmp_path / "t.csv").read_text())))["completeness"] == "partial"
     ok("report", folder)
     assert re.search(r'<div class="banner"[^>]*>Partial run: rv-superhero', (folder / "report.html").read_text())
+    res = ok("agree", folder, "--labels", labels, "--bootstrap", "0")
+    assert "warning: rv-superhero is a partial run" in res.stderr
+    assert "5 absent_from_run" in res.stdout
     (folder / "summary.json").unlink()  # killed before any summary: the manifest still says so
     assert "partial" in _row(ok("compare", folder).stdout, "rv-superhero")
 
@@ -177,10 +184,75 @@ def test_runs_without_a_manifest_say_unknown(spider_out: Path, tmp_path: Path) -
     assert "unknown" in _row(res.stdout, "old-run") and "completeness unknown" in res.stdout
 
 
-# --------------------------------------------------------------------------- whole names
+# --------------------------------------------------------------------------- 4. rose agree checks what it pairs
 
 
-def test_piped_tables_keep_names_whole(spider_out: Path, tmp_path: Path) -> None:
+def test_agree_refuses_spider_records_with_bird_labels(shared: Path, spider_out: Path) -> None:
+    res = rose("agree", spider_out / "c3sql", "--labels", shared / "rose-vec/rose-vec-bird.json")
+    assert res.exit_code == 2  # it used to report kappa 0.00 on n=1 without a word
+    assert "not about the same items: only 0 of the 322 labelled items have a record" in res.output
+    assert "id 0: concert_singer in the run, california_schools in the labels" in res.output
+    assert "103 have no record (ids 1068, 1090, 1104, 1116, 1129 and 98 more)" in res.output
+    assert "at least half of the labelled items (50%)" in res.output
+
+
+def test_agree_refuses_labels_given_in_the_other_order(shared: Path, o3_bird: Path) -> None:
+    rv = shared / "rose-vec"
+    o3_spider = o3_bird.parent / "o3-spider"
+    ok("import-rose", rv / "reference_outputs/rose-vec-spider/o3/ROSE", "--labels", rv / "rose-vec-spider.json",
+       "--out", o3_spider)  # fmt: skip
+    res = rose("agree", o3_bird, o3_spider, "--labels", rv / "rose-vec-spider.json", rv / "rose-vec-bird.json")
+    assert res.exit_code == 2 and "run o3-bird and labels rose-vec-spider are not about the same items" in res.output
+
+
+def test_agree_reports_tagged_ids_the_labels_lack(shared: Path, o3_bird: Path) -> None:
+    rv = shared / "rose-vec"
+    tags = rv / "historical_51e2685/gold_false_ids.json"
+    args = ["agree", o3_bird, "--labels", rv / "rose-vec-bird.json", "--goldx-ids", tags, "--bootstrap", "0"]
+    res = ok(*args)
+    assert f"warning: --goldx-ids {tags}: 5 tagged ids are not items of rose-vec-bird" in res.stderr
+    assert "(ids 27, 406, 621, 1118, 1126)" in res.stderr  # they used to be dropped silently
+    out = json.loads(ok(*args, "--json").stdout)
+    assert out["subsets"]["rose-vec-bird"]["tags_outside_ids"] == {"goldx": ["27", "406", "621", "1118", "1126"]}
+    assert out["flags"]["goldx"]["tags_outside_set"] == 5 and len(out["warnings"]) == 1
+    assert out["kappa"] == 80.68 and out["subsets"]["rose-vec-bird"]["labelled_with_record"] == 322
+
+
+# --------------------------------------------------------------------------- 5. one vocabulary, examples, whole names
+
+
+def test_replay_and_import_take_every_policy_and_say_what_each_means(shared: Path, o3_bird: Path) -> None:
+    rv = shared / "rose-vec"
+    for command in ("replay", "import-rose"):
+        text = ok(command, "--help").stdout
+        for policy, words in (
+            ("always", "every matching result"),
+            ("evidence", "deterministic evidence questions it"),
+            ("never", "accepted without the Refuter"),
+            ("no-refuter", "Prover's pass stands"),
+        ):
+            assert re.search(rf"^\s+{policy}\s+.*{words}", text, re.MULTILINE), (command, policy)
+    res = ok("replay", o3_bird, "--labels", rv / "rose-vec-bird.json", "--variants", "evidence,no-refuter", "--json")
+    assert [row["policy"] for row in json.loads(res.stdout)] == ["recorded", "evidence", "no-refuter"]
+    bad = rose("replay", o3_bird, "--labels", rv / "rose-vec-bird.json", "--variants", "paper")
+    assert bad.exit_code == 2 and "choose among always, evidence, never, no-refuter" in bad.output
+
+
+def test_imported_ex_scores_are_not_called_a_rose_policy(shared: Path, tmp_path: Path) -> None:
+    rv = shared / "rose-vec"
+    ex = rv / "reference_outputs/rose-vec-bird/decisive/EX"
+    res = ok("import-rose", ex, "--labels", rv / "rose-vec-bird.json", "--out", tmp_path / "ex")
+    assert "imported scores of EX (no judge replies, so no ROSE policy), mean score 38.51" in res.stdout
+    assert "policy always" not in res.stdout and "ROSE 38.51" not in res.stdout
+
+
+@pytest.mark.parametrize("command", OWNED)
+def test_every_command_has_an_example(command: str) -> None:
+    text = ok(command, "--help").stdout
+    assert re.search(r"^  Examples?", text, re.MULTILINE) and re.search(r"^    rose " + command, text, re.MULTILINE)
+
+
+def test_piped_tables_keep_names_whole(spider_out: Path, o3_bird: Path, shared: Path, tmp_path: Path) -> None:
     long = tmp_path / "c3sql-with-a-system-name-longer-than-usual"
     long.mkdir()
     for name in ("records.jsonl", "summary.json", "manifest.json"):
@@ -189,3 +261,7 @@ def test_piped_tables_keep_names_whole(spider_out: Path, tmp_path: Path) -> None
     assert "…" not in res.stdout  # the run table used to print "alpha-su…" and compare "discord…"
     line = _row(res.stdout, long.name)
     assert "79.12 (972)" in line and "awaiting judge (971 items)" in line  # one row, one line
+    labels = shared / "rose-vec/rose-vec-bird.json"
+    for args in (["agree", "--bootstrap", "0"], ["replay"]):
+        res = ok(args[0], o3_bird, "--labels", labels, *args[1:])
+        assert "…" not in res.stdout and ("rose-vec-bird" in res.stdout or "no-refuter" in res.stdout)
