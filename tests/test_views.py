@@ -119,6 +119,9 @@ def test_a_judged_run_shows_readings_beside_rose(o3_bird: Path, tmp_path: Path) 
     ok("report", o3_bird, "--out", page_path)
     page = page_path.read_text(encoding="utf-8")
     assert "59.94 (322)" in page and "38.51 (322)" in page and 'data-chart="ex-rose"' in page
+    cards = dict(re.findall(r'<div class="k">([^<]*)</div><div class="v">([^<]*)</div>', page))
+    assert (cards["ROSE"], cards["TS EX"], cards["gap"]) == ("59.94", "undefined", "+21.43")
+    assert cards["cost"] == "not recorded"  # their replies carry no price: it used to say $0.0000
 
 
 # --------------------------------------------------------------------------- 2. the --out folder of rose run

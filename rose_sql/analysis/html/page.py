@@ -189,7 +189,9 @@ def _cards(run: Run, row: SystemRow, reading: str) -> str:
             ("discordant", str(row.discordant), f"of {row.overall.n} items"),
         ]
     if llm.calls or llm.cached:
-        cards += [("LLM calls / item", f"{llm.calls_per_item}", ""), ("cost", f"${llm.cost_usd:.4f}", "")]
+        priced = any(c.cost_usd is not None for r in run.records for c in r.judges)
+        cost = ("cost", f"${llm.cost_usd:.4f}", "") if priced else ("cost", "not recorded", "no call has a price")
+        cards += [("LLM calls / item", f"{llm.calls_per_item}", ""), cost]
     return (
         '<div class="cards">'
         + "".join(
