@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 from conftest import make_record, write_records
 
-from rose_sql.analysis.agree import Confusion, agree, block, kappa, metrics, pair
+from rose_sql.analysis.agree import Confusion, agree, block, kappa, metrics, pair, pair_runs, pairing_warnings
 from rose_sql.analysis.labels import load_labels, reviewed_only, with_tags
 from rose_sql.analysis.runs import Run, load_run
 from rose_sql.cli import main
-from rose_sql.errors import InputError
+from rose_sql.errors import InputError, UsageError
 from rose_sql.record import Record
 
 # (tp, fp, fn, tn) -> kappa, accuracy, mcc, f1, precision, recall, all in percent, computed by hand:
@@ -109,7 +109,7 @@ def test_id_lists_tag_every_item_of_the_set(tmp_path: Path) -> None:
     ls = load_labels(_write(tmp_path / "l.json", {"1": True, "2": True, "3": False}))
     tagged = with_tags(ls, "goldx", _write(tmp_path / "gx.json", [2, 99]))
     assert [tagged.labels[k].goldx for k in ("1", "2", "3")] == [False, True, False]
-    assert tagged.tags_outside == {"goldx": 1} and tagged.sha256 != ls.sha256
+    assert tagged.tags_outside == {"goldx": ["99"]} and tagged.sha256 != ls.sha256
     assert tagged.tagged("goldx") and not tagged.tagged("ambq")
 
 
@@ -135,6 +135,22 @@ def test_unscored_and_absent_items_are_counted_not_dropped(tmp_path: Path) -> No
     wrong = block(p.items, unscored="wrong", resamples=0)
     assert wrong["n"] == 5 and wrong["confusion"] == {"tp": 1, "fp": 1, "fn": 2, "tn": 1}
     assert wrong["unscored"] == 2 and wrong["unscored_counted_as"] == "wrong"
+
+
+def test_pairing_needs_half_of_the_labelled_items_and_checks_databases(tmp_path: Path) -> None:
+    labels = [{"id": i, "label": True, "db_id": "shop"} for i in range(1, 5)]
+    ls = load_labels(_write(tmp_path / "l.json", labels))
+    extra = [_rec(i, 1) for i in range(100, 200)]  # records without a label: a whole benchmark's run, fine
+    (half,) = pair_runs([_run([_rec(1, 1), _rec(2, 0), *extra])], [ls])
+    assert half.with_record == 2 and half.unlabelled == 100
+    with pytest.raises(UsageError, match=r"only 1 of the 4 labelled items have a record.*ids 2, 3, 4"):
+        pair_runs([_run([_rec(1, 1), *extra])], [ls])
+    other = make_record({"id": 2, "score": 1, "db_id": "zoo"})
+    with pytest.raises(UsageError, match="id 2: zoo in the run, shop in the labels"):
+        pair_runs([_run([_rec(1, 1), other])], [ls])
+    (p,) = pair_runs([_run([_rec(1, 1), _rec(3, 1), other])], [ls])
+    assert [x.unscored_reason for x in p.items] == [None, "db_mismatch", None, "absent_from_run"]
+    assert "counted as absent (db_mismatch)" in pairing_warnings([p])[-1]
 
 
 def test_flag_precision_and_recall_against_tags(tmp_path: Path) -> None:

@@ -12,7 +12,15 @@ from click.testing import CliRunner
 from conftest import make_record, write_records
 
 from rose_sql.analysis.runs import Run, load_run
-from rose_sql.analysis.systems import Discordance, Scores, leaderboard, ordered_difficulties, system_row, to_csv
+from rose_sql.analysis.systems import (
+    Discordance,
+    Mean,
+    Scores,
+    leaderboard,
+    ordered_difficulties,
+    system_row,
+    to_csv,
+)
 from rose_sql.cli import main
 from rose_sql.record import Record
 
@@ -48,7 +56,8 @@ def _write(folder: Path, records: list[Record]) -> Path:
 
 def test_system_row_by_hand() -> None:
     row = system_row(Run("a", Path("a"), A))
-    assert (row.items, row.unscored, row.ex_undefined) == (7, 1, 1)
+    assert (row.headline.items, row.unscored, row.ex_undefined) == (7, 1, 1)
+    assert row.headline.rose == Mean(66.67, 6) and row.headline.readings["bird_ex"] == Mean(50.0, 6)
     assert row.overall == Scores(n=5, ex=40.0, rose=60.0, gap=20.0)
     assert list(row.by_difficulty) == ["simple", "moderate", "challenging"]  # easiest first, not alphabetical
     assert row.by_difficulty["simple"] == Scores(2, 50.0, 100.0, 50.0)
@@ -86,15 +95,23 @@ def test_csv_flattens_difficulties_and_subsets() -> None:
     rows = leaderboard([Run("a", Path("a"), A), Run("b", Path("b"), B)])
     table = list(csv.DictReader(io.StringIO(to_csv(rows))))
     a = next(r for r in table if r["system"] == "a")
-    assert (a["ex"], a["rose"], a["gap"], a["simple_gap"], a["goldx_share"]) == (
+    assert (a["pair_ex"], a["pair_rose"], a["gap"], a["simple_gap"], a["goldx_share"]) == (
         "40.0",
         "60.0",
         "20.0",
         "50.0",
         "33.33",
     )
+    assert (a["bird_ex"], a["bird_ex_n"], a["rose"], a["scored"], a["completeness"]) == (
+        "50.0",
+        "6",
+        "66.67",
+        "6",
+        "unknown",
+    )
     b = next(r for r in table if r["system"] == "b")
-    assert b["challenging_n"] == "0" and b["challenging_ex"] == "" and b["goldx_share"] == ""
+    assert b["challenging_pair_n"] == "0" and b["challenging_pair_ex"] == "" and b["goldx_share"] == ""
+    assert (b["challenging_ex"], b["challenging_ex_n"]) == ("", "0")  # no item: left out, not 0
 
 
 def test_cli_compare_writes_table_csv_and_json(tmp_path: Path) -> None:
@@ -106,7 +123,7 @@ def test_cli_compare_writes_table_csv_and_json(tmp_path: Path) -> None:
     data = json.loads(out_json.read_text())
     assert data["reading"] == "bird_ex" and [s["system"] for s in data["systems"]] == ["sysB", "sysA"]
     assert data["systems"][1]["subsets"]["goldx_or_ambq"]["share"] == 66.67
-    assert out_csv.read_text().startswith("system,items,n,unscored")
+    assert out_csv.read_text().startswith("system,items,completeness,bird_ex,bird_ex_n")
     assert load_run(a).records[0].id == 1
     missing = CliRunner().invoke(main, ["compare", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "no such file or folder" in missing.output

@@ -14,6 +14,16 @@ which is what ``exclude`` does, with the count shown). Records without a label a
 
 Intervals are percentile bootstrap intervals (95 %), from a seeded generator so that a rerun gives
 the same numbers; when several subsets are merged each is resampled within itself (stratified).
+
+**A run and a labels file must be about the same items** (:func:`pair_runs`). A record is the record
+of a labelled item when their ids match and, where both name a database (ROSE-VEC labels and run
+records do), the databases too; a record with the id of a label but another database is counted as
+absent (``db_mismatch``). Pairing is refused when fewer than half of the labelled items
+(:data:`MIN_LABELLED_WITH_RECORD`) have a record: the metrics would then describe a remainder the labels
+were not chosen for, and that is what a run paired with another benchmark's labels looks like
+(Spider records read against BIRD labels share ids 0..1033 but not one database). Records without a
+label are normal (a labelled subset of a whole benchmark's run) and only counted. Runs that are
+partial, tagged ids that the labels file lacks, and databases that differ are reported as warnings.
 """
 
 from __future__ import annotations
@@ -22,17 +32,21 @@ import math
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rose_sql.analysis.labels import FLAGS, Flag, HumanLabel, LabelSet, key
-from rose_sql.analysis.runs import Run
+from rose_sql.analysis.runs import PARTIAL_HELP, Run
 from rose_sql.errors import UsageError
 
 UnscoredPolicy = Literal["exclude", "wrong"]
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 20260101
 METRICS = ("kappa", "accuracy", "mcc", "f1", "precision", "recall")
+MIN_LABELLED_WITH_RECORD = 0.5
+"""Pairing a run with a labels file is refused when fewer than this share of the labelled items have a record."""
+SHOWN_IDS = 5
+"""Ids named in a message; the JSON output has them all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,33 +163,118 @@ class Pairing:
     """Every labelled item, scored or not."""
     unlabelled: int
     """Records of the run without a label."""
-    tags_outside: dict[str, int]
+    tags_outside: dict[str, list[str]]
     """Expert tags on ids outside the label set, by flag."""
+    run: str = ""
+    """The run's name."""
+    completeness: str = "unknown"
+    """Whether the run covers its input (:data:`rose_sql.analysis.runs.Completeness`)."""
+    tag_sources: dict[str, str] = field(default_factory=dict)
+    """The id lists the experts' tags came from, by flag."""
+    other_db: list[tuple[str, str, str]] = field(default_factory=list)
+    """Labelled ids whose record names another database: (id, the record's, the label's)."""
+
+    @property
+    def absent(self) -> list[str]:
+        """Labelled ids without a record of the same item."""
+        return [p.id for p in self.items if p.unscored_reason in _ABSENT]
+
+    @property
+    def with_record(self) -> int:
+        """Labelled items with a record of the same item."""
+        return len(self.items) - len(self.absent)
+
+
+_ABSENT = ("absent_from_run", "db_mismatch")
 
 
 def pair(run: Run, labels: LabelSet) -> Pairing:
-    """Match a run's records with a label set by id."""
+    """Match a run's records with a label set by id (and by database, where both name one)."""
     records = {key(r.id): r for r in run.records}
     items = []
+    other_db = []
     for k, h in labels.labels.items():
         r = records.get(k)
+        if r is not None and r.db_id and h.db_id and r.db_id != h.db_id:
+            other_db.append((k, r.db_id, h.db_id))
+            r = None
         flags: dict[Flag, tuple[bool | None, bool | None]] = {
             f: (_tag(h, f), getattr(r.labels, f) if r is not None else None) for f in FLAGS
         }
         if r is None:
-            items.append(Paired(labels.name, k, h.correct, None, "absent_from_run", h.reviewed, flags))
+            why = "db_mismatch" if other_db and other_db[-1][0] == k else "absent_from_run"
+            items.append(Paired(labels.name, k, h.correct, None, why, h.reviewed, flags))
             continue
         reason = r.unscored_reason or ("unscored" if r.score is None else None)
         items.append(Paired(labels.name, k, h.correct, r.score, reason, h.reviewed, flags))
     unlabelled = sum(1 for k in records if k not in labels.labels)
-    return Pairing(labels.name, items, unlabelled, dict(labels.tags_outside))
+    outside = {f: list(ids) for f, ids in labels.tags_outside.items()}
+    return Pairing(
+        labels.name, items, unlabelled, outside, run.name, run.completeness, dict(labels.tag_sources), other_db
+    )
 
 
 def pair_runs(runs: Sequence[Run], sets: Sequence[LabelSet]) -> list[Pairing]:
-    """Pair runs with label sets, in order (one labels file per run)."""
+    """Pair runs with label sets, in order (one labels file per run), refusing pairs about other items."""
     if len(runs) != len(sets):
         raise UsageError(f"{len(runs)} runs but {len(sets)} labels files: give one labels file per run, in order")
-    return [pair(r, s) for r, s in zip(runs, sets, strict=True)]
+    pairings = [pair(r, s) for r, s in zip(runs, sets, strict=True)]
+    for p in pairings:
+        check_overlap(p)
+    return pairings
+
+
+def _some(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:SHOWN_IDS])
+    return shown + (f" and {len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else "")
+
+
+def check_overlap(p: Pairing) -> None:
+    """Refuse (:class:`UsageError`) a run and a labels file that are not about the same items."""
+    labelled = len(p.items)
+    if p.with_record >= MIN_LABELLED_WITH_RECORD * labelled:
+        return
+    why = []
+    if p.other_db:
+        k, here, there = p.other_db[0]
+        why.append(
+            f"{len(p.other_db)} share an id with a record about another database "
+            f"(id {k}: {here} in the run, {there} in the labels)"
+        )
+    absent = [p.id for p in p.items if p.unscored_reason == "absent_from_run"]
+    if absent:
+        why.append(f"{len(absent)} have no record (ids {_some(absent)})")
+    raise UsageError(
+        f"run {p.run} and labels {p.subset} are not about the same items: only {p.with_record} of the "
+        f"{labelled} labelled items have a record of the same item; {'; '.join(why)}. Agreement needs at least "
+        f"half of the labelled items ({MIN_LABELLED_WITH_RECORD:.0%}): below that the metrics describe a "
+        "remainder the labels were not chosen for, as when a run meets another benchmark's labels or the "
+        "labels files are given in another order than the runs. Give each run the labels of its own items."
+    )
+
+
+def pairing_warnings(pairings: Sequence[Pairing]) -> list[str]:
+    """What the metrics do not show about the pairs: partial runs, databases that differ, tags not applied."""
+    out = []
+    for p in pairings:
+        if p.completeness == "partial":
+            out.append(f"{p.run} is a partial run ({PARTIAL_HELP}): labelled items it lacks count as absent_from_run")
+        elif p.completeness == "unknown":
+            out.append(f"{p.run}: completeness unknown (no manifest: made by an older rose-sql)")
+        if p.other_db:
+            k, here, there = p.other_db[0]
+            out.append(
+                f"{p.run}: {len(p.other_db)} records share an id with a label of {p.subset} but name another "
+                f"database (id {k}: {here} in the run, {there} in the labels): counted as absent (db_mismatch)"
+            )
+        for flag, ids in p.tags_outside.items():
+            if ids:
+                source = p.tag_sources.get(flag, "the tag list")
+                out.append(
+                    f"--{flag}-ids {source}: {len(ids)} tagged ids are not items of {p.subset} "
+                    f"(ids {_some(ids)}): not counted"
+                )
+    return out
 
 
 def _tag(h: HumanLabel, flag: Flag) -> bool | None:
@@ -238,7 +337,7 @@ def block(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
     unlabelled: int = 0,
-    tags_outside: dict[str, int] | None = None,
+    tags_outside: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """The agreement of a set of paired items (several subsets are resampled within themselves)."""
     subsets = sorted({p.subset for p in items})
@@ -267,7 +366,7 @@ def block(
             "both": fc.tp,
             "items": fc.n,
             "judge_flagged_overall": sum(1 for p in items if p.flags[flag][1]),
-            "tags_outside_set": (tags_outside or {}).get(flag, 0),
+            "tags_outside_set": len((tags_outside or {}).get(flag, [])),
             **_flag_stats(table),
             "ci95": _bootstrap(flag_strata, _flag_stats, resamples, seed) if resamples else {},
         }
@@ -283,18 +382,27 @@ def agree(
 ) -> dict[str, Any]:
     """Agreement per subset and merged: the merged block at the top level, each subset under ``subsets``."""
     kw: dict[str, Any] = {"unscored": unscored, "resamples": resamples, "seed": seed}
-    subsets = {p.subset: block(p.items, unlabelled=p.unlabelled, tags_outside=p.tags_outside, **kw) for p in pairings}
-    outside: Counter[str] = Counter()
+    subsets = {}
+    outside: dict[str, list[str]] = {}
     for p in pairings:
-        outside.update(p.tags_outside)
+        subsets[p.subset] = {
+            **block(p.items, unlabelled=p.unlabelled, tags_outside=p.tags_outside, **kw),
+            "run": p.run,
+            "run_completeness": p.completeness,
+            "labelled_with_record": p.with_record,
+            "tags_outside_ids": {f: ids for f, ids in p.tags_outside.items() if ids},
+        }
+        for f, ids in p.tags_outside.items():
+            outside.setdefault(f, []).extend(ids)
     merged = block(
         [x for p in pairings for x in p.items],
         unlabelled=sum(p.unlabelled for p in pairings),
-        tags_outside=dict(outside),
+        tags_outside=outside,
         **kw,
     )
     return {
         **merged,
+        "warnings": pairing_warnings(pairings),
         "subsets": subsets,
         "convention": {
             "positive": "the prediction is correct (score 1, label true)",

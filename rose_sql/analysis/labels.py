@@ -47,6 +47,8 @@ class HumanLabel:
     """The gold SQL is wrong (None: not tagged either way)."""
     ambq: bool | None = None
     """The question is ambiguous (None: not tagged either way)."""
+    db_id: str | None = None
+    """The database the item is about, when the file says (ROSE-VEC does): pairing checks it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +67,8 @@ class LabelSet:
     """Digest of the file (and of any tag lists applied), identifying the validation set."""
     tag_sources: dict[str, str] = field(default_factory=dict)
     """Which file the human GoldX / AmbQ tags came from."""
-    tags_outside: dict[str, int] = field(default_factory=dict)
-    """Tagged ids that are not items of this set (ignored), by flag."""
+    tags_outside: dict[str, list[str]] = field(default_factory=dict)
+    """Tagged ids that are not items of this set (ignored, and reported), by flag."""
 
     def tagged(self, flag: Flag) -> bool:
         """Whether the experts' tags for this flag are known for the set."""
@@ -76,6 +78,11 @@ class LabelSet:
 def key(item_id: Any) -> str:
     """The text under which an id is matched."""
     return str(item_id)
+
+
+def id_order(k: str) -> tuple[int, int | str]:
+    """Sort key for ids as text: numbers by value first, then the others."""
+    return (0, int(k)) if k.isdigit() else (1, k)
 
 
 def parse_bool(value: Any, path: Path, where: str | int, what: str) -> bool:
@@ -122,6 +129,7 @@ def load_labels(path: Path) -> LabelSet:
             reviewed=not (rose_vec and "ex" in row),
             goldx=_optional_bool(row, "goldx", path, where),
             ambq=True if ambiguous else _optional_bool(row, "ambq", path, where),
+            db_id=str(row["db_id"]) if row.get("db_id") not in (None, "") else None,
         )
     if any(str(r.get("expert", "")).strip().lower() == "ambiguous" for _, r in rows):
         # the experts said which questions are ambiguous, so every other one is not
@@ -156,13 +164,16 @@ def read_ids(path: Path) -> list[str]:
 def with_tags(labels: LabelSet, flag: Flag, ids_path: Path) -> LabelSet:
     """The label set with the experts' tags for one flag taken from an id list."""
     ids = set(read_ids(ids_path))
-    updated = {k: replace(h, **{flag: k in ids}) for k, h in labels.labels.items()}
+    updated = {
+        k: replace(h, goldx=k in ids) if flag == "goldx" else replace(h, ambq=k in ids)
+        for k, h in labels.labels.items()
+    }
     return replace(
         labels,
         labels=updated,
         sha256=_digest(labels.sha256.encode(), flag.encode(), ids_path.read_bytes()),
         tag_sources={**labels.tag_sources, flag: str(ids_path)},
-        tags_outside={**labels.tags_outside, flag: len(ids - labels.labels.keys())},
+        tags_outside={**labels.tags_outside, flag: sorted(ids - labels.labels.keys(), key=id_order)},
     )
 
 

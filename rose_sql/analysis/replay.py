@@ -31,6 +31,13 @@ from rose_sql.record import Record
 
 Variant = Literal["always", "evidence", "never", "no-refuter"]
 VARIANTS: tuple[Variant, ...] = ("always", "evidence", "never", "no-refuter")
+MEANING: dict[Variant, str] = {
+    "always": "the Refuter also checks every matching result (the paper's flow)",
+    "evidence": "the Refuter checks a match only when deterministic evidence questions it (rose run's default)",
+    "never": "matching results are accepted without the Refuter",
+    "no-refuter": "the Refuter is never consulted: the Prover's pass stands",
+}
+"""What each policy does, in the words of ``rose run --matched-refuter`` (which has the first three)."""
 R = TypeVar("R", ProverReply, RefuterReply)
 _KEEP = ("internal_error", "no_score", "absent_from_outputs", "db_missing", "db_unreadable")
 """Unscored reasons a replay keeps: there is nothing to re-decide."""

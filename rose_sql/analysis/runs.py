@@ -2,7 +2,8 @@
 
 Everything downstream of a run (agreement, comparison, reports, audits) starts here, so every
 reader sees the same records: deduplicated by id, the last record of an id winning (as in
-``summary.json``).
+``summary.json``). :func:`load_runs` also takes the ``--out`` folder of ``rose run`` (one sub-folder
+per system). Each run says whether it is complete (:attr:`Run.completeness`), from its manifest.
 """
 
 from __future__ import annotations
@@ -11,12 +12,21 @@ import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rose_sql.errors import InputError
+from rose_sql.provenance import Manifest, read_manifest
 from rose_sql.readings import Readings
 from rose_sql.record import ExecutionInfo, Record, read_records
 from rose_sql.summary import Summary
+
+Completeness = Literal["complete", "partial", "unknown", "imported", "scores file"]
+"""Whether a run covers its whole input: ``complete`` or ``partial`` (interrupted, or still running) as
+its manifest says; ``unknown`` for a run folder without one (older rose-sql); ``imported`` for
+``rose import-rose`` (every labelled item has a record, absent ones unscored); ``scores file`` for a
+plain file of scores, which holds what it holds."""
+PARTIAL_HELP = "interrupted or unfinished: not every item of its input has a record"
+"""What ``partial`` means, in the words every view uses."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +43,38 @@ class Run:
     """``summary.json`` when the folder has one."""
     warnings: list[str] = field(default_factory=list)
     """What was odd about the input."""
+    manifest: Manifest | None = None
+    """What produced the records: ``manifest.json`` (the freshest: rewritten when a run starts and ends),
+    else the summary's copy; None for imported runs, scores files and runs of older rose-sql."""
+
+    @property
+    def completeness(self) -> Completeness:
+        """Whether every item of the input has a record (see :data:`Completeness`)."""
+        return completeness(self.manifest, self.summary, scores_file=self.summary is None and self.path.is_file())
+
+
+def completeness(manifest: Manifest | None, summary: Summary | None, *, scores_file: bool = False) -> Completeness:
+    """Whether a run covers its whole input, from its manifest, else from how it was made."""
+    if manifest is not None:
+        return "complete" if manifest.complete else "partial"
+    if summary is not None and summary.format.startswith("rose-import"):
+        return "imported"
+    return "scores file" if scores_file else "unknown"
+
+
+def load_runs(path: Path) -> list[Run]:
+    """The runs at ``path``: the ``--out`` folder of ``rose run`` gives every system in it (its
+    sub-folders holding a ``records.jsonl``, by name); anything else is one run (:func:`load_run`)."""
+    if path.is_dir() and not (path / "records.jsonl").is_file():
+        systems = sorted(p for p in path.iterdir() if (p / "records.jsonl").is_file())
+        if systems:
+            return [load_run(p) for p in systems]
+        raise InputError(
+            path,
+            "no records.jsonl in this folder nor in any folder inside it: pass the --out folder of `rose run`, "
+            "one of its system folders, a records.jsonl or a scores file",
+        )
+    return [load_run(path)]
 
 
 def load_run(path: Path) -> Run:
@@ -57,7 +99,13 @@ def load_run(path: Path) -> Run:
 def _from_records(name: str, folder: Path, records_path: Path, summary: Summary | None) -> Run:
     by_id = {r.id_key: r for r in read_records(records_path)}
     warnings = [] if by_id else [f"{records_path} holds no records"]
-    return Run(name, folder, list(by_id.values()), summary, warnings)
+    try:
+        manifest = read_manifest(folder / "manifest.json")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
+        raise InputError(folder / "manifest.json", f"cannot read the manifest: {e}") from None
+    if manifest is None and summary is not None:
+        manifest = summary.manifest
+    return Run(name, folder, list(by_id.values()), summary, warnings, manifest)
 
 
 def _summary(path: Path) -> Summary | None:

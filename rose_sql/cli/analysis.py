@@ -6,12 +6,24 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from rose_sql import __version__
-from rose_sql.analysis.runs import load_run
-from rose_sql.analysis.systems import SUBSETS, SystemRow, ordered_difficulties
-from rose_sql.cli.main import PATH, console, fail, wide
+from rose_sql.analysis.runs import PARTIAL_HELP, Run, load_runs
+from rose_sql.analysis.systems import (
+    READING_NAMES,
+    SUBSETS,
+    UNDEFINED,
+    Headline,
+    Mean,
+    SystemRow,
+    ordered_difficulties,
+    rose_shown,
+    shown,
+)
+from rose_sql.cli.main import PATH, console, err, fail
+from rose_sql.cli.tables import name_column, number_columns, show
 from rose_sql.errors import RoseError, UsageError
 
 READINGS = ("bird_ex", "ts_ex", "ts_ex_keep_distinct")
@@ -19,56 +31,87 @@ READINGS = ("bird_ex", "ts_ex", "ts_ex_keep_distinct")
 
 def _fmt(x: float | None, signed: bool = False) -> str:
     if x is None:
-        return "-"
+        return UNDEFINED
     return f"{x:+.2f}" if signed else f"{x:.2f}"
 
 
+def _count(x: int | None) -> str:
+    return UNDEFINED if x is None else str(x)
+
+
+def headline_table(title: str, names: Sequence[str], heads: Sequence[Headline]) -> Table:
+    """One line per system: whether the run is complete, the official readings, and ROSE."""
+    table = Table(title=title, title_justify="left")
+    name_column(table, "system")
+    number_columns(table, "items")
+    table.add_column("run", no_wrap=True)
+    number_columns(table, *READING_NAMES.values(), "ROSE")
+    for name, h in zip(names, heads, strict=True):
+        state = f"[bold yellow]{h.completeness}[/]" if h.completeness == "partial" else h.completeness
+        readings = (shown(h.readings[r]) for r in READING_NAMES)
+        table.add_row(escape(name), str(h.items), state, *readings, rose_shown(h))
+    return table
+
+
 def rich_tables(rows: Sequence[SystemRow], reading: str = "bird_ex") -> list[Table]:
-    """The terminal tables: one line per system, then EX / ROSE / gap by difficulty when the data has it."""
-    table = Table(title=f"Re-evaluation: EX ({reading}) vs ROSE, percent", title_justify="left")
-    heads = (
-        "system",
-        "n",
-        "EX",
-        "ROSE",
-        "gap",
-        "discordant",
-        "EX✓ROSE✗",
-        "EX✗ROSE✓",
-        "GoldX share",
-        "AmbQ share",
-        "either share",
-    )
-    for col in heads:
-        table.add_column(col, justify="left" if col == "system" else "right", no_wrap=col == "system")
-    for row in rows:
-        o = row.overall
-        table.add_row(
-            row.system,
-            str(o.n),
-            _fmt(o.ex),
-            _fmt(o.rose),
-            _fmt(o.gap, signed=True),
-            str(row.discordant),
-            str(row.ex_only),
-            str(row.rose_only),
-            *(_fmt(row.subsets[s].share) for s in SUBSETS),
-        )
-    tables = [table]
-    difficulties = ordered_difficulties(d for row in rows for d in row.by_difficulty)
+    """The terminal tables: the headline of every system; then, for those ROSE has scored, EX against ROSE
+    overall and by difficulty; the EX reading by difficulty for the others."""
+    title = "Official readings and ROSE, percent (in brackets: the items each is defined on)"
+    tables = [headline_table(title, [r.system for r in rows], [r.headline for r in rows])]
+    judged = [r for r in rows if r.headline.rose_ready]
+    waiting = [r for r in rows if not r.headline.rose_ready]
+    if judged:
+        title = f"EX ({reading}) vs ROSE on the items where both are defined, percent"
+        table = Table(title=title, title_justify="left")
+        name_column(table, "system")
+        number_columns(table, "n", "EX", "ROSE", "gap", "discordant", "EX✓ROSE✗", "EX✗ROSE✓")
+        number_columns(table, "GoldX share", "AmbQ share", "either share")
+        for row in judged:
+            o = row.overall
+            shares = (_fmt(row.subsets[s].share) if s in row.subsets else UNDEFINED for s in SUBSETS)
+            counts = (_count(row.discordant), _count(row.ex_only), _count(row.rose_only))
+            table.add_row(escape(row.system), str(o.n), _fmt(o.ex), _fmt(o.rose), _fmt(o.gap, True), *counts, *shares)
+        tables.append(table)
+    difficulties = ordered_difficulties(d for row in judged for d in row.by_difficulty)
     if difficulties:
-        by = Table(title="By difficulty: EX / ROSE (gap)", title_justify="left")
-        by.add_column("system", no_wrap=True)
-        for d in difficulties:
-            by.add_column(d, justify="right")
-        for row in rows:
+        by = Table(title="By difficulty: EX / ROSE (gap), where both are defined", title_justify="left")
+        name_column(by, "system")
+        number_columns(by, *difficulties)
+        for row in (r for r in judged if r.by_difficulty):
             cells = []
             for d in difficulties:
                 x = row.by_difficulty.get(d)
-                cells.append(f"{_fmt(x.ex)} / {_fmt(x.rose)} ({_fmt(x.gap, True)})" if x else "-")
-            by.add_row(row.system, *cells)
+                cells.append(f"{_fmt(x.ex)} / {_fmt(x.rose)} ({_fmt(x.gap, True)})" if x else "no item")
+            by.add_row(escape(row.system), *cells)
+        tables.append(by)
+    difficulties = ordered_difficulties(d for row in waiting for d in row.ex_by_difficulty)
+    if difficulties:
+        by = Table(title=f"By difficulty: {reading} (items)", title_justify="left")
+        name_column(by, "system")
+        number_columns(by, *difficulties)
+        for row in (r for r in waiting if r.ex_by_difficulty):
+            by.add_row(escape(row.system), *(shown(row.ex_by_difficulty.get(d, Mean(None, 0))) for d in difficulties))
         tables.append(by)
     return tables
+
+
+def notes(rows: Sequence[SystemRow]) -> list[str]:
+    """What the tables cannot say in a cell: runs awaiting a judge, partial runs, runs of unknown completeness."""
+    out = []
+    waiting = [r for r in rows if r.headline.awaiting_judge]
+    if waiting:
+        total = sum(r.headline.awaiting_judge for r in waiting)
+        names = ", ".join(r.system for r in waiting)
+        out.append(
+            f"ROSE awaits a judge on {total} items ({names}): no ROSE number until `rose run` scores them with "
+            "--judge-model; the readings above stand on their own."
+        )
+    for r in rows:
+        if r.headline.completeness == "partial":
+            out.append(f"warning: {r.system} is a partial run ({PARTIAL_HELP}): its numbers cover its records only.")
+        elif r.headline.completeness == "unknown":
+            out.append(f"note: {r.system}: completeness unknown (no manifest: made by an older rose-sql).")
+    return out
 
 
 @click.command("compare")
@@ -77,19 +120,31 @@ def rich_tables(rows: Sequence[SystemRow], reading: str = "bird_ex") -> list[Tab
 @click.option("--csv", "csv_out", type=PATH, help="Also write the table as CSV here.")
 @click.option("--json", "json_out", type=PATH, help="Also write the table as JSON here.")
 def compare_cmd(runs: tuple[Path, ...], reading: str, csv_out: Path | None, json_out: Path | None) -> None:
-    """Re-evaluation table across systems: EX vs ROSE, the gap by difficulty, and where they disagree.
+    """Re-evaluation table across systems: the official readings and ROSE, then EX vs ROSE.
 
-    Discordance (EX and ROSE differ) is shown overall and inside the GoldX and AmbQ subsets flagged
-    by the judges, with the share of all discordance each explains.
+    RUNS are the --out folder of `rose run` (every system in it), system folders, records.jsonl or
+    id -> score files. Each system's line gives the official readings (BIRD EX, test-suite EX,
+    Soft-F1) with the items each is defined on, and ROSE: a number once a judge has scored the
+    items, "awaiting judge" until then; "undefined" where nothing is defined. The run column says
+    whether every item of the input has a record (partial: interrupted or unfinished). Where ROSE
+    exists, EX and ROSE are compared on the items where both are defined: the gap by difficulty, and
+    the discordance overall and inside the GoldX and AmbQ subsets flagged by the judges.
+
+    \b
+    Examples:
+      rose compare runs/                     every system rose run wrote into runs/
+      rose compare runs/a runs/b --reading ts_ex --csv table.csv
     """
     from rose_sql.analysis.systems import leaderboard, to_csv, to_json
 
     try:
-        rows = leaderboard([load_run(p) for p in runs], reading)
+        rows = leaderboard(_runs(runs), reading)
     except RoseError as e:
         fail(e)
     for table in rich_tables(rows, reading):
-        wide().print(table)
+        show(table)
+    for line in notes(rows):
+        (err if line.startswith("warning") else console).print(line, highlight=False)
     for path, text in ((csv_out, to_csv(rows)), (json_out, to_json(rows, reading))):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,29 +152,47 @@ def compare_cmd(runs: tuple[Path, ...], reading: str, csv_out: Path | None, json
             console.print(f"wrote {path}", highlight=False)
 
 
+def _runs(paths: Sequence[Path]) -> list[Run]:
+    """Every run the paths name, an output folder of `rose run` giving each system in it."""
+    return [run for p in paths for run in load_runs(p)]
+
+
 @click.command("report")
 @click.argument("runs", nargs=-1, required=True, type=PATH)
 @click.option("--compare", "several", is_flag=True, help="Compare several runs on one page.")
-@click.option("--out", type=PATH, help="HTML file (default: RUN_DIR/report.html, or rose-compare.html).")
+@click.option("--out", type=PATH, help="HTML file (default: RUN/report.html, or rose-compare.html).")
 @click.option("--reading", type=click.Choice(READINGS), default="bird_ex", show_default=True, help="Which EX.")
 def report_cmd(runs: tuple[Path, ...], several: bool, out: Path | None, reading: str) -> None:
-    """Write a self-contained HTML report: charts (EX vs ROSE, gap by difficulty, discordance, calls
-    and cost per stage) and a filterable browser of every item with its evidence and judge reasoning.
+    """Write a self-contained HTML report: the official readings and ROSE, charts (EX vs ROSE, gap by
+    difficulty, discordance, calls and cost per stage) and a filterable browser of every item with its
+    evidence and judge reasoning.
 
-    The page loads nothing from the network; open it from the file.
+    RUN is the --out folder of `rose run` (its systems on one page), a system folder, a records.jsonl
+    or an id -> score file. Without a judge the page shows the official readings and says that ROSE
+    awaits a judge; a partial run (interrupted or unfinished) gets a banner. The page loads nothing
+    from the network; open it from the file.
+
+    \b
+    Examples:
+      rose report runs/c3sql                  writes runs/c3sql/report.html
+      rose report runs/                       every system in runs/, on runs/report.html
+      rose report runs/a runs/b --compare --out compare.html
     """
     from rose_sql.analysis.html import write_report
 
     try:
         if len(runs) > 1 and not several:
             raise UsageError("several runs: pass --compare to put them on one page")
-        loaded = [load_run(p) for p in runs]
+        loaded = _runs(runs)
         if len({r.name for r in loaded}) != len(loaded):
             raise UsageError("two runs share a name; the report tells systems apart by folder name")
-        target = out or (runs[0] / "report.html" if not several and runs[0].is_dir() else Path("rose-compare.html"))
-        path = write_report(loaded, target, reading=reading, version=__version__)
+        default = runs[0] / "report.html" if len(runs) == 1 and runs[0].is_dir() else Path("rose-compare.html")
+        path = write_report(loaded, out or default, reading=reading, version=__version__)
     except RoseError as e:
         fail(e)
+    for run in loaded:
+        if run.completeness == "partial":
+            err.print(f"warning: {run.name} is a partial run ({PARTIAL_HELP}); the page says so", highlight=False)
     console.print(f"wrote {path}", highlight=False)
 
 
@@ -129,12 +202,17 @@ def report_cmd(runs: tuple[Path, ...], several: bool, out: Path | None, reading:
 def audit_cmd(runs: tuple[Path, ...], out: Path) -> None:
     """Export every item flagged GoldX or AmbQ, or with a gold smell, with evidence and reasoning.
 
-    For benchmark maintainers: audit.jsonl has everything, audit.csv one line per item.
+    For benchmark maintainers: audit.jsonl has everything, audit.csv one line per item. RUNS are as
+    for `rose compare` (the --out folder of `rose run` gives every system in it).
+
+    \b
+    Example:
+      rose audit runs/ --out audit/           audit/audit.jsonl and audit/audit.csv
     """
     from rose_sql.analysis.audit import audit_rows, write_audit
 
     try:
-        rows = audit_rows([load_run(p) for p in runs])
+        rows = audit_rows(_runs(runs))
     except RoseError as e:
         fail(e)
     jsonl, csv_path = write_audit(rows, out)

@@ -13,11 +13,19 @@ from rich import box
 from rich.table import Table
 
 from rose_sql import __version__
-from rose_sql.analysis.agree import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, UnscoredPolicy, agree, pair_runs
+from rose_sql.analysis.agree import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    UnscoredPolicy,
+    agree,
+    pair_runs,
+    pairing_warnings,
+)
 from rose_sql.analysis.labels import Flag, LabelSet, load_labels, reviewed_only, with_tags
-from rose_sql.analysis.replay import VARIANTS, Variant, replay_table
-from rose_sql.analysis.runs import load_run
-from rose_sql.cli.main import PATH, console, err, fail, wide
+from rose_sql.analysis.replay import MEANING, VARIANTS, Variant, replay_table
+from rose_sql.analysis.runs import Run, load_runs
+from rose_sql.cli.main import PATH, console, err, fail
+from rose_sql.cli.tables import name_column, number_columns, show
 from rose_sql.errors import RoseError, UsageError
 
 
@@ -105,7 +113,25 @@ def _label_sets(labels: Sequence[Path], goldx: Sequence[str], ambq: Sequence[str
 
 
 def _fmt(x: Any) -> str:
-    return "-" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)
+    return "undefined" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)
+
+
+def _runs(paths: Sequence[Path]) -> list[Run]:
+    """One run per path, in order (they pair with the labels files): a system folder, records.jsonl or
+    scores file, or the --out folder of `rose run` when it holds a single system."""
+    out = []
+    for p in paths:
+        runs = load_runs(p)
+        if len(runs) > 1:
+            names = ", ".join(r.name for r in runs)
+            raise UsageError(f"{p} holds {len(runs)} systems ({names}): pass the folder of each, with its labels file")
+        out += runs
+    return out
+
+
+def _warn(lines: Sequence[str]) -> None:
+    for line in lines:
+        err.print(f"[yellow]warning:[/] {line}", highlight=False)
 
 
 def _ci(block: dict[str, Any], metric: str) -> str:
@@ -121,8 +147,8 @@ def print_agreement(result: dict[str, Any]) -> None:
         title_justify="left",
         box=box.SIMPLE_HEAD,
     )
-    for col in ("subset", "n", "unscored", "kappa", "accuracy", "MCC", "F1", "TP/FP/FN/TN"):
-        table.add_column(col, justify="left" if col == "subset" else "right", no_wrap=col == "subset")
+    name_column(table, "subset")
+    number_columns(table, "n", "unscored", "kappa", "accuracy", "MCC", "F1", "TP/FP/FN/TN")
     blocks = list(result["subsets"].items())
     if len(blocks) > 1:
         blocks.append(("merged", result))
@@ -135,7 +161,7 @@ def print_agreement(result: dict[str, Any]) -> None:
             *(_ci(b, m) for m in ("kappa", "accuracy", "mcc", "f1")),
             f"{c['tp']}/{c['fp']}/{c['fn']}/{c['tn']}",
         )
-    wide().print(table)
+    show(table)
     for name, b in blocks:
         if b["unscored"]:
             detail = ", ".join(f"{v} {k}" for k, v in b["unscored_reasons"].items())
@@ -153,13 +179,14 @@ def print_agreement(result: dict[str, Any]) -> None:
     ]
     if flags:
         ft = Table(title="Judge flags against the experts' tags", title_justify="left", box=box.SIMPLE_HEAD)
-        for col in ("subset", "flag", "tagged", "flagged", "both", "precision", "recall"):
-            ft.add_column(col, justify="left" if col in ("subset", "flag") else "right")
+        name_column(ft, "subset")
+        name_column(ft, "flag")
+        number_columns(ft, "tagged", "flagged", "both", "precision", "recall")
         for name, f, x in flags:
             ft.add_row(
                 name, f, str(x["tagged"]), str(x["flagged"]), str(x["both"]), _ci(x, "precision"), _ci(x, "recall")
             )
-        wide().print(ft)
+        show(ft)
 
 
 @click.command("agree", cls=GreedyCommand)
@@ -188,12 +215,23 @@ def agree_cmd(
     RUNS are run folders (records.jsonl) or id -> score files, paired in order with the --labels
     files; several pairs are reported per subset and merged. Positive = the prediction is correct.
     Unscored items are counted and, by default, left out of the metrics.
+
+    Each run must be about the items of its labels file: a record pairs with a label when the ids
+    match and, where both name a database, the databases too. Fewer than half of the labelled items
+    with a record is refused (exit 2), naming the missing ids. Partial runs, tagged ids the labels
+    file lacks, and records about another database are warned about (and listed in --json).
+
+    \b
+    Example (the ROSE authors' o3 outputs, imported with rose import-rose):
+      rose agree runs/o3-bird runs/o3-spider --labels rose-vec-bird.json rose-vec-spider.json \\
+          --goldx-ids rose-vec-bird=gold_false_ids.json --json
     """
     try:
-        pairings = pair_runs([load_run(p) for p in runs], _label_sets(labels, goldx_ids, ambq_ids, reviewed_only))
+        pairings = pair_runs(_runs(runs), _label_sets(labels, goldx_ids, ambq_ids, reviewed_only))
         result = agree(pairings, unscored=_policy(unscored), resamples=bootstrap, seed=seed)
     except RoseError as e:
         fail(e)
+    _warn(result["warnings"])
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -208,7 +246,11 @@ def _variant(value: str) -> Variant:
     for v in VARIANTS:
         if v == value:
             return v
-    raise UsageError(f"unknown replay variant {value!r}")
+    raise UsageError(f"unknown policy {value!r}: choose among {', '.join(VARIANTS)}")
+
+
+POLICIES = "\n    ".join(f"  {v:<11} {MEANING[v]}" for v in VARIANTS)
+"""The policies, one a line, for a ``{policies}`` line of a help text (indented as a docstring's body)."""
 
 
 @click.command("import-rose")
@@ -223,8 +265,7 @@ def _variant(value: str) -> Variant:
     type=click.Choice(VARIANTS),
     default="always",
     show_default=True,
-    help="Decide under this policy: 'always' is the paper's flow; 'never' skips the Refuter on matching results; "
-    "'no-refuter' lets the Prover's pass stand.",
+    help="Decide the judges' stored replies under this policy (see above); scores-only folders have none.",
 )
 @click.option("--force", is_flag=True, help="Replace an existing records.jsonl in --out.")
 def import_rose_cmd(
@@ -241,8 +282,18 @@ def import_rose_cmd(
 
     Keeps their Prover and Refuter replies in each record's judges, maps the Refuter's ambiguity and
     gold_correct to the AmbQ and GoldX labels, and decides every item with our decision table from
-    the stored replies (checked against their scores). Folders with scores only (decisive/EX) are
-    imported as scores.
+    the stored replies (checked against their scores), under the --replay policy:
+
+    \b
+    {policies}
+
+    Folders with scores only (decisive/EX: their EX, or another method's scores) are imported as
+    scores: there is no judge reply to decide, so no policy applies.
+
+    \b
+    Examples:
+      rose import-rose reference_outputs/rose-vec-bird/o3/ROSE --labels rose-vec-bird.json --out runs/o3-bird
+      rose import-rose reference_outputs/rose-vec-bird/decisive/EX --labels rose-vec-bird.json --out runs/ex-bird
     """
     from rose_sql.analysis.rose_import import import_outputs, write_run
 
@@ -256,12 +307,15 @@ def import_rose_cmd(
         fail(e)
     for w in imported.warnings:
         err.print(f"[yellow]warning:[/] {w}", highlight=False)
-    rose = "-" if summary.rose is None else f"{100 * summary.rose:.2f}"
-    console.print(
-        f"{out}: {summary.n} items imported ({imported.kind}, model {imported.model}, policy {variant}), "
-        f"{summary.scored} scored, ROSE {rose}",
-        highlight=False,
-    )
+    mean = "undefined" if summary.rose is None else f"{100 * summary.rose:.2f}"
+    if imported.kind == "scores":
+        what = f"imported scores of {imported.model} (no judge replies, so no ROSE policy), mean score {mean}"
+    else:
+        what = f"ROSE judged by {imported.model}, decided under policy {variant}, ROSE {mean}"
+    console.print(f"{out}: {summary.n} items imported, {summary.scored} scored: {what}", highlight=False)
+
+
+import_rose_cmd.help = (import_rose_cmd.help or "").replace("{policies}", POLICIES)
 
 
 @click.command("replay", cls=GreedyCommand)
@@ -271,7 +325,12 @@ def import_rose_cmd(
 @_ambq_opt
 @_unscored_opt
 @_reviewed_opt
-@click.option("--variants", default=",".join(VARIANTS), show_default=True, help="Comma-separated policies to replay.")
+@click.option(
+    "--variants",
+    default=",".join(VARIANTS),
+    show_default=True,
+    help=f"Comma-separated policies to replay, among {', '.join(VARIANTS)} (see above).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 def replay_cmd(
     runs: tuple[Path, ...],
@@ -286,22 +345,35 @@ def replay_cmd(
     """Re-decide runs under other policies from their stored judgements, and compare agreement.
 
     No model is called: the Prover's and Refuter's recorded replies are fed to the decision table
-    again. Prints one line per policy (the scores as recorded first), merged over the runs.
+    again. Prints one line per policy (the scores as recorded first), merged over the runs. The
+    policies (the first three are those of rose run --matched-refuter):
+
+    \b
+    {policies}
+
+    A policy that needs a reply the run never asked for leaves the item unscored (not_replayable).
+    Runs pair with the labels files as in rose agree.
+
+    \b
+    Example:
+      rose replay runs/o3-bird --labels rose-vec-bird.json --variants always,never
     """
     try:
         chosen = [_variant(v.strip()) for v in variants.split(",") if v.strip()]
-        loaded = [load_run(p) for p in runs]
+        loaded = _runs(runs)
         sets = _label_sets(labels, goldx_ids, ambq_ids, reviewed_only)
+        warnings = pairing_warnings(pair_runs(loaded, sets))
         table = replay_table(loaded, sets, chosen, _policy(unscored))
     except RoseError as e:
         fail(e)
+    _warn(warnings)
     if as_json:
         click.echo(json.dumps(table, indent=2))
         return
     t = Table(title="Replay: the same judgements under other policies (percent)", title_justify="left")
     subsets = [s.name for s in sets]
-    for col in ("policy", "n", "unscored", "kappa", "accuracy", "MCC", "F1", *(f"kappa {s}" for s in subsets)):
-        t.add_column(col, justify="left" if col == "policy" else "right")
+    name_column(t, "policy")
+    number_columns(t, "n", "unscored", "kappa", "accuracy", "MCC", "F1", *(f"kappa {s}" for s in subsets))
     for row in table:
         t.add_row(
             row["policy"],
@@ -313,7 +385,10 @@ def replay_cmd(
             _fmt(row["f1"]),
             *(_fmt(row["subsets"][s]) for s in subsets),
         )
-    wide().print(t)
+    show(t)
+
+
+replay_cmd.help = (replay_cmd.help or "").replace("{policies}", POLICIES)
 
 
 @click.command("judge-card", cls=GreedyCommand)
@@ -344,17 +419,23 @@ def judge_card_cmd(
     """Write a judge card named ROSE_<model>-<yyyymm>: the judge's configuration and its agreement.
 
     Model, provider, prompt hashes and parameters come from the runs' summary.json; agreement
-    (with 95% intervals) is measured against the labels, per subset and merged.
+    (with 95% intervals) is measured against the labels, per subset and merged. Runs pair with the
+    labels files as in rose agree.
+
+    \b
+    Example:
+      rose judge-card runs/my-run --labels labels.json --validation-set ROSE-VEC --out cards/new.json
     """
     from rose_sql.analysis.judge_card import build_card
 
     try:
-        loaded = [load_run(p) for p in runs]
+        loaded = _runs(runs)
         sets = _label_sets(labels, goldx_ids, ambq_ids, reviewed_only)
         result = agree(pair_runs(loaded, sets), unscored=_policy(unscored), resamples=bootstrap, seed=seed)
         card = build_card(loaded, sets, result, validation_set=validation_set, date=date, version=__version__)
     except RoseError as e:
         fail(e)
+    _warn(result["warnings"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     a = card["agreement"]
@@ -373,6 +454,10 @@ def judge_compare_cmd(old: Path, new: Path, as_json: bool) -> None:
     """Apply the upgrade rule: NEW replaces OLD only if better on kappa, accuracy, MCC and F1 at once.
 
     Exit status 0 when NEW should replace OLD, 1 when OLD stays, 2 when the cards cannot be compared.
+
+    \b
+    Example:
+      rose judge-compare cards/ROSE_o3-202601.json cards/ROSE_gpt-5-202603.json
     """
     from rose_sql.analysis.judge_card import load_card, upgrade
 

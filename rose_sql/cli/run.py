@@ -307,27 +307,15 @@ def _run_with_progress(systems: Sequence[SystemRun], db_root: Path, config: Conf
         return run(systems, db_root, config, progress=tick)
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.2f}"
-
-
 def print_summaries(summaries: Sequence[Summary]) -> None:
-    """The terminal summary of a run."""
-    table = Table(title="ROSE-SQL run", title_justify="left")
-    for col in ("system", "items", "scored", "ROSE", "BIRD EX", "TS EX", "TS EX keep-distinct", "Soft-F1"):
-        table.add_column(col, justify="left" if col == "system" else "right")
-    for s in summaries:
-        table.add_row(
-            s.system,
-            str(s.n),
-            f"{s.scored} ({100 * s.coverage:.1f}%)",
-            _pct(s.rose),
-            _pct(s.bird_ex),
-            _pct(s.ts_ex),
-            _pct(s.ts_ex_keep_distinct),
-            _pct(s.soft_f1),
-        )
-    console.print(table)
+    """The terminal summary of a run: the official readings with the items each is defined on, and ROSE
+    (a number once a judge has scored the items, "awaiting judge" until then, never a 0 it does not mean)."""
+    from rose_sql.analysis.systems import summary_headline
+    from rose_sql.cli.analysis import headline_table
+    from rose_sql.cli.tables import show
+
+    title = "ROSE-SQL run: percent (in brackets: the items each is defined on)"
+    show(headline_table(title, [s.system for s in summaries], [summary_headline(s) for s in summaries]))
     for s in summaries:
         llm = s.llm
         if llm.calls or llm.cached:
@@ -338,8 +326,8 @@ def print_summaries(summaries: Sequence[Summary]) -> None:
     waiting = sum(s.unscored.get("awaiting_judge", 0) for s in summaries)
     if waiting:
         console.print(
-            f"[bold]No judge is configured:[/] {waiting} items await a judge (score null, reason awaiting_judge). "
-            "Only predictions that fail to execute are scored (0); ROSE covers scored items only."
+            f"[bold]No judge is configured:[/] {waiting} items await a judge (score null, reason awaiting_judge), "
+            "so ROSE is no number yet: the readings are the official metrics. Add --judge-model to score them."
         )
     for s in summaries:
         other = {k: v for k, v in s.unscored.items() if k != "awaiting_judge"}

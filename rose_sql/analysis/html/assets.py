@@ -20,6 +20,10 @@ h2 { font-size:17px; margin:26px 0 10px; }
 .card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:10px 14px; min-width:130px; }
 .card .k { color:var(--muted); font-size:12px; text-transform:uppercase; letter-spacing:.04em; }
 .card .v { font-size:22px; font-weight:600; }
+.card .n { color:var(--muted); font-size:12px; }
+.banner { margin:14px 0 0; padding:10px 14px; border:1px solid #f59e0b; border-radius:8px; background:#fef3c7;
+          font-weight:600; }
+h3 { font-size:15px; margin:18px 0 4px; }
 .grid { display:grid; grid-template-columns:repeat(auto-fill,minmax(580px,1fr)); gap:14px; }
 figure.chart { margin:0; background:var(--card); border:1px solid var(--line); border-radius:8px; padding:10px; }
 figure.chart figcaption { font-weight:600; margin:0 0 6px; }
@@ -43,6 +47,7 @@ td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
          border:1px solid #cbd5e1; white-space:nowrap; }
 .o-both_correct { background:#dcfce7; } .o-both_wrong { background:#f1f5f9; } .o-rose_only { background:#d1fae5; }
 .o-ex_only { background:#ffedd5; } .o-unscored { background:#fee2e2; } .o-no_ex { background:#e0e7ff; }
+.o-awaiting { background:#fef9c3; }
 .f-goldx { background:#fee2e2; } .f-ambq { background:#fef3c7; } .f-smell { background:#cffafe; }
 tr.detail td { background:#fbfdff; }
 tr.detail pre { white-space:pre-wrap; word-break:break-word; margin:2px 0 8px; padding:6px 8px;
@@ -116,8 +121,9 @@ JS = r"""
     var tr = el("tr", "item");
     var cells = [systems.length > 1 ? systems[it.s] : null, it.id, it.db, it.d || ""];
     cells.forEach(function (c, i) { if (i > 0 || systems.length > 1) { tr.appendChild(el("td", null, c)); } });
-    tr.appendChild(el("td", "num", it.ex === null ? "-" : it.ex));
-    tr.appendChild(el("td", "num", it.sc === null ? "-" : it.sc));
+    tr.appendChild(el("td", "num", it.ex === null ? "undefined" : it.ex));
+    var none = it.ur === "awaiting_judge" ? "awaiting judge" : "unscored";
+    tr.appendChild(el("td", "num", it.sc === null ? none : it.sc));
     var o = el("td"); o.appendChild(el("span", "badge o-" + it.o, outcomes[it.o])); tr.appendChild(o);
     var f = el("td"); it.f.forEach(function (x) { f.appendChild(el("span", "badge f-" + x, x)); }); tr.appendChild(f);
     tr.appendChild(el("td", null, it.by || it.ur || ""));

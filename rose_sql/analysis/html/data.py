@@ -14,6 +14,7 @@ OUTCOMES = {
     "both_wrong": "EX ✗ ROSE ✗",
     "rose_only": "EX ✗ ROSE ✓",
     "ex_only": "EX ✓ ROSE ✗",
+    "awaiting": "awaiting judge",
     "unscored": "unscored",
     "no_ex": "no EX",
 }
@@ -39,7 +40,7 @@ def outcome(record: Record, reading: str = "bird_ex") -> str:
     score = record.score
     ex = reading_of(record, reading)
     if score is None:
-        return "unscored"
+        return "awaiting" if record.unscored_reason == "awaiting_judge" else "unscored"
     if ex is None:
         return "no_ex"
     return {(1, 1): "both_correct", (0, 0): "both_wrong", (0, 1): "rose_only", (1, 0): "ex_only"}[int(ex), int(score)]

@@ -16,10 +16,22 @@ from html import escape
 from rose_sql.analysis.html.assets import CSS, JS
 from rose_sql.analysis.html.data import OUTCOMES, browser_item, flags, outcome, stage_usage
 from rose_sql.analysis.html.svg import Series, bar_chart, stacked_chart
-from rose_sql.analysis.runs import Run
-from rose_sql.analysis.systems import SystemRow, ordered_difficulties, system_row
+from rose_sql.analysis.runs import PARTIAL_HELP, Run
+from rose_sql.analysis.systems import (
+    AWAITING,
+    READING_NAMES,
+    UNDEFINED,
+    Headline,
+    Mean,
+    SystemRow,
+    ordered_difficulties,
+    reading_means,
+    rose_shown,
+    shown,
+    system_row,
+)
 from rose_sql.record import Record
-from rose_sql.summary import Usage
+from rose_sql.summary import READINGS, Usage
 
 EX_COLOR, ROSE_COLOR = "#94a3b8", "#2563eb"
 SOURCES = (
@@ -53,34 +65,48 @@ def _discordance_sources(run: Run, reading: str) -> Counter[str]:
 
 
 def charts(runs: Sequence[Run], rows: Sequence[SystemRow], reading: str) -> list[str]:
-    """The report's figures, in order."""
-    names = [r.system for r in rows]
+    """The report's figures, in order: EX against ROSE for the systems ROSE has scored, the official
+    readings alone when none has been, then LLM calls and cost when any judge was called."""
     by_name = {r.name: r for r in runs}
-    single = len(rows) == 1
+    judged = [r for r in rows if r.headline.rose_ready]
+    out = _ex_rose_charts(judged, by_name, reading) if judged else [_readings_chart(runs, rows)]
+    usage = [stage_usage(by_name[r.system]) for r in rows]
+    if any(usage):
+        out += _usage_charts([r.system for r in rows], usage)
+    return out
+
+
+def _readings_chart(runs: Sequence[Run], rows: Sequence[SystemRow]) -> str:
+    """The official readings: by difficulty for one run, by system for several."""
+    shown = [name for name in READINGS if any(r.headline.readings[name].value is not None for r in rows)]
+    difficulties = ordered_difficulties(d for row in rows for d in row.ex_by_difficulty)
+    if len(runs) == 1 and difficulties:
+        records = runs[0].records
+        groups = [
+            reading_means(records),
+            *(reading_means([r for r in records if r.difficulty == d]) for d in difficulties),
+        ]
+        cats = ["all", *difficulties]
+    else:
+        groups, cats = [r.headline.readings for r in rows], [r.system for r in rows]
+    series = [Series(READING_NAMES[name], [g[name].value for g in groups]) for name in shown]
+    chart = bar_chart("Official readings", cats, series, unit="%", domain=(0, 100), empty="no reading is defined")
+    caption = "percent of the items where each is defined; ROSE awaits a judge"
+    return _figure("readings", "Official readings", caption, chart)
+
+
+def _ex_rose_charts(rows: Sequence[SystemRow], by_name: dict[str, Run], reading: str) -> list[str]:
+    names = [r.system for r in rows]
     difficulties = ordered_difficulties(d for row in rows for d in row.by_difficulty)
     out = []
-    if single and difficulties:
+    if len(rows) == 1 and difficulties:
         row = rows[0]
         cats = ["all", *difficulties]
         groups = [row.overall, *(row.by_difficulty[d] for d in difficulties)]
-        ex_rose = bar_chart(
-            "EX vs ROSE",
-            cats,
-            [Series("EX", [g.ex for g in groups], EX_COLOR), Series("ROSE", [g.rose for g in groups], ROSE_COLOR)],
-            unit="%",
-            domain=(0, 100),
-        )
     else:
-        ex_rose = bar_chart(
-            "EX vs ROSE",
-            names,
-            [
-                Series("EX", [r.overall.ex for r in rows], EX_COLOR),
-                Series("ROSE", [r.overall.rose for r in rows], ROSE_COLOR),
-            ],
-            unit="%",
-            domain=(0, 100),
-        )
+        cats, groups = names, [r.overall for r in rows]
+    series = [Series("EX", [g.ex for g in groups], EX_COLOR), Series("ROSE", [g.rose for g in groups], ROSE_COLOR)]
+    ex_rose = bar_chart("EX vs ROSE", cats, series, unit="%", domain=(0, 100))
     out.append(_figure("ex-rose", "EX vs ROSE", f"percent of items, {reading} vs the ROSE score", ex_rose))
     cats = ["all", *difficulties]
     gap = bar_chart(
@@ -107,8 +133,8 @@ def charts(runs: Sequence[Run], rows: Sequence[SystemRow], reading: str) -> list
         )
     )
     direction = [
-        Series("EX ✓ ROSE ✗", [r.ex_only for r in rows], "#f97316"),
-        Series("EX ✗ ROSE ✓", [r.rose_only for r in rows], "#10b981"),
+        Series("EX ✓ ROSE ✗", [r.ex_only or 0 for r in rows], "#f97316"),
+        Series("EX ✗ ROSE ✓", [r.rose_only or 0 for r in rows], "#10b981"),
     ]
     out.append(
         _figure(
@@ -118,7 +144,10 @@ def charts(runs: Sequence[Run], rows: Sequence[SystemRow], reading: str) -> list
             stacked_chart("direction", names, direction),
         )
     )
-    usage = [stage_usage(by_name[n]) for n in names]
+    return out
+
+
+def _usage_charts(names: Sequence[str], usage: Sequence[dict[str, dict[str, float]]]) -> list[str]:
     stages = sorted({s for u in usage for s in u})
     calls = [
         Series(n, [u[s]["calls"] + u[s]["cached"] if s in u else None for s in stages])
@@ -128,77 +157,104 @@ def charts(runs: Sequence[Run], rows: Sequence[SystemRow], reading: str) -> list
         Series(n, [round(u[s]["cost_usd"], 4) if s in u else None for s in stages])
         for n, u in zip(names, usage, strict=True)
     ]
-    out.append(
+    return [
         _figure(
             "calls",
             "LLM calls per stage",
             "judge calls recorded (made and served from cache)",
             bar_chart("calls", stages, calls, empty="no LLM calls recorded"),
-        )
-    )
-    out.append(
+        ),
         _figure(
             "cost",
             "Cost per stage",
             "USD of the calls made (cached and imported replies: no cost)",
             bar_chart("cost", stages, cost, empty="no cost recorded"),
-        )
-    )
-    return out
-
-
-def _cards(run: Run, row: SystemRow) -> str:
-    llm = run.summary.llm if run.summary is not None else Usage()
-    n = len(run.records)
-    cards = [
-        ("items", str(n)),
-        ("scored", f"{n - row.unscored} ({100 * (n - row.unscored) / n:.1f}%)" if n else "0"),
-        ("EX", _num(row.overall.ex)),
-        ("ROSE", _num(row.overall.rose)),
-        ("gap", _num(row.overall.gap, signed=True)),
-        ("discordant", str(row.discordant)),
-        ("LLM calls / item", f"{llm.calls_per_item}"),
-        ("cost", f"${llm.cost_usd:.4f}"),
+        ),
     ]
+
+
+def _cards(run: Run, row: SystemRow, reading: str) -> str:
+    """The overview of one run: every number with what it stands on, a word where it is undefined."""
+    h = row.headline
+    llm = run.summary.llm if run.summary is not None else Usage()
+    cards = [
+        ("items", str(h.items), ""),
+        ("run", h.completeness, "interrupted or unfinished" if h.completeness == "partial" else ""),
+        *((READING_NAMES[name], *_mean(h.readings[name])) for name in _HEADLINE),
+        ("ROSE", *_rose(h)),
+    ]
+    if h.rose_ready:
+        cards += [
+            ("gap", _num(row.overall.gap, signed=True), f"ROSE minus {reading}, on {row.overall.n} items"),
+            ("discordant", str(row.discordant), f"of {row.overall.n} items"),
+        ]
+    if llm.calls or llm.cached:
+        priced = any(c.cost_usd is not None for r in run.records for c in r.judges)
+        cost = ("cost", f"${llm.cost_usd:.4f}", "") if priced else ("cost", "not recorded", "no call has a price")
+        cards += [("LLM calls / item", f"{llm.calls_per_item}", ""), cost]
     return (
         '<div class="cards">'
         + "".join(
-            f'<div class="card"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div></div>'
-            for k, v in cards
+            f'<div class="card"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
+            + (f'<div class="n">{escape(sub)}</div>' if sub else "")
+            + "</div>"
+            for k, v, sub in cards
         )
         + "</div>"
     )
 
 
+_HEADLINE = ("bird_ex", "ts_ex", "soft_f1")
+"""The readings on the overview cards (the table has the fourth, test-suite EX keeping DISTINCT)."""
+
+
+def _mean(m: Mean) -> tuple[str, str]:
+    return (UNDEFINED, "on no item") if m.value is None else (f"{m.value:.2f}", f"on {m.n} items")
+
+
+def _rose(h: Headline) -> tuple[str, str]:
+    if h.awaiting_judge:
+        return AWAITING, f"{h.awaiting_judge} items; {h.rose.n} scored by execution alone"
+    return _mean(h.rose)
+
+
 def _num(x: float | None, signed: bool = False) -> str:
     if x is None:
-        return "-"
+        return UNDEFINED
     return f"{x:+.2f}" if signed else f"{x:.2f}"
 
 
-def _table(rows: Sequence[SystemRow]) -> str:
-    head = [
-        "system",
-        "items",
-        "n",
-        "unscored",
-        "EX",
-        "ROSE",
-        "gap",
-        "discordant",
-        "EX✓ROSE✗",
-        "EX✗ROSE✓",
-        "GoldX share",
-        "AmbQ share",
-    ]
+def _html_table(head: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     out = ["<table><thead><tr>"]
-    out += [f'<th class="{"" if h == "system" else "num"}">{escape(h)}</th>' for h in head]
+    out += [f'<th class="{"" if i == 0 else "num"}">{escape(h)}</th>' for i, h in enumerate(head)]
     out.append("</tr></thead><tbody>")
-    for r in rows:
-        cells = [
-            r.items,
+    for cells in rows:
+        out.append(f"<tr><td>{escape(str(cells[0]))}</td>")
+        out += [f'<td class="num">{escape(str(c))}</td>' for c in cells[1:]]
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _table(rows: Sequence[SystemRow], reading: str) -> str:
+    """The headline of every system, then EX against ROSE for those ROSE has scored."""
+    head = ["system", "items", "run", *READING_NAMES.values(), "ROSE"]
+    lines = [
+        [r.system, r.headline.items, r.headline.completeness]
+        + [shown(r.headline.readings[name]) for name in READINGS]
+        + [rose_shown(r.headline)]
+        for r in rows
+    ]
+    out = '<h3>Official readings and ROSE</h3><p class="note">percent (in brackets: the items each is defined on)</p>'
+    out += _html_table(head, lines)
+    judged = [r for r in rows if r.headline.rose_ready]
+    if not judged:
+        return out
+    head = ["system", "n", "EX", "ROSE", "gap", "discordant", "EX✓ROSE✗", "EX✗ROSE✓", "GoldX share", "AmbQ share"]
+    lines = [
+        [
+            r.system,
             r.overall.n,
-            r.unscored,
             _num(r.overall.ex),
             _num(r.overall.rose),
             _num(r.overall.gap, True),
@@ -208,26 +264,49 @@ def _table(rows: Sequence[SystemRow]) -> str:
             _num(r.subsets["goldx"].share),
             _num(r.subsets["ambq"].share),
         ]
-        out.append(
-            f"<tr><td>{escape(r.system)}</td>" + "".join(f'<td class="num">{escape(str(c))}</td>' for c in cells)
-        )
-        out.append("</tr>")
-    out.append("</tbody></table>")
+        for r in judged
+    ]
+    out += f'<h3>EX ({escape(reading)}) vs ROSE</h3><p class="note">on the items where both are defined</p>'
+    return out + _html_table(head, lines)
+
+
+def _banner(runs: Sequence[Run]) -> str:
+    """A banner over the page for every partial run: its numbers look final and are not."""
+    out = []
+    for run in runs:
+        if run.completeness == "partial":
+            text = (
+                f"Partial run: {run.name} is {PARTIAL_HELP}. Its numbers cover the {len(run.records)} items "
+                "recorded so far; continue it with the same `rose run` command and --resume."
+            )
+            out.append(f'<div class="banner" role="alert">{escape(text)}</div>')
     return "".join(out)
 
 
 def _notes(runs: Sequence[Run], rows: Sequence[SystemRow], reading: str) -> str:
-    lines = [
-        f"EX is the {reading} reading; EX, ROSE and their gap are computed on the items where both are defined.",
-        "Discordance shares follow the ROSE paper: the items of a flagged subset where EX and ROSE differ, "
-        "over all items where they differ. Flags are the judges' (GoldX: gold SQL wrong; AmbQ: question ambiguous).",
-    ]
+    lines = []
+    if any(row.headline.rose_ready for row in rows):
+        lines += [
+            f"EX is the {reading} reading; EX, ROSE and their gap are computed on the items where both are defined.",
+            "Discordance shares follow the ROSE paper: the items of a flagged subset where EX and ROSE differ, over "
+            "all items where they differ. Flags are the judges' (GoldX: gold SQL wrong; AmbQ: question ambiguous).",
+        ]
     for run, row in zip(runs, rows, strict=True):
-        reasons = Counter(r.unscored_reason for r in run.records if r.score is None)
+        h = row.headline
+        if h.awaiting_judge:
+            lines.append(
+                f"{row.system}: ROSE awaits a judge on {h.awaiting_judge} items (run without --judge-model); "
+                "EX is compared with ROSE once a judge has scored them."
+            )
+        if h.completeness == "unknown":
+            lines.append(f"{row.system}: completeness unknown (no manifest: made by an older rose-sql).")
+        reasons = Counter(
+            r.unscored_reason for r in run.records if r.score is None and r.unscored_reason != "awaiting_judge"
+        )
         if reasons:
             detail = ", ".join(f"{v} {k}" for k, v in sorted(reasons.items(), key=lambda kv: str(kv[0])))
-            items = "item" if row.unscored == 1 else "items"
-            lines.append(f"{row.system}: {row.unscored} unscored {items} ({detail}), not in EX/ROSE above.")
+            count = sum(reasons.values())
+            lines.append(f"{row.system}: {count} unscored {'item' if count == 1 else 'items'} ({detail}), not in ROSE.")
         judge = run.summary.judge if run.summary is not None else None
         if judge is not None:
             where = judge.provider or judge.base_url or "default endpoint"
@@ -262,7 +341,7 @@ def build_report(runs: Sequence[Run], *, reading: str = "bird_ex", title: str | 
     island = json.dumps({"systems": names, "outcomes": OUTCOMES, "items": items}, ensure_ascii=False, default=str)
     island = island.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    overview = _cards(runs[0], rows[0]) if len(runs) == 1 else ""
+    overview = _cards(runs[0], rows[0], reading) if len(runs) == 1 else ""
     return "".join(
         [
             '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
@@ -272,7 +351,7 @@ def build_report(runs: Sequence[Run], *, reading: str = "bird_ex", title: str | 
             f"<title>{escape(heading)}</title><style>{CSS}</style></head><body>",
             f"<header><h1>{escape(heading)}</h1><p>{escape(', '.join(names))} · {len(items)} items · "
             f"generated {when} by rose-sql {escape(version)}</p></header><main>",
-            f'<section id="overview"><h2>Overview</h2>{overview}{_table(rows)}</section>',
+            f'<section id="overview">{_banner(runs)}<h2>Overview</h2>{overview}{_table(rows, reading)}</section>',
             '<section id="charts"><h2>Charts</h2><div class="grid">' + "".join(charts(runs, rows, reading)) + "</div>",
             _notes(runs, rows, reading) + "</section>",
             f'<section id="items"><h2>Items</h2>{_BROWSER}</section></main>',

@@ -133,7 +133,9 @@ def bar_chart(
     body += _xlabels(categories, band) + _legend(series)
     desc = "; ".join(
         f"{s.name}: "
-        + ", ".join(f"{c} {_fmt(v) if v is not None else '-'}" for c, v in zip(categories, s.values, strict=True))
+        + ", ".join(
+            f"{c} {_fmt(v) if v is not None else 'undefined'}" for c, v in zip(categories, s.values, strict=True)
+        )
         for s in series
     )
     return _frame(title, "bars", desc, body)
