@@ -149,7 +149,8 @@ class Judged:
 
 async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched_refuter: MatchedRefuter) -> Judged:
     """Walk the decision table, asking each judge it calls for, and return the decision with the calls."""
-    from rose_sql.judges.ask import Case, JudgeFailed, OutOfBudget, ask, prover_messages, refuter_messages
+    from rose_sql.errors import BudgetExhausted, JudgeFailed
+    from rose_sql.judges.ask import Case, ask, prover_messages, refuter_messages
     from rose_sql.judges.replies import ProverReply, RefuterReply
 
     facts = ex.facts(judge=llm is not None, matched_refuter=matched_refuter)
@@ -170,7 +171,7 @@ async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched
                 msgs = refuter_messages(case, schema, passed, matched=step == "refuter_matched")
                 refuter, made = await ask(llm, step, msgs, RefuterReply)
                 facts = replace(facts, refuter=refuter)
-        except (JudgeFailed, OutOfBudget) as e:
+        except (JudgeFailed, BudgetExhausted) as e:
             made = e.calls
             outcome: JudgeOutcome = "failed" if isinstance(e, JudgeFailed) else "no_budget"
             facts = replace(facts, prover=outcome) if step == "prover" else replace(facts, refuter=outcome)

@@ -15,11 +15,12 @@ from string import Template
 from typing import Any, Literal, TypeVar
 
 from rose_sql.compare import Comparison
+from rose_sql.errors import BudgetExhausted, JudgeFailed, ReplyError
 from rose_sql.execute import Execution
 from rose_sql.items import Item
 from rose_sql.judges.context import Schema, fence, render_result, tables_in
-from rose_sql.judges.llm import LLM, BudgetExhausted, Completion, Message
-from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyError, parse_reply
+from rose_sql.judges.llm import LLM, Completion, Message
+from rose_sql.judges.replies import ProverReply, RefuterReply, parse_reply
 from rose_sql.sql import strip_comments
 
 Stage = Literal["prover", "refuter", "refuter_matched"]
@@ -62,22 +63,6 @@ class Call:
     prompt_sha256: str
     params: dict[str, Any]
     error: str | None = None
-
-
-class JudgeFailed(Exception):
-    """A judge gave no valid reply (after the re-ask) or the endpoint kept failing."""
-
-    def __init__(self, message: str, calls: list[Call]) -> None:
-        super().__init__(message)
-        self.calls = calls
-
-
-class OutOfBudget(Exception):
-    """The budget does not allow the next call."""
-
-    def __init__(self, calls: list[Call]) -> None:
-        super().__init__("budget exhausted")
-        self.calls = calls
 
 
 @cache
@@ -170,7 +155,8 @@ async def ask(llm: LLM, stage: Stage, messages: list[Message], kind: type[R]) ->
     """Call a judge and validate its reply; re-ask once (by default) when the reply is invalid.
 
     Raises :class:`JudgeFailed` (with the calls made, raw replies included) when no valid reply
-    came, and :class:`OutOfBudget` when the budget forbids the call.
+    came, and :class:`~rose_sql.errors.BudgetExhausted` (with the calls made) when the budget forbids
+    the call.
     """
     import openai
 
@@ -180,8 +166,8 @@ async def ask(llm: LLM, stage: Stage, messages: list[Message], kind: type[R]) ->
     for _attempt in range(1 + llm.cfg.reask):
         try:
             c = await llm.complete(convo)
-        except BudgetExhausted:
-            raise OutOfBudget(calls) from None
+        except BudgetExhausted as e:
+            raise BudgetExhausted(str(e), calls) from None
         except openai.APIError as e:
             calls.append(_call(record_stage, llm, convo, None, None, f"{type(e).__name__}: {e}"))
             raise JudgeFailed(f"the endpoint failed after retries: {type(e).__name__}: {e}", calls) from None

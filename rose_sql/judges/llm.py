@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rose_sql.config import JudgeConfig
-from rose_sql.errors import InputError
+from rose_sql.errors import BudgetExhausted, InputError
 
 Message = dict[str, str]
 
@@ -50,10 +50,6 @@ class Completion:
     """Wall time of the call (0 when cached)."""
     key: str
     """The cache key (sha256 of endpoint, model, parameters and messages)."""
-
-
-class BudgetExhausted(Exception):
-    """No new call may start: the budget is spent."""
 
 
 # --------------------------------------------------------------------------- prices

@@ -14,6 +14,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
+from rose_sql.errors import ReplyError
+
 
 class _Reply(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -52,10 +54,6 @@ class RefuterReply(_Reply):
 
 
 R = TypeVar("R", bound=_Reply)
-
-
-class ReplyError(ValueError):
-    """A reply that holds no valid JSON object of the expected shape."""
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)

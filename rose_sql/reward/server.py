@@ -37,7 +37,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from rose_sql.reward import LabelError, Reward, RewardConfig, RewardItem, RewardScorer, invalid, parse_label
+from rose_sql.errors import BadRequest, LabelError
+from rose_sql.reward import Reward, RewardConfig, RewardItem, RewardScorer, invalid, parse_label
 
 DEADLINE_S = 30.0
 """Default answer deadline of a request, in seconds."""
@@ -63,14 +64,6 @@ class ServeConfig:
     """Larger request bodies are refused (413)."""
     reward: RewardConfig = field(default_factory=RewardConfig)
     """The reward itself."""
-
-
-class BadRequest(Exception):
-    """A request the server cannot read; answered with its HTTP status and a message."""
-
-    def __init__(self, status: HTTPStatus, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(slots=True)
