@@ -6,12 +6,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rose_sql.reasoning import REASONING_TAGS, strip_reasoning
 from rose_sql.sql import strip_comments
 
 Completion = str | Mapping[str, Any] | Sequence[Mapping[str, Any]]
 """A completion: text, one chat message, or a list of chat messages (``{"role", "content"}``)."""
 
-_THINK = re.compile(r"<(think|thinking|reasoning)>.*?(?:</\1>|\Z)", re.S | re.I)
 _TAG = re.compile(r"<(answer|sql|solution|final_answer|final)>(.*?)(?:</\1>|\Z)", re.S | re.I)
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n`]*\n?(.*?)(?:```|\Z)", re.S)
 _SPECIAL = re.compile(r"<\|[\w.-]{1,40}\|>|</?s>|<eos>|<pad>")
@@ -56,7 +56,7 @@ def extract_sql(completion: Completion, prompt: str | None = None) -> str | None
     the first blank line, and nothing when there is no SELECT.
     """
     text = _SPECIAL.sub("", _strip_prompt(_completion_text(completion), prompt))
-    text = _THINK.sub("", text)
+    text = strip_reasoning(text, tags=REASONING_TAGS, drop_unclosed=True)  # no final answer inside
     tags = list(_TAG.finditer(text))
     if tags:
         text = tags[-1].group(2)
