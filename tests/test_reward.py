@@ -411,6 +411,21 @@ def test_extract_sql(completion: Any, expected: str | None) -> None:
     assert extract_sql(completion) == expected
 
 
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("WITH x" + " " * 40_000 + "SELECT 1", "SELECT 1"),
+        ("WITH x (" + " " * 40_000 + "SELECT 1", "SELECT 1"),
+        ("<answer>" * 20_000, "<answer>" * 19_999),  # an unclosed tag runs to the end
+        ("<think>" * 20_000 + "SELECT 1", None),
+        ("```" * 20_000, None),
+    ],
+    ids=["spaces after a CTE name", "unclosed column list", "opening tags", "reasoning tags", "fences"],
+)
+def test_extract_reads_hostile_completions_in_linear_time(completion: str, expected: str | None) -> None:
+    assert extract_sql(completion) == expected  # the suite's time is the guard (this took seconds when quadratic)
+
+
 def test_extract_cuts_the_prompt_off() -> None:
     prompt = "Example:\n```sql\nSELECT 1\n```\nNow answer:"
     assert extract_sql(prompt + "```sql\nSELECT a FROM t\n```", prompt) == "SELECT a FROM t"
