@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import sqlite3
 import time
-import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rose_sql.execute import ResultSet, _authorize
+from rose_sql.engines.sqlite import authorize, connect_read_only
+from rose_sql.execute import ResultSet
 from rose_sql.sql import quote_identifier as _q
 
 Change = dict[str, Any]
@@ -55,7 +55,7 @@ class Workspace:
     """An in-memory copy of a database, its schema and column profiles."""
 
     def __init__(self, db: Path, *, timeout_s: float = 1.0, max_rows: int = 10_000) -> None:
-        src = sqlite3.connect("file:" + urllib.parse.quote(str(db)) + "?mode=ro", uri=True)
+        src = connect_read_only(db)
         self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         try:
             src.backup(self.conn)
@@ -139,7 +139,7 @@ class Workspace:
 
     def run(self, sql: str) -> ResultSet | None:
         """Run an untrusted query read-only with a deadline; None when it fails or times out."""
-        self.conn.set_authorizer(_authorize)
+        self.conn.set_authorizer(authorize)
         self.deadline = time.monotonic() + self.timeout_s
         try:
             cur = self.conn.execute(sql)

@@ -15,7 +15,6 @@ import json
 import sqlite3
 import threading
 import time
-import urllib.parse
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from rose_sql.engines.sqlite import connect_read_only
 from rose_sql.execute import Execution
 from rose_sql.sql import quote_identifier
 
@@ -116,7 +116,7 @@ def _descriptions(db_dir: Path, table: str) -> dict[str, str]:
 
 def read_schema(db: Path, *, deadline_s: float = 2.0) -> Schema:
     """Read a database's tables, keys and example values (trusted, fixed queries; read-only)."""
-    conn = sqlite3.connect("file:" + urllib.parse.quote(str(db)) + "?mode=ro", uri=True)
+    conn = connect_read_only(db)
     conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
     stop = time.monotonic() + deadline_s
     conn.set_progress_handler(lambda: time.monotonic() > stop, 10_000)
