@@ -21,6 +21,7 @@ from rose_sql.compare import Comparison, compare
 from rose_sql.evidence.features import Features
 from rose_sql.evidence.workspace import Change, Workspace
 from rose_sql.execute import ResultSet
+from rose_sql.sql import quote_identifier as _q
 
 Apply = Callable[[Workspace], list[Change]]
 
@@ -80,12 +81,9 @@ def _lineage(ws: Workspace, table: str, cols: list[str], values: list[Any], limi
     if ws.tables[table].rowid and values:
         for c in cols:
             marks = ",".join("?" * len(values))
+            sql = f"SELECT rowid FROM {_q(table)} WHERE {_q(c)} IN ({marks}) LIMIT ?"
             try:
-                ids += [
-                    r[0]
-                    for r in ws.query(f'SELECT rowid FROM "{table}" WHERE "{c}" IN ({marks}) LIMIT ?', (*values, limit))
-                    or []
-                ]
+                ids += [r[0] for r in ws.query(sql, (*values, limit)) or []]
             except sqlite3.Error:
                 continue
     for rid in ws.sample_rowids(table, limit):
@@ -219,7 +217,7 @@ def _caveats(ws: Workspace, changes: list[Change]) -> list[str]:
             if ch["new"] is None and not col.has_nulls:
                 notes.append(f"the schema allows it, but {where} is never NULL in the database")
             elif ch["new"] is not None:
-                seen = ws.query(f'SELECT 1 FROM "{t.name}" WHERE "{col.name}" = ? LIMIT 1', (ch["new"],))
+                seen = ws.query(f"SELECT 1 FROM {_q(t.name)} WHERE {_q(col.name)} = ? LIMIT 1", (ch["new"],))
                 if seen == []:
                     notes.append(f"the value {ch['new']!r} does not occur in {where} in the database")
                 elif seen and not col.has_duplicates:
@@ -229,7 +227,7 @@ def _caveats(ws: Workspace, changes: list[Change]) -> list[str]:
                 v = ch["row"].get(c.name)
                 if c.unique or c.pk or c.has_duplicates or v is None:
                     continue
-                if ws.query(f'SELECT 1 FROM "{t.name}" WHERE "{c.name}" = ? LIMIT 1', (v,)):
+                if ws.query(f"SELECT 1 FROM {_q(t.name)} WHERE {_q(c.name)} = ? LIMIT 1", (v,)):
                     notes.append(f"it gives {t.name}.{c.name} a duplicate value, which the database never has")
                     break
     return notes
