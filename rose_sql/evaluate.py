@@ -19,7 +19,7 @@ from rose_sql.execute import Execution, Executor, ResultSet
 from rose_sql.items import Item, db_file
 from rose_sql.readings import Readings, bird_ex, soft_f1, ts_equal, ts_gold_sql, ts_order_matters, ts_pred_sql
 from rose_sql.record import ExecutionInfo, Record, comparison_dict
-from rose_sql.sql import NO_STATEMENT, has_top_level_order_by
+from rose_sql.sql import NO_STATEMENT, has_top_level_order_by, tables_read
 
 if TYPE_CHECKING:  # loaded when evidence or a judge is configured: a judge-free run starts faster
     from rose_sql.evidence import Evidence, Finder
@@ -69,12 +69,10 @@ class Executed:
         """Cheap, deterministic reasons to doubt a match (the Refuter is asked about these)."""
         if self.comparison is None or self.comparison.equal is not True:
             return []
-        from rose_sql.judges.context import tables_in
-
         out = []
         if self.gold is not None and self.gold.result is not None and self.gold.result.row_count == 0:
             out.append("Both results are empty: any query that selects nothing would match.")
-        if tables_in(self.item.pred_sql) != tables_in(self.item.gold_sql):
+        if tables_read(self.item.pred_sql) != tables_read(self.item.gold_sql):
             out.append("The two queries read different tables, yet return the same result on this database.")
         return out
 

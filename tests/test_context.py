@@ -9,7 +9,8 @@ import pytest
 
 from rose_sql.execute import Execution, ResultSet
 from rose_sql.judges import context
-from rose_sql.judges.context import fence, read_schema, render_result, tables_in
+from rose_sql.judges.context import fence, read_schema, render_result
+from rose_sql.sql import tables_read
 
 
 def test_small_schema_is_shown_whole_with_examples(make_db: Callable[..., Path]) -> None:
@@ -29,7 +30,7 @@ def test_large_schema_keeps_touched_tables_and_fk_neighbours(
     db = make_db(tables + "CREATE TABLE child (id INTEGER PRIMARY KEY, p INTEGER REFERENCES t3(id));")
     schema = read_schema(db)
     monkeypatch.setattr(context, "SMALL_SCHEMA_CHARS", 200)
-    text = schema.render(tables_in("SELECT * FROM child"))
+    text = schema.render(tables_read("SELECT * FROM child"))
     assert "CREATE TABLE child" in text and "CREATE TABLE t3 " in text + " "
     assert "CREATE TABLE t7" not in text and "other tables not shown" in text
 

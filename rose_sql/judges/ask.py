@@ -18,10 +18,10 @@ from rose_sql.compare import Comparison
 from rose_sql.errors import BudgetExhausted, JudgeFailed, ReplyError
 from rose_sql.execute import Execution
 from rose_sql.items import Item
-from rose_sql.judges.context import Schema, fence, render_result, tables_in
+from rose_sql.judges.context import Schema, fence, render_result
 from rose_sql.judges.llm import LLM, Completion, Message
 from rose_sql.judges.replies import ProverReply, RefuterReply, parse_reply
-from rose_sql.sql import strip_comments
+from rose_sql.sql import strip_comments, tables_read
 
 Stage = Literal["prover", "refuter", "refuter_matched"]
 R = TypeVar("R", ProverReply, RefuterReply)
@@ -82,7 +82,7 @@ def _question_blocks(case: Case, schema: Schema) -> list[str]:
     it = case.item
     blocks = [
         "## Database schema (with column descriptions and example values)\n"
-        + fence("schema", schema.render(tables_in(it.pred_sql, it.gold_sql))),
+        + fence("schema", schema.render(tables_read(it.pred_sql) | tables_read(it.gold_sql))),
         "## Question\n" + fence("question", it.question or "(no question text was given)"),
     ]
     if it.evidence:

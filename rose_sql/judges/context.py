@@ -15,13 +15,10 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-import sqlglot
-from sqlglot import exp
 
 from rose_sql.engines.sqlite import connect_read_only
 from rose_sql.execute import Execution
@@ -57,7 +54,7 @@ class Schema:
 
     tables: dict[str, Table]
 
-    def render(self, touched: set[str]) -> str:
+    def render(self, touched: AbstractSet[str]) -> str:
         """The schema text: whole when small, else the touched tables and their FK neighbours."""
         names = list(self.tables)
         full = "\n\n".join(self._table_text(self.tables[n]) for n in names)
@@ -161,24 +158,6 @@ class Schemas:
             if db not in self._schemas:
                 self._schemas[db] = read_schema(db)
             return self._schemas[db]
-
-
-def tables_in(*sqls: str | None) -> set[str]:
-    """Lower-cased names of the tables the queries read (empty when they do not parse)."""
-    names: set[str] = set()
-    for sql in sqls:
-        if sql:
-            names |= _tables(sql)
-    return names
-
-
-@lru_cache(maxsize=65536)
-def _tables(sql: str) -> frozenset[str]:
-    try:
-        trees = sqlglot.parse(sql, read="sqlite")
-    except (sqlglot.errors.SqlglotError, RecursionError, ValueError):
-        return frozenset()
-    return frozenset(t.name.lower() for tree in trees if tree is not None for t in tree.find_all(exp.Table))
 
 
 def render_result(e: Execution | None) -> str:
