@@ -8,8 +8,8 @@ from itertools import islice
 from typing import Any, Literal
 
 from rose_sql.compare import canon, compare
+from rose_sql.config import RewardConfig
 from rose_sql.execute import Execution
-from rose_sql.reward.config import RewardConfig
 from rose_sql.sql import has_top_level_order_by
 
 Status = Literal["match", "partial", "wrong", "error", "timeout", "gold_error", "undecidable", "invalid"]

@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rose_sql.reward.config import RewardConfig
+from rose_sql.config import RewardConfig
 from rose_sql.reward.execution import Status, execution_value
 from rose_sql.reward.syntax import UNPARSED, SyntaxScore
 

@@ -12,10 +12,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Generic, TypeVar, cast
 
-from rose_sql.config import Config
+from rose_sql.config import Config, RewardConfig
 from rose_sql.execute import Execution, Executor, Row
 from rose_sql.reward.clauses import ParsedSQL, parse
-from rose_sql.reward.config import RewardConfig
 from rose_sql.reward.execution import Status, execution_outcome, status_text
 from rose_sql.reward.extract import Completion, extract_sql
 from rose_sql.reward.lanes import (
