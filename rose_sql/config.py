@@ -62,6 +62,15 @@ class JudgeConfig:
     """When results match: always ask the Refuter (the paper), only when evidence questions the match, never."""
     policy: Policy = "rose"
     """``paper`` reproduces the paper's flow exactly (implies matched_refuter=always)."""
+    small_schema_chars: int = 12_000
+    """The judges see the whole schema when its text is at most this long; else the tables the two
+    queries read, their foreign-key neighbours and a list of the others' names."""
+    examples_per_column: int = 3
+    """Distinct example values the judges see per column (from its first 50 non-NULL values)."""
+    result_rows: int = 20
+    """Rows of each query result the judges see (with the total row count)."""
+    cell_chars: int = 200
+    """Text cells of a result longer than this are cut for the judges (and the cut is said)."""
 
     @property
     def effective_matched_refuter(self) -> MatchedRefuter:
@@ -110,6 +119,8 @@ class Config:
     """Witness candidates tried at most per item (keeps fast databases fast)."""
     evidence_max_db_bytes: int = 256 * 2**20
     """Larger databases are not copied for a witness search."""
+    evidence_result_rows: int = 10
+    """Rows of each result on a witness database kept in the record (and shown to the judges)."""
     judge: JudgeConfig | None = None
     """The LLM judges; None runs the deterministic stages only (items then await a judge)."""
 

@@ -69,15 +69,18 @@ def estimate(loaded: Sequence[Loaded], db_root: Path, config: Config) -> list[Es
                 case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison)
                 schema = schemas.get(ex.db)
                 if step == "prover":
-                    p = _tokens(prover_messages(case, schema))
+                    p = _tokens(prover_messages(case, schema, judge))
                     lo_calls, lo_tok = lo_calls + 1, lo_tok + p
                     if ex.gold is not None:
-                        r = _tokens(refuter_messages(case, schema, None, matched=False)) + ASSUMED_COMPLETION_TOKENS
+                        r = (
+                            _tokens(refuter_messages(case, schema, None, judge, matched=False))
+                            + ASSUMED_COMPLETION_TOKENS
+                        )
                         hi_calls, hi_tok = hi_calls + 2, hi_tok + p + r
                     else:
                         hi_calls, hi_tok = hi_calls + 1, hi_tok + p
                 else:
-                    r = _tokens(refuter_messages(case, schema, None, matched=True))
+                    r = _tokens(refuter_messages(case, schema, None, judge, matched=True))
                     lo_calls, hi_calls, lo_tok, hi_tok = lo_calls + 1, hi_calls + 1, lo_tok + r, hi_tok + r
 
             def cost(calls: int, tokens: int) -> float | None:

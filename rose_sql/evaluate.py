@@ -162,11 +162,11 @@ async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched
         case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence=ex.evidence_text())
         try:
             if step == "prover":
-                prover, made = await ask(llm, step, prover_messages(case, schema), ProverReply)
+                prover, made = await ask(llm, step, prover_messages(case, schema, llm.cfg), ProverReply)
                 facts = replace(facts, prover=prover)
             else:
                 passed = facts.prover if isinstance(facts.prover, ProverReply) else None
-                msgs = refuter_messages(case, schema, passed, matched=step == "refuter_matched")
+                msgs = refuter_messages(case, schema, passed, llm.cfg, matched=step == "refuter_matched")
                 refuter, made = await ask(llm, step, msgs, RefuterReply)
                 facts = replace(facts, refuter=refuter)
         except (JudgeFailed, BudgetExhausted) as e:

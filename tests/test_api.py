@@ -76,3 +76,41 @@ def test_every_exception_is_in_the_one_tree_and_drawn_in_its_docstring() -> None
         for m in re.finditer(r"^class (\w+)\((?:\w+Error|Exception)\)", path.read_text(encoding="utf-8"), re.M)
     ]
     assert not elsewhere, f"exceptions outside rose_sql.errors: {elsewhere}"
+
+
+def test_the_cli_shows_the_config_defaults() -> None:
+    from rose_sql.cli.main import run_cmd
+    from rose_sql.cli.reward import serve_reward_cmd
+    from rose_sql.config import Config, JudgeConfig, ServeConfig
+
+    run, judge = Config(), JudgeConfig(model="m")
+    serve = ServeConfig(Path("."))
+    expected = {
+        run_cmd: {
+            "timeout": run.timeout_s,
+            "workers": run.workers,
+            "max_rows": run.max_rows,
+            "evidence_budget": run.evidence_budget_s,
+            "concurrency": judge.concurrency,
+            "policy": judge.policy,
+            "matched_refuter": judge.matched_refuter,
+            "judge_timeout": judge.timeout_s,
+            "max_retries": judge.max_retries,
+        },
+        serve_reward_cmd: {
+            "host": serve.host,
+            "port": serve.port,
+            "deadline": serve.deadline_s,
+            "timeout": serve.reward.timeout_s,
+            "workers": serve.reward.workers,
+            "processes": serve.reward.processes,
+            "schedule": serve.reward.schedule,
+            "alpha_start": serve.reward.alpha_start,
+            "alpha_end": serve.reward.alpha_end,
+            "total_steps": serve.reward.total_steps,
+        },
+    }
+    for command, defaults in expected.items():
+        options = {p.name: p for p in command.params if isinstance(p, click.Option)}
+        for name, value in defaults.items():
+            assert options[name].default == value and options[name].show_default, (command.name, name)

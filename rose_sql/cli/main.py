@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 import click
 from rich.console import Console
@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rose_sql import __version__
-from rose_sql.config import Config, JudgeConfig
+from rose_sql.config import Config, JudgeConfig, MatchedRefuter, Policy
 from rose_sql.errors import RoseError, UsageError
 from rose_sql.items import FORMATS, load_items
 from rose_sql.run import SystemRun, plan, run
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from rose_sql.judges.llm import Ledger
 
 DEFAULTS = Config()
+JUDGE_DEFAULTS = JudgeConfig(model="")
+"""Read for its defaults only (``--judge-model`` has none)."""
 console = Console(stderr=False)
 err = Console(stderr=True)
 
@@ -96,8 +98,9 @@ def _fail(e: RoseError) -> None:
 @click.option(
     "--workers",
     type=int,
-    default=None,
-    help="Processes for the deterministic stages (default: one per core; 1: in this process).",
+    default=DEFAULTS.workers,
+    show_default=True,
+    help="Processes for the deterministic stages (one per core; 1: in this process).",
 )
 @click.option(
     "--max-rows",
@@ -121,18 +124,24 @@ def _fail(e: RoseError) -> None:
 )
 @click.option("--judge-model", help="Model of the LLM judges; without it only the deterministic stages run.")
 @click.option("--judge-base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI).")
-@click.option("--concurrency", type=int, default=16, show_default=True, help="LLM calls in flight at once.")
+@click.option(
+    "--concurrency",
+    type=int,
+    default=JUDGE_DEFAULTS.concurrency,
+    show_default=True,
+    help="LLM calls in flight at once.",
+)
 @click.option(
     "--policy",
-    type=click.Choice(["rose", "paper"]),
-    default="rose",
+    type=click.Choice(get_args(Policy)),
+    default=JUDGE_DEFAULTS.policy,
     show_default=True,
     help="'paper' reproduces the ROSE paper's flow exactly (Refuter on every matching result).",
 )
 @click.option(
     "--matched-refuter",
-    type=click.Choice(["always", "evidence", "never"]),
-    default="evidence",
+    type=click.Choice(get_args(MatchedRefuter)),
+    default=JUDGE_DEFAULTS.matched_refuter,
     show_default=True,
     help="When results match: ask the Refuter always, only on doubtful evidence, never.",
 )
@@ -140,8 +149,12 @@ def _fail(e: RoseError) -> None:
 @click.option("--prices", type=click.Path(path_type=Path), help="JSON price table to extend the bundled one.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the LLM cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="LLM cache folder (default: ~/.cache/rose-sql).")
-@click.option("--judge-timeout", type=float, default=180.0, show_default=True, help="Seconds per LLM call.")
-@click.option("--max-retries", type=int, default=5, show_default=True, help="Retries per LLM call.")
+@click.option(
+    "--judge-timeout", type=float, default=JUDGE_DEFAULTS.timeout_s, show_default=True, help="Seconds per LLM call."
+)
+@click.option(
+    "--max-retries", type=int, default=JUDGE_DEFAULTS.max_retries, show_default=True, help="Retries per LLM call."
+)
 @click.option(
     "--dry-run", is_flag=True, help="Build every prompt, estimate calls and cost; call nothing, write nothing."
 )
@@ -153,7 +166,7 @@ def run_cmd(
     fmt: str | None,
     resume: bool,
     timeout: float,
-    workers: int | None,
+    workers: int,
     max_rows: int,
     evidence: bool | None,
     evidence_budget: float,

@@ -26,14 +26,12 @@ from rose_sql.evidence.workspace import Workspace
 from rose_sql.execute import Execution, ResultSet
 from rose_sql.sql import has_top_level_order_by
 
-RESULT_ROWS = 10
 
-
-def _result(r: ResultSet) -> dict[str, Any]:
+def _result(r: ResultSet, rows: int) -> dict[str, Any]:
     return {
         "columns": list(r.columns),
         "row_count": r.row_count,
-        "rows": [[json_value(v) for v in row] for row in r.rows[:RESULT_ROWS]],
+        "rows": [[json_value(v) for v in row] for row in r.rows[:rows]],
     }
 
 
@@ -98,14 +96,14 @@ class Evidence:
         return "\n\n".join(parts)
 
 
-def _witness_dict(w: Witness) -> dict[str, Any]:
+def _witness_dict(w: Witness, rows: int) -> dict[str, Any]:
     return {
         "kind": w.kind,
         "reason": w.reason,
         "label": w.label,
         "changes": [_jsonable(c) for c in w.changes],
-        "pred_result": _result(w.pred),
-        "gold_result": _result(w.gold),
+        "pred_result": _result(w.pred, rows),
+        "gold_result": _result(w.gold, rows),
         "comparison": f"{w.comparison.reason}: {w.comparison.detail}",
         "caveats": w.caveats,
     }
@@ -192,7 +190,7 @@ class Finder:
                 "stopped": s.stopped,
                 "order_dependent": s.order_dependent,
             }
-            ev.witness = _witness_dict(s.witness) if s.witness else None
+            ev.witness = _witness_dict(s.witness, cfg.evidence_result_rows) if s.witness else None
         elif comparison is not None and p is not None and comparison.equal is False:
             ev.diff = describe(p, g, comparison, cfg.float_digits)
         ev.seconds = time.monotonic() - start

@@ -15,6 +15,7 @@ from string import Template
 from typing import Any, Literal, TypeVar
 
 from rose_sql.compare import Comparison
+from rose_sql.config import JudgeConfig
 from rose_sql.errors import BudgetExhausted, JudgeFailed, ReplyError
 from rose_sql.execute import Execution
 from rose_sql.items import Item
@@ -78,11 +79,11 @@ def prompt_hashes() -> dict[str, str]:
     return {n: hashlib.sha256(prompt(n).encode()).hexdigest()[:16] for n in ("prover", "refuter", "refuter_matched")}
 
 
-def _question_blocks(case: Case, schema: Schema) -> list[str]:
+def _question_blocks(case: Case, schema: Schema, cfg: JudgeConfig) -> list[str]:
     it = case.item
     blocks = [
         "## Database schema (with column descriptions and example values)\n"
-        + fence("schema", schema.render(tables_read(it.pred_sql) | tables_read(it.gold_sql))),
+        + fence("schema", schema.render(tables_read(it.pred_sql) | tables_read(it.gold_sql), cfg)),
         "## Question\n" + fence("question", it.question or "(no question text was given)"),
     ]
     if it.evidence:
@@ -94,25 +95,27 @@ def _sql(sql: str | None) -> str:
     return strip_comments(sql or "").strip()
 
 
-def prover_messages(case: Case, schema: Schema) -> list[Message]:
+def prover_messages(case: Case, schema: Schema, cfg: JudgeConfig) -> list[Message]:
     """The Prover's messages: no gold anywhere."""
-    blocks = _question_blocks(case, schema)
+    blocks = _question_blocks(case, schema, cfg)
     blocks.append("## Predicted SQL\n" + fence("predicted_sql", _sql(case.item.pred_sql)))
-    blocks.append("## Its result on the database\n" + fence("predicted_result", render_result(case.pred)))
+    blocks.append("## Its result on the database\n" + fence("predicted_result", render_result(case.pred, cfg)))
     blocks.append("Judge the predicted SQL now. Reply with the JSON object only.")
     return [{"role": "system", "content": prompt("prover")}, {"role": "user", "content": "\n\n".join(blocks)}]
 
 
-def refuter_messages(case: Case, schema: Schema, prover: ProverReply | None, *, matched: bool) -> list[Message]:
+def refuter_messages(
+    case: Case, schema: Schema, prover: ProverReply | None, cfg: JudgeConfig, *, matched: bool
+) -> list[Message]:
     """The Refuter's messages: the gold as counter-evidence, the Prover's reasoning when it ran."""
-    blocks = _question_blocks(case, schema)
+    blocks = _question_blocks(case, schema, cfg)
     blocks.append("## Predicted SQL\n" + fence("predicted_sql", _sql(case.item.pred_sql)))
     blocks.append("## Reference SQL (noisy)\n" + fence("reference_sql", _sql(case.item.gold_sql)))
     if matched:
         blocks.append("## Results\nBoth queries returned the same result on the database (" + _shape(case.pred) + ").")
     else:
-        blocks.append("## Result of the predicted SQL\n" + fence("predicted_result", render_result(case.pred)))
-        blocks.append("## Result of the reference SQL\n" + fence("reference_result", render_result(case.gold)))
+        blocks.append("## Result of the predicted SQL\n" + fence("predicted_result", render_result(case.pred, cfg)))
+        blocks.append("## Result of the reference SQL\n" + fence("reference_result", render_result(case.gold, cfg)))
         if case.comparison is not None:
             blocks.append(f"## How the results differ (computed by the evaluator)\n{case.comparison.detail}")
     if case.evidence:
