@@ -251,6 +251,8 @@ def test_public_surface_is_pinned() -> None:
     assert reward.__all__ == sorted(reward.__all__)
     assert all(hasattr(reward, name) for name in reward.__all__)
     assert set(reward.__all__) >= {"RewardConfig", "RewardScorer", "compute_score", "compute_score_batch", "trl_reward"}
+    # names that do not collide with the evaluator's: execute.Status, judges.llm.ChatReply
+    assert {"RewardStatus", "Completion"} <= set(reward.__all__) and "Status" not in reward.__all__
 
 
 def test_worker_processes_agree_with_threads(shared: Path, scorer: RewardScorer) -> None:

@@ -20,7 +20,7 @@ from rose_sql.errors import BudgetExhausted, JudgeFailed, ReplyError
 from rose_sql.execute import Execution
 from rose_sql.items import Item
 from rose_sql.judges.context import Schema, fence, render_result
-from rose_sql.judges.llm import LLM, Completion, Message
+from rose_sql.judges.llm import LLM, ChatReply, Message
 from rose_sql.judges.replies import ProverReply, RefuterReply, parse_reply
 from rose_sql.sql import strip_comments, tables_read
 
@@ -134,7 +134,7 @@ def _shape(e: Execution) -> str:
     return "no result" if r is None else f"{r.row_count} rows x {len(r.columns)} columns"
 
 
-def _call(stage: str, llm: LLM, messages: list[Message], c: Completion | None, reply: Any, error: str | None) -> Call:
+def _call(stage: str, llm: LLM, messages: list[Message], c: ChatReply | None, reply: Any, error: str | None) -> Call:
     digest = hashlib.sha256(messages[0]["content"].encode()).hexdigest()[:16]
     return Call(
         stage=stage,

@@ -29,7 +29,7 @@ from rose_sql.config import RewardConfig, Schedule
 from rose_sql.errors import LabelError
 from rose_sql.reward.adapters import compute_score, compute_score_batch, trl_reward
 from rose_sql.reward.clauses import ParsedSQL, parse
-from rose_sql.reward.execution import Status, execution_outcome
+from rose_sql.reward.execution import RewardStatus, execution_outcome
 from rose_sql.reward.extract import Completion, extract_sql
 from rose_sql.reward.gold import Gold, parse_label
 from rose_sql.reward.schedule import Reward, bounds, combine, invalid, weights
@@ -46,8 +46,8 @@ __all__ = [
     "RewardConfig",
     "RewardItem",
     "RewardScorer",
+    "RewardStatus",
     "Schedule",
-    "Status",
     "SyntaxScore",
     "bounds",
     "build_tree",
