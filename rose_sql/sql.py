@@ -120,15 +120,15 @@ def parse(sql: str, dialect: str = DEFAULT_DIALECT) -> Parsed:
     For callers that keep their own memo of what they build from the tree (the syntax reward);
     everyone else asks :func:`query`.
     """
-    tokens = _tokenize(sql, dialect)
-    return Parsed(error=tokens) if isinstance(tokens, str) else _parse_tokens(sql, tokens, dialect)
+    return Query(sql, dialect).parsed
 
 
 class Query:
     """One SQL text and what is read from it, each part computed on first use and kept.
 
-    Get one with :func:`query`, which returns the same object for the same text. Not locked: two
-    threads asking at once may both compute a part, harmlessly (they compute equal values).
+    Get one with :func:`query`, which returns the same object for the same text. Its tree is shared
+    with every later caller: copy it before changing it (the gold smells do). Not locked: two threads
+    asking at once may both compute a part, harmlessly (they compute equal values).
     """
 
     __slots__ = ("_ordered", "_parsed", "_tables", "_tokens", "dialect", "text")
