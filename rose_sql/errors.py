@@ -1,17 +1,35 @@
-"""One exception family for caller mistakes.
+"""The one exception tree of ROSE-SQL.
 
-Problems with a single item (a prediction that fails, a gold that times out, a missing
-database) are never raised: they are data on that item's record. Exceptions are for
-mistakes that stop a whole run before it starts, and the CLI turns them into messages::
+Problems with a single item (a prediction that fails, a gold that times out, a missing database, a
+judge that never answers usefully, a spent budget) are never raised out of a run: they are data on
+that item's record. The first group below stops a whole run before it starts, and the CLI turns it
+into a message; the second is raised inside a stage and caught one level up, where it becomes data
+on the item; the third belongs to the RL reward::
 
     RoseError                 base of everything ROSE-SQL raises on purpose
+     |   caller mistakes: shown to the user by the CLI (exit status 2)
      +-- InputError           a file cannot be read or parsed; names the file and line or key
      +-- UsageError           options that contradict each other or name nothing usable
+     |   judge failures: caught by the judge walk, recorded on the item
+     +-- ReplyError           a judge's reply holds no valid JSON object of the expected shape
+     +-- JudgeFailed          no valid reply after the re-asks, or the endpoint kept failing
+     +-- BudgetExhausted      the budget forbids the next LLM call
+     |   the worker engine: caught by the run, recorded on the items of the unit
+     +-- Lost                 a unit of work whose worker process died twice
+     |   the reward
+     +-- LabelError           a reward label names no gold SQL or no usable database (also a ValueError)
+     +-- BadRequest           the reward server cannot read a request; answered with an HTTP status
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from http import HTTPStatus
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # typing only: the judges import this module
+    from rose_sql.record import JudgeCall as Call
 
 
 class RoseError(Exception):
@@ -19,7 +37,7 @@ class RoseError(Exception):
 
 
 class InputError(RoseError):
-    """An input file is missing, unreadable or malformed."""
+    """An input file is missing, unreadable or malformed (shown to the user; the run does not start)."""
 
     def __init__(self, path: str | Path, message: str, *, where: str | int | None = None) -> None:
         self.path = str(path)
@@ -29,4 +47,43 @@ class InputError(RoseError):
 
 
 class UsageError(RoseError):
-    """Options or arguments that cannot work together."""
+    """Options or arguments that cannot work together (shown to the user; the run does not start)."""
+
+
+class ReplyError(RoseError):
+    """A judge's reply holds no valid JSON object of the expected shape (re-asked; kept as the call's error)."""
+
+
+class JudgeFailed(RoseError):
+    """A judge gave no valid reply after the re-asks, or the endpoint kept failing (item: ``judge_error``)."""
+
+    def __init__(self, message: str, calls: Sequence[Call]) -> None:
+        super().__init__(message)
+        self.calls = list(calls)
+        """The calls made, raw replies included: they go on the item's record."""
+
+
+class BudgetExhausted(RoseError):
+    """The budget forbids the next LLM call (the item is unscored ``budget_exhausted``, never shown as an error)."""
+
+    def __init__(self, message: str = "budget exhausted", calls: Sequence[Call] = ()) -> None:
+        super().__init__(message)
+        self.calls = list(calls)
+        """The calls this item made before the budget ran out: they go on its record."""
+
+
+class LabelError(RoseError, ValueError):
+    """A reward label that does not say which gold SQL and database an item has (that item's reward error)."""
+
+
+class BadRequest(RoseError):
+    """A reward-server request body it cannot read (answered to the client with ``status`` and the message)."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        """The HTTP status of the answer (400, 413)."""
+
+
+class Lost(RoseError):
+    """A unit of work whose worker process kept dying (caught by the run: its items are recorded unscored)."""

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from rose_sql.config import Config
+from rose_sql.config import Config, JudgeConfig
 from rose_sql.decide import Facts, Step, walk
 from rose_sql.evaluate import Executed, execute_item
 from rose_sql.evidence.finder import Finder
@@ -101,7 +101,7 @@ def estimate(loaded: Sequence[Loaded], db_root: Path, config: Config) -> list[Es
                 assert ex.pred is not None
                 case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence=ex.evidence_text())
                 schema = schemas.get(ex.db)
-                costs = [_path_tokens(path, case, schema) for path in paths]
+                costs = [_path_tokens(path, case, schema, judge) for path in paths]
                 lo_calls += min(len(p) for p in paths)
                 hi_calls += max(len(p) for p in paths)
                 lo_tok += min(costs)
@@ -128,13 +128,13 @@ def estimate(loaded: Sequence[Loaded], db_root: Path, config: Config) -> list[Es
     return out
 
 
-def _path_tokens(path: list[Step], case: Case, schema: Schema) -> int:
+def _path_tokens(path: list[Step], case: Case, schema: Schema, judge: JudgeConfig) -> int:
     """Prompt tokens of the calls on one path (a Refuter after a pass also reads the Prover's reply)."""
     tokens = 0
     for step in path:
         if step == "prover":
-            tokens += _tokens(prover_messages(case, schema))
+            tokens += _tokens(prover_messages(case, schema, judge))
         else:
-            msgs = refuter_messages(case, schema, None, matched=step == "refuter_matched")
+            msgs = refuter_messages(case, schema, None, judge, matched=step == "refuter_matched")
             tokens += _tokens(msgs) + (ASSUMED_COMPLETION_TOKENS if step == "refuter" else 0)
     return tokens

@@ -161,7 +161,8 @@ class Judged:
 
 async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched_refuter: MatchedRefuter) -> Judged:
     """Walk the decision table, asking each judge it calls for; the decision with the calls made."""
-    from rose_sql.judges.ask import Case, JudgeFailed, OutOfBudget, ask, prover_messages, refuter_messages
+    from rose_sql.errors import BudgetExhausted, JudgeFailed
+    from rose_sql.judges.ask import Case, ask, prover_messages, refuter_messages
     from rose_sql.judges.replies import ProverReply, RefuterReply
 
     calls: list[JudgeCall] = []
@@ -175,12 +176,12 @@ async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched
         reply: ProverReply | RefuterReply
         try:
             if step == "prover":
-                passed, made = await ask(llm, step, prover_messages(case, schema), ProverReply)
+                passed, made = await ask(llm, step, prover_messages(case, schema, llm.cfg), ProverReply)
                 reply = passed
             else:
-                msgs = refuter_messages(case, schema, passed, matched=step == "refuter_matched")
+                msgs = refuter_messages(case, schema, passed, llm.cfg, matched=step == "refuter_matched")
                 reply, made = await ask(llm, step, msgs, RefuterReply)
-        except (JudgeFailed, OutOfBudget) as e:
+        except (JudgeFailed, BudgetExhausted) as e:
             calls.extend(e.calls)
             return "failed" if isinstance(e, JudgeFailed) else "no_budget"
         calls.extend(made)

@@ -1,7 +1,7 @@
 """The sandbox for untrusted SQL: read-only SQLite, real timeouts, capped results, a cache.
 
-Every query runs on a connection that is opened ``mode=ro`` (and ``immutable=1`` unless a ``-wal``
-or ``-journal`` file sits beside the database, so SQLite never creates one) with ``PRAGMA
+Every query runs on a connection that is opened read-only (:mod:`rose_sql.engines.sqlite`: ``mode=ro``
+and ``immutable=1`` unless a ``-wal`` or ``-journal`` file sits beside the database) with ``PRAGMA
 query_only``, an authorizer that allows only reads (no ATTACH, PRAGMA, writes, DDL,
 ``load_extension``), SQLite limits on value length and attached databases, and a progress handler
 that interrupts the query inside SQLite at its deadline (a thread-based timeout cannot stop a
@@ -24,7 +24,6 @@ import os
 import sqlite3
 import threading
 import time
-import urllib.parse
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -33,14 +32,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rose_sql.config import Config
+from rose_sql.engines.sqlite import authorize, connect_read_only
 from rose_sql.sql import gate
 from rose_sql.workers import Watch, statement_key
 
 Status = Literal["ok", "error", "timeout", "rejected", "guard", "unreadable"]
 Row = tuple[Any, ...]
 
-_READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
-_DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "sqlite_dbpage"}
 STEP_GRAIN = 1000
 """Virtual-machine steps between two calls of the progress handler (which counts them)."""
 _CELL_BYTES = 16
@@ -107,14 +105,6 @@ class Execution:
         return self.status == "ok"
 
 
-def _authorize(action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None) -> int:
-    if action in _READ_ACTIONS:
-        return sqlite3.SQLITE_OK
-    if action == sqlite3.SQLITE_FUNCTION:
-        return sqlite3.SQLITE_DENY if (arg2 or "").lower() in _DENIED_FUNCTIONS else sqlite3.SQLITE_OK
-    return sqlite3.SQLITE_DENY
-
-
 DbKey = tuple[str, int, int]
 
 
@@ -129,16 +119,6 @@ def db_key(path: Path) -> DbKey:
     return (_resolved(str(path)), st.st_size, st.st_mtime_ns)
 
 
-def _uri(path: Path) -> str:
-    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
-    # immutable=1: no locks, no change detection, and above all no -wal/-shm files created for a
-    # WAL-mode database (mode=ro alone creates them). A file that changes gets a new connection
-    # (see Executor._conn). With a -wal or -journal present, SQLite must see it: plain mode=ro.
-    if not any(path.with_name(path.name + s).exists() for s in ("-wal", "-journal")):
-        uri += "&immutable=1"
-    return uri
-
-
 class _Conn:
     """A locked-down read-only connection that stops a statement past its step budget or deadline."""
 
@@ -151,7 +131,7 @@ class _Conn:
         """Why the running statement was stopped: ``steps`` (deterministic) or ``wall`` (the guard)."""
         self.decode_errors = False
         self.closed = False
-        self.conn = sqlite3.connect(_uri(path), uri=True, check_same_thread=False, isolation_level=None)
+        self.conn = connect_read_only(path, check_same_thread=False, isolation_level=None)
         try:
             # The pragmas must come before the authorizer, which denies every PRAGMA.
             self.conn.execute(f"PRAGMA hard_heap_limit = {int(config.sqlite_heap_bytes)}")
@@ -159,7 +139,7 @@ class _Conn:
             self.conn.execute("PRAGMA temp_store = MEMORY")  # sorts and temp b-trees never spill to disk
             self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, config.max_value_bytes)
             self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-            self.conn.set_authorizer(_authorize)
+            self.conn.set_authorizer(authorize)
             self.conn.set_progress_handler(self._progress, STEP_GRAIN)
             # text_factory stays str (decoded in C); a result with text that is not UTF-8 is
             # fetched again with self._text (see Executor._fetch)

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from rose_sql.config import Config
 from rose_sql.decide import UNSCORED
-from rose_sql.errors import UsageError
+from rose_sql.errors import Lost, UsageError
 from rose_sql.evaluate import Executed, execute_item, failed_record, judge_item, to_record, unjudged_record
 from rose_sql.execute import Executor
 from rose_sql.items import Item, Loaded
 from rose_sql.provenance import Manifest, build, command_line, differences, read_manifest, write_manifest
 from rose_sql.record import Record, RecordWriter, id_key, read_records
 from rose_sql.summary import Brief, Summary, summarize_briefs, write_summary
-from rose_sql.workers import Lost, Pool, Watch
+from rose_sql.workers import Pool, Watch
 
 if TYPE_CHECKING:  # evidence and judges are loaded only when configured: a judge-free run starts faster
     from rose_sql.evidence.finder import Finder

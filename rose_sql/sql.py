@@ -1,30 +1,204 @@
-"""SQL text helpers built on sqlglot's SQLite tokenizer.
+"""The one sqlglot seam: SQL text read as tokens and trees, and what the stages ask of it.
 
-Lexical work only (statement gate, comment stripping, top-level ORDER BY): it never fails on SQL
-that sqlglot's parser does not understand, and it costs microseconds. The execution sandbox
-(:mod:`rose_sql.execute`) is what actually enforces read-only access; this gate gives a clear
-reason early.
+Every module that reads SQL does it here: the statement gate, comment stripping, whether the
+outermost query is ordered, the tables a query reads, identifier quoting, and sqlglot's trees for
+the evidence and the syntax reward. The dialect is a parameter (``sqlite``, the only engine today,
+by default). Untrusted SQL never makes these functions raise: what sqlglot cannot read comes back as
+a :class:`Parsed` with an ``error``, or as each function's documented fallback. The lexical helpers
+(gate, comments, ordering) cost microseconds and never fail on SQL that sqlglot's parser does not
+understand. The execution sandbox (:mod:`rose_sql.execute`) is what actually enforces read-only
+access; the gate gives a clear reason early.
+
+Each text is read once. :func:`query` memoises one :class:`Query` per distinct text (a bounded
+LRU) whose tokens and tree are computed on first use, so the stages of an item that need the same
+SQL (the gate, whether the gold is ordered, the evidence's features and gold smells, the judges'
+schema subset) share one tokenization and one parse. Memoised rather than carried through the
+stages: the deterministic stages run in worker processes and the judges in the main one, a sqlglot
+tree costs more to pickle than to parse, and threading a Query through every stage's signature
+would buy nothing within a process that the memo does not.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeVar
 
-from sqlglot import Token, TokenType
-from sqlglot.dialects.sqlite import SQLite
+from sqlglot import Token, TokenType, exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError
+from sqlglot.parser import Parser
+from sqlglot.tokens import Tokenizer
 
-_DIALECT = SQLite()
+DEFAULT_DIALECT = "sqlite"
+"""The dialect SQL is read in unless a caller names another (the only engine today is SQLite)."""
+
 _STARTS = {TokenType.SELECT, TokenType.WITH, TokenType.VALUES, TokenType.L_PAREN}
 _PLAIN_START = re.compile(r"\s*(?:(?:select|with|values)(?![\w$])|\()", re.IGNORECASE | re.ASCII)
+_MEMO_QUERIES = 64
+"""Queries :func:`query` keeps (LRU): the texts of the items in flight in a process (a worker process
+evaluates one item at a time). Kept trees cost the garbage collector time, so few are kept."""
+_MEMO_MAX_CHARS = 8192
+"""Longer texts are read afresh each time they are asked for, never kept: a hostile 200,000-character
+query's tree is not held in memory."""
+
+R = TypeVar("R")
 
 
-def _tokens(sql: str) -> list[Token] | None:
-    """sqlglot's tokens, or None when it cannot tokenize (whatever it raises: the input is untrusted)."""
+# --------------------------------------------------------------------------- reading with sqlglot
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """What sqlglot read in one SQL text: its statements, or why it could not read them."""
+
+    statements: tuple[exp.Expr | None, ...] = ()
+    """Every statement in order, as ``sqlglot.parse`` returns them (None for an empty one)."""
+    tree: exp.Expr | None = None
+    """The statement, or a ``Block`` of all of them when there are several (as ``sqlglot.parse_one``);
+    None when the text is unreadable or its first statement is empty."""
+    error: str | None = None
+    """Why sqlglot could not read the text (None when it could)."""
+
+
+_LOCAL = threading.local()
+
+
+@lru_cache(maxsize=16)
+def _dialect(name: str) -> Dialect:
+    return Dialect.get_or_raise(name)
+
+
+def _tools(dialect: str) -> tuple[Tokenizer, Parser]:
+    """This thread's sqlglot tokenizer and parser for a dialect (making them costs about as much as
+    parsing a short query, and they keep state while they work, so each thread has its own)."""
+    tools: dict[str, tuple[Tokenizer, Parser]] | None = getattr(_LOCAL, "tools", None)
+    if tools is None:
+        tools = _LOCAL.tools = {}
+    if dialect not in tools:
+        d = _dialect(dialect)
+        tools[dialect] = (d.tokenizer(), d.parser())
+    return tools[dialect]
+
+
+def _guarded(read: Callable[[], R]) -> R | str:
+    """``read()``, or what it raised as a readable message.
+
+    The one place where sqlglot's failures are caught. On untrusted text it raises its own errors
+    (``TokenError``, ``ParseError``), ``RecursionError`` on deep nesting, ``ValueError``, and, from
+    inside its parser, ``TypeError`` or ``AttributeError`` on some inputs (``{!->>GLOB,=``): every
+    exception means "not read".
+    """
     try:
-        return list(_DIALECT.tokenize(sql))
-    except Exception:
-        return None
+        return read()
+    except Exception as e:  # see above: the input is untrusted, and so is what sqlglot makes of it
+        if isinstance(e, ParseError) and e.errors:
+            first = e.errors[0]
+            return f"{first.get('description')} (line {first.get('line')}, column {first.get('col')})"[:500]
+        return f"{type(e).__name__}: {e}"[:500]
+
+
+def _tokenize(sql: str, dialect: str) -> tuple[Token, ...] | str:
+    return _guarded(lambda: tuple(_tools(dialect)[0].tokenize(sql)))
+
+
+def _parse_tokens(sql: str, tokens: tuple[Token, ...], dialect: str) -> Parsed:
+    statements = _guarded(lambda: tuple(_tools(dialect)[1].parse(list(tokens), sql)))
+    if isinstance(statements, str):
+        return Parsed(error=statements)
+    if not statements or statements[0] is None:
+        return Parsed(statements)
+    return Parsed(statements, exp.Block(expressions=list(statements)) if len(statements) > 1 else statements[0])
+
+
+def parse(sql: str, dialect: str = DEFAULT_DIALECT) -> Parsed:
+    """sqlglot's reading of ``sql``, not memoised (never raises: what it cannot read is ``error``).
+
+    For callers that keep their own memo of what they build from the tree (the syntax reward);
+    everyone else asks :func:`query`.
+    """
+    return Query(sql, dialect).parsed
+
+
+class Query:
+    """One SQL text and what is read from it, each part computed on first use and kept.
+
+    Get one with :func:`query`, which returns the same object for the same text. Its tree is shared
+    with every later caller: copy it before changing it (the gold smells do). Not locked: two threads
+    asking at once may both compute a part, harmlessly (they compute equal values).
+    """
+
+    __slots__ = ("_ordered", "_parsed", "_tables", "_tokens", "dialect", "text")
+
+    def __init__(self, text: str, dialect: str = DEFAULT_DIALECT) -> None:
+        self.text = text
+        """The SQL."""
+        self.dialect = dialect
+        """The dialect it is read in."""
+        self._tokens: tuple[Token, ...] | str | None = None
+        self._parsed: Parsed | None = None
+        self._tables: frozenset[str] | None = None
+        self._ordered: bool | None = None
+
+    def _lexed(self) -> tuple[Token, ...] | str:
+        if self._tokens is None:
+            self._tokens = _tokenize(self.text, self.dialect)
+        return self._tokens
+
+    @property
+    def tokens(self) -> tuple[Token, ...] | None:
+        """sqlglot's tokens (comments are not tokens), or None when it cannot tokenize the text."""
+        tokens = self._lexed()
+        return None if isinstance(tokens, str) else tokens
+
+    @property
+    def parsed(self) -> Parsed:
+        """sqlglot's statements and tree, parsed from :attr:`tokens`, or why there are none."""
+        if self._parsed is None:
+            tokens = self._lexed()
+            self._parsed = (
+                Parsed(error=tokens) if isinstance(tokens, str) else _parse_tokens(self.text, tokens, self.dialect)
+            )
+        return self._parsed
+
+    @property
+    def tree(self) -> exp.Expr | None:
+        """The tree of the query (see :attr:`Parsed.tree`), or None."""
+        return self.parsed.tree
+
+    @property
+    def tables(self) -> frozenset[str]:
+        """Lower-cased names of the tables the statements read (empty when they do not parse)."""
+        if self._tables is None:
+            trees = self.parsed.statements
+            self._tables = frozenset(
+                t.name.lower() for tree in trees if tree is not None for t in tree.find_all(exp.Table)
+            )
+        return self._tables
+
+    @property
+    def ordered(self) -> bool:
+        """Whether the outermost query is ordered: see :func:`has_top_level_order_by`."""
+        if self._ordered is None:
+            self._ordered = _ordered(self)
+        return self._ordered
+
+
+@lru_cache(maxsize=_MEMO_QUERIES)
+def _memo(text: str, dialect: str) -> Query:
+    return Query(text, dialect)
+
+
+def query(text: str, dialect: str = DEFAULT_DIALECT) -> Query:
+    """The :class:`Query` of ``text``: the same object while the text is among the last 64 asked for
+    (texts longer than 8,192 characters get a new one each time)."""
+    return Query(text, dialect) if len(text) > _MEMO_MAX_CHARS else _memo(text, dialect)
+
+
+# --------------------------------------------------------------------------- what the stages ask
 
 
 EMPTY = "empty SQL"
@@ -52,7 +226,7 @@ def gate(sql: str, *, max_chars: int = 200_000) -> str | None:
         return f"SQL is not valid Unicode text (lone surrogate {sql[e.start]!r} at {e.start})"
     if _plainly_one_select(sql):
         return None
-    tokens = _tokens(sql)
+    tokens = query(sql).tokens
     if tokens is None:
         return None  # let SQLite report the syntax error in its own words
     if not tokens:
@@ -75,7 +249,7 @@ def _plainly_one_select(sql: str) -> bool:
     return ";" not in body and "--" not in body and "/*" not in body and _PLAIN_START.match(body) is not None
 
 
-def _split(tokens: list[Token]) -> list[list[Token]]:
+def _split(tokens: tuple[Token, ...]) -> list[list[Token]]:
     statements: list[list[Token]] = [[]]
     for tok in tokens:
         if tok.token_type == TokenType.SEMICOLON:
@@ -87,7 +261,7 @@ def _split(tokens: list[Token]) -> list[list[Token]]:
 
 def strip_comments(sql: str) -> str:
     """The SQL without ``--`` and ``/* */`` comments (string literals untouched)."""
-    tokens = _tokens(sql)
+    tokens = query(sql).tokens
     if tokens is None:
         return sql
     out: list[str] = []
@@ -108,9 +282,14 @@ def has_top_level_order_by(sql: str) -> bool:
     compound SELECT does. If the SQL cannot be tokenized, falls back to the text test the
     Spider test suite uses (``'order by' in sql.lower()``).
     """
+    return query(sql).ordered
+
+
+def _ordered(q: Query) -> bool:
+    sql = q.text
     if "order" not in sql.lower():
         return False
-    tokens = _tokens(sql)
+    tokens = q.tokens
     if tokens is None:
         return "order by" in sql.lower()
     depth = 0
@@ -122,3 +301,9 @@ def has_top_level_order_by(sql: str) -> bool:
         elif tok.token_type == TokenType.ORDER_BY and depth == 0:
             return True
     return False
+
+
+@lru_cache(maxsize=65536)
+def tables_read(sql: str | None) -> frozenset[str]:
+    """Lower-cased names of the tables a query reads (empty when there is no SQL or it does not parse)."""
+    return query(sql).tables if sql else frozenset()

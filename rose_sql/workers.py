@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Generic, TypeVar
 
+from rose_sql.errors import Lost
+
 S = TypeVar("S")
 T = TypeVar("T")
 R = TypeVar("R")
@@ -133,10 +135,6 @@ def _exit_with(parent: int) -> None:
 def can_fork() -> bool:
     """Whether forking workers is safe here: Linux (macOS frameworks are not fork-safe), one thread."""
     return sys.platform == "linux" and threading.active_count() == 1
-
-
-class Lost(Exception):
-    """A unit that could not be completed: its worker kept dying (the message says how)."""
 
 
 @dataclass

@@ -60,3 +60,63 @@ def test_every_command_has_help_and_is_in_the_readme(command: str) -> None:
     result = CliRunner().invoke(main, [command, "--help"])
     assert result.exit_code == 0 and "Usage:" in result.output
     assert re.search(rf"\brose {re.escape(command)}\b", README), f"`rose {command}` is not in the README"
+
+
+def test_every_exception_is_in_the_one_tree_and_drawn_in_its_docstring() -> None:
+    import inspect
+
+    from rose_sql import errors
+
+    classes = [c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, Exception)]
+    assert errors.RoseError in classes and len(classes) >= 8
+    for cls in classes:
+        assert issubclass(cls, errors.RoseError) and cls.__module__ == "rose_sql.errors", cls
+        assert re.search(rf"\+-- {cls.__name__} |^    {cls.__name__} ", errors.__doc__ or "", re.M), cls
+        assert cls.__doc__ and "\n" not in cls.__doc__.strip(), f"{cls.__name__} needs a one-line docstring"
+    package = Path(rose_sql.__file__).parent
+    elsewhere = [
+        f"{path.relative_to(package)}:{m.group(1)}"
+        for path in package.rglob("*.py")
+        if path.name != "errors.py" and "testing" not in path.parts
+        for m in re.finditer(r"^class (\w+)\((?:\w+Error|Exception)\)", path.read_text(encoding="utf-8"), re.M)
+    ]
+    assert not elsewhere, f"exceptions outside rose_sql.errors: {elsewhere}"
+
+
+def test_the_cli_shows_the_config_defaults() -> None:
+    from rose_sql.cli.reward import serve_reward_cmd
+    from rose_sql.cli.run import run_cmd
+    from rose_sql.config import Config, JudgeConfig, ServeConfig
+
+    run, judge = Config(), JudgeConfig(model="m")
+    serve = ServeConfig(Path("."))
+    expected = {
+        run_cmd: {
+            "timeout": run.timeout_s,
+            "max_steps": run.max_steps,
+            "evidence_steps": run.evidence_max_steps,
+            "max_rows": run.max_rows,
+            "evidence_budget": run.evidence_budget_s,
+            "concurrency": judge.concurrency,
+            "policy": judge.policy,
+            "matched_refuter": judge.matched_refuter,
+            "judge_timeout": judge.timeout_s,
+            "max_retries": judge.max_retries,
+        },
+        serve_reward_cmd: {
+            "host": serve.host,
+            "port": serve.port,
+            "deadline": serve.deadline_s,
+            "timeout": serve.reward.timeout_s,
+            "workers": serve.reward.workers,
+            "processes": serve.reward.processes,
+            "schedule": serve.reward.schedule,
+            "alpha_start": serve.reward.alpha_start,
+            "alpha_end": serve.reward.alpha_end,
+            "total_steps": serve.reward.total_steps,
+        },
+    }
+    for command, defaults in expected.items():
+        options = {p.name: p for p in command.params if isinstance(p, click.Option)}
+        for name, value in defaults.items():
+            assert options[name].default == value and options[name].show_default, (command.name, name)

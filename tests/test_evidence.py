@@ -199,3 +199,16 @@ def test_interrupted_search_leaves_the_copy_as_the_real_data(make_db: Callable[.
         == real.execute("SELECT * FROM t ORDER BY id").fetchall()
     )
     real.close()
+
+
+def test_witness_queries_quote_names_that_hold_quotes(make_db: Callable[..., Path]) -> None:
+    from rose_sql.evidence.witness import _caveats, _lineage
+
+    db = make_db('CREATE TABLE "we""ird" ("co""l" INTEGER, v TEXT); INSERT INTO "we""ird" VALUES (1, 1), (2, 2);')
+    ws = Workspace(db)
+    try:
+        assert _lineage(ws, 'we"ird', ['co"l'], [2], limit=1) == [2, 1]  # the row holding 2 first, then the first row
+        change = Change("update", 'we"ird', 1, column='co"l', old=1, new=7)
+        assert _caveats(ws, [change]) == ['the value 7 does not occur in we"ird.co"l in the database']
+    finally:
+        ws.close()

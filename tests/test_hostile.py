@@ -298,17 +298,23 @@ def test_gate_survives_random_text() -> None:
 
 @pytest.mark.parametrize("exc", [RecursionError, KeyError, IndexError, AttributeError, MemoryError, TypeError])
 def test_gate_survives_any_tokenizer_exception(exc: type[Exception], monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(sql: str) -> Any:
-        raise exc("tokenizer broke")
+    class Broken:
+        def tokenize(self, sql: str) -> Any:
+            raise exc("tokenizer broke")
 
-    monkeypatch.setattr(rose_sql.sql._DIALECT, "tokenize", boom)
-    has_top_level_order_by.cache_clear()
+    monkeypatch.setattr(rose_sql.sql, "_tools", lambda dialect: (Broken(), None))
+    caches = (rose_sql.sql._memo, has_top_level_order_by, rose_sql.sql.tables_read)
+    for cache in caches:
+        cache.cache_clear()
     try:
-        assert gate("SELECT 1") is None  # SQLite decides, and the sandbox holds
+        assert gate("SELECT 1; SELECT 2") is None  # SQLite decides, and the sandbox holds
         assert strip_comments("SELECT 1 -- x") == "SELECT 1 -- x"
         assert has_top_level_order_by("SELECT a FROM t ORDER BY a") is True
+        assert rose_sql.sql.tables_read("SELECT a FROM t") == frozenset()
+        assert (rose_sql.sql.parse("SELECT 1").error or "").startswith(f"{exc.__name__}: ")
     finally:
-        has_top_level_order_by.cache_clear()
+        for cache in caches:
+            cache.cache_clear()
 
 
 def test_the_gates_shortcut_agrees_with_the_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -251,6 +251,8 @@ def test_public_surface_is_pinned() -> None:
     assert reward.__all__ == sorted(reward.__all__)
     assert all(hasattr(reward, name) for name in reward.__all__)
     assert set(reward.__all__) >= {"RewardConfig", "RewardScorer", "compute_score", "compute_score_batch", "trl_reward"}
+    # names that do not collide with the evaluator's: execute.Status, judges.llm.ChatReply
+    assert {"RewardStatus", "Completion"} <= set(reward.__all__) and "Status" not in reward.__all__
 
 
 def test_worker_processes_agree_with_threads(shared: Path, scorer: RewardScorer) -> None:
@@ -409,6 +411,21 @@ EXTRACTION_CASES: list[tuple[Any, str | None]] = [
 @pytest.mark.parametrize(("completion", "expected"), EXTRACTION_CASES)
 def test_extract_sql(completion: Any, expected: str | None) -> None:
     assert extract_sql(completion) == expected
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("WITH x" + " " * 40_000 + "SELECT 1", "SELECT 1"),
+        ("WITH x (" + " " * 40_000 + "SELECT 1", "SELECT 1"),
+        ("<answer>" * 20_000, "<answer>" * 19_999),  # an unclosed tag runs to the end
+        ("<think>" * 20_000 + "SELECT 1", None),
+        ("```" * 20_000, None),
+    ],
+    ids=["spaces after a CTE name", "unclosed column list", "opening tags", "reasoning tags", "fences"],
+)
+def test_extract_reads_hostile_completions_in_linear_time(completion: str, expected: str | None) -> None:
+    assert extract_sql(completion) == expected  # the suite's time is the guard (this took seconds when quadratic)
 
 
 def test_extract_cuts_the_prompt_off() -> None:

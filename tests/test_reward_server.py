@@ -20,8 +20,9 @@ from click.testing import CliRunner
 from conftest import build_db
 
 from rose_sql.cli import main
+from rose_sql.config import ServeConfig
 from rose_sql.reward import RewardConfig
-from rose_sql.reward.server import RewardServer, ServeConfig, serve_in_thread
+from rose_sql.reward.server import RewardServer, serve_in_thread
 
 HANG_GUARD_S = 20.0  # only catches a hang; not a performance assertion
 SCRIPT = """

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rose_sql.workers import Lost, Pool, Watch, statement_key
+from rose_sql.errors import Lost
+from rose_sql.workers import Pool, Watch, statement_key
 
 
 class State:

@@ -4,34 +4,42 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import get_args
 
 import click
 
 from rose_sql.cli.main import err, fail
+from rose_sql.config import Schedule, ServeConfig
 from rose_sql.errors import UsageError
-from rose_sql.reward import RewardConfig
-from rose_sql.reward.server import DEADLINE_S
 
-_REWARD = RewardConfig()
+_SERVE = ServeConfig(db_root=Path())
+"""Read for its defaults only (``--db-root`` has none)."""
+_REWARD = _SERVE.reward
 
 
 @click.command("serve-reward")
 @click.option(
     "--db-root", required=True, type=click.Path(path_type=Path), help="Folder holding <db_id>/<db_id>.sqlite."
 )
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", type=int, default=5000, show_default=True, help="TCP port (0: any free one).")
+@click.option("--host", default=_SERVE.host, show_default=True, help="Address to bind.")
+@click.option("--port", type=int, default=_SERVE.port, show_default=True, help="TCP port (0: any free one).")
 @click.option(
     "--timeout", type=float, default=_REWARD.timeout_s, show_default=True, help="Seconds one predicted query may run."
 )
 @click.option(
     "--deadline",
     type=float,
-    default=DEADLINE_S,
+    default=_SERVE.deadline_s,
     show_default=True,
     help="Seconds within which every request is answered.",
 )
-@click.option("--workers", type=int, default=None, help="Threads running queries (default: 2 x cores).")
+@click.option(
+    "--workers",
+    type=int,
+    default=_REWARD.workers,
+    show_default=True,
+    help="Threads running queries (two per core, at least two).",
+)
 @click.option(
     "--processes",
     type=int,
@@ -41,7 +49,7 @@ _REWARD = RewardConfig()
 )
 @click.option(
     "--schedule",
-    type=click.Choice(["constant", "linear", "cosine"]),
+    type=click.Choice(get_args(Schedule)),
     default=_REWARD.schedule,
     show_default=True,
     help="How the syntax weight moves from --alpha-start to --alpha-end over --total-steps.",
@@ -58,7 +66,7 @@ def serve_reward_cmd(
     port: int,
     timeout: float,
     deadline: float,
-    workers: int | None,
+    workers: int,
     processes: int,
     schedule: str,
     alpha_start: float,
@@ -72,7 +80,7 @@ def serve_reward_cmd(
     {"rewards": [...], "scores": [...], "extra_logs": {...}, "errors": [...]}. A label is
     {"gold_sql": SQL, "db_id": ID} (JSON) or "SQL<TAB>db_id". See docs/rewards.md.
     """
-    from rose_sql.reward.server import RewardServer, ServeConfig
+    from rose_sql.reward.server import RewardServer
 
     if not db_root.is_dir():
         fail(UsageError(f"--db-root {db_root} is not a folder"))
@@ -88,7 +96,8 @@ def serve_reward_cmd(
             workers=workers or _REWARD.workers,
             processes=processes,
         )
-        server = RewardServer(ServeConfig(db_root, host, port, deadline_s=deadline, reward=reward), verbose=verbose)
+        served = replace(_SERVE, db_root=db_root, host=host, port=port, deadline_s=deadline, reward=reward)
+        server = RewardServer(served, verbose=verbose)
     except (OSError, ValueError) as e:
         fail(UsageError(f"cannot start the reward server: {e}"))
         return

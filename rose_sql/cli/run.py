@@ -8,14 +8,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from rose_sql.cli.main import console, err, fail
-from rose_sql.config import Config, JudgeConfig
+from rose_sql.config import Config, JudgeConfig, MatchedRefuter, Policy
 from rose_sql.errors import RoseError, UsageError
 from rose_sql.items import FORMATS, load_items
 from rose_sql.provenance import command_line
@@ -115,14 +115,14 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 )
 @click.option(
     "--policy",
-    type=click.Choice(["rose", "paper"]),
+    type=click.Choice(get_args(Policy)),
     default=JUDGE.policy,
     show_default=True,
     help="'paper' reproduces the ROSE paper's flow exactly (Refuter on every matching result).",
 )
 @click.option(
     "--matched-refuter",
-    type=click.Choice(["always", "evidence", "never"]),
+    type=click.Choice(get_args(MatchedRefuter)),
     default=JUDGE.matched_refuter,
     show_default=True,
     help="When results match: ask the Refuter always, only on doubtful evidence, never.",

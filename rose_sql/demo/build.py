@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import urllib.parse
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from rose_sql.engines.sqlite import connect_read_only
 from rose_sql.errors import UsageError
+from rose_sql.sql import quote_identifier
 
 DB_ID = "cycling_league"
 """The demo database's id: it lives at ``<db root>/cycling_league/cycling_league.sqlite``."""
@@ -120,10 +121,10 @@ def build_database(path: Path) -> Path:
 
 def table_sizes(db: Path) -> dict[str, int]:
     """Rows per table of a database, in creation order."""
-    conn = sqlite3.connect(f"file:{urllib.parse.quote(str(db))}?mode=ro", uri=True)
+    conn = connect_read_only(db)
     try:
         names = [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid")]
-        return {n: conn.execute(f'SELECT COUNT(*) FROM "{n}"').fetchone()[0] for n in names}
+        return {n: conn.execute(f"SELECT COUNT(*) FROM {quote_identifier(n)}").fetchone()[0] for n in names}
     finally:
         conn.close()
 

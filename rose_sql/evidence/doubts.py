@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from rose_sql.compare import Comparison
 from rose_sql.execute import Execution
-from rose_sql.judges.context import tables_in
+from rose_sql.sql import tables_read
 
 EMPTY = "Both results are empty: any query that selects nothing would match."
 OTHER_TABLES = "The two queries read different tables, yet return the same result on this database."
@@ -26,6 +26,6 @@ def match_doubts(
     out = []
     if gold is not None and gold.result is not None and gold.result.row_count == 0:
         out.append(EMPTY)
-    if tables_in(pred_sql) != tables_in(gold_sql):
+    if tables_read(pred_sql) != tables_read(gold_sql):
         out.append(OTHER_TABLES)
     return out

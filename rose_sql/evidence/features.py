@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import sqlglot
 from sqlglot import exp
+
+from rose_sql.sql import query
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike)
 
@@ -75,15 +76,12 @@ def features(sql: str | None) -> Features:
     f = Features()
     if not sql:
         return f
-    try:
-        tree = sqlglot.parse_one(sql, read="sqlite")
-    except (sqlglot.errors.SqlglotError, RecursionError, ValueError):
-        f.parsed = False
-        return f
+    q = query(sql)
+    tree = q.tree
     if tree is None:
         f.parsed = False
         return f
-    f.tables = {t.name.lower() for t in tree.find_all(exp.Table) if t.name}
+    f.tables = {t for t in q.tables if t}
     f.columns = {c.name.lower() for c in tree.find_all(exp.Column) if c.name}
     for node in tree.find_all(*_COMPARISONS):
         left, right = node.left, node.right

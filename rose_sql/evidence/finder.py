@@ -114,6 +114,7 @@ class Finder:
                 digits=cfg.float_digits,
                 max_candidates=cfg.evidence_max_candidates,
                 result_values=values,
+                result_rows=cfg.evidence_result_rows,
             )
             info = SearchInfo(s.tried, s.candidates, round(s.seconds, 4), s.stopped, s.order_dependent)
             witness = s.witness

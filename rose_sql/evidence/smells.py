@@ -16,23 +16,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import sqlglot
 from sqlglot import exp
 
 from rose_sql.compare import compare, json_value
 from rose_sql.evidence.findings import Smell
 from rose_sql.evidence.workspace import Workspace
 from rose_sql.execute import ResultSet
+from rose_sql.sql import query
 from rose_sql.sql import quote_identifier as _q
 
 _NUMBER = re.compile(r"^\s*-?\d+(\.\d+)?\s*$")
-
-
-def _parse(sql: str) -> exp.Expr | None:
-    try:
-        return sqlglot.parse_one(sql, read="sqlite")
-    except (sqlglot.errors.SqlglotError, RecursionError, ValueError):
-        return None
 
 
 def _sql(tree: exp.Expr) -> str:
@@ -169,7 +162,7 @@ def gold_smells(
 ) -> list[Smell]:
     """Every smell that fires for this gold on this database."""
     smells: list[Smell] = []
-    tree = _parse(gold_sql)
+    tree = query(gold_sql).tree  # read once per item: the features read it first
     if tree is not None:
         if isinstance(tree, exp.Select):
             smells += _limit_and_nulls(ws, tree)

@@ -22,6 +22,7 @@ from rose_sql.evidence.features import Features
 from rose_sql.evidence.findings import Change, ResultSample, Witness
 from rose_sql.evidence.workspace import Workspace
 from rose_sql.execute import STEP_GRAIN, ResultSet
+from rose_sql.sql import quote_identifier as _q
 
 Apply = Callable[[Workspace], list[Change]]
 
@@ -49,13 +50,9 @@ class Candidate:
     apply: Apply
 
 
-RESULT_ROWS = 10
-"""Rows of each result a witness keeps."""
-
-
-def sample(r: ResultSet) -> ResultSample:
-    """The first rows of a result as JSON values, with its columns and size."""
-    return ResultSample(list(r.columns), r.row_count, [[json_value(v) for v in row] for row in r.rows[:RESULT_ROWS]])
+def sample(r: ResultSet, rows: int) -> ResultSample:
+    """The first ``rows`` rows of a result as JSON values, with its columns and size."""
+    return ResultSample(list(r.columns), r.row_count, [[json_value(v) for v in row] for row in r.rows[:rows]])
 
 
 @dataclass
@@ -78,12 +75,9 @@ def _lineage(ws: Workspace, table: str, cols: list[str], values: list[Any], limi
     if ws.tables[table].rowid and values:
         for c in cols:
             marks = ",".join("?" * len(values))
+            sql = f"SELECT rowid FROM {_q(table)} WHERE {_q(c)} IN ({marks}) LIMIT ?"
             try:
-                ids += [
-                    r[0]
-                    for r in ws.query(f'SELECT rowid FROM "{table}" WHERE "{c}" IN ({marks}) LIMIT ?', (*values, limit))
-                    or []
-                ]
+                ids += [r[0] for r in ws.query(sql, (*values, limit)) or []]
             except sqlite3.Error:
                 continue
     for rid in ws.sample_rowids(table, limit):
@@ -217,7 +211,7 @@ def _caveats(ws: Workspace, changes: list[Change]) -> list[str]:
             if ch.new is None and not col.has_nulls:
                 notes.append(f"the schema allows it, but {where} is never NULL in the database")
             elif ch.new is not None:
-                seen = ws.query(f'SELECT 1 FROM "{t.name}" WHERE "{col.name}" = ? LIMIT 1', (ch.new,))
+                seen = ws.query(f"SELECT 1 FROM {_q(t.name)} WHERE {_q(col.name)} = ? LIMIT 1", (ch.new,))
                 if seen == []:
                     notes.append(f"the value {ch.new!r} does not occur in {where} in the database")
                 elif seen and not col.has_duplicates:
@@ -227,7 +221,7 @@ def _caveats(ws: Workspace, changes: list[Change]) -> list[str]:
                 v = ch.row.get(c.name)
                 if c.unique or c.pk or c.has_duplicates or v is None:
                     continue
-                if ws.query(f'SELECT 1 FROM "{t.name}" WHERE "{c.name}" = ? LIMIT 1', (v,)):
+                if ws.query(f"SELECT 1 FROM {_q(t.name)} WHERE {_q(c.name)} = ? LIMIT 1", (v,)):
                     notes.append(f"it gives {t.name}.{c.name} a duplicate value, which the database never has")
                     break
     return notes
@@ -243,6 +237,7 @@ def search(
     digits: int,
     max_candidates: int,
     result_values: list[Any],
+    result_rows: int = 10,
     seed: int = 0,
 ) -> Search:
     """Look for a witness within the candidate cap and the item's step budget (``ws.start``).
@@ -292,8 +287,8 @@ def search(
             REASONS[cand.kind],
             cand.label,
             [c.as_json() for c in changes],
-            sample(pred),
-            sample(gold),
+            sample(pred, result_rows),
+            sample(gold, result_rows),
             comparison,
             _caveats(ws, changes),
         )

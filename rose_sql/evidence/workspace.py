@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
-import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rose_sql.engines.sqlite import authorize, connect_read_only
 from rose_sql.evidence.findings import Change
-from rose_sql.execute import STEP_GRAIN, ResultSet, _authorize
+from rose_sql.execute import STEP_GRAIN, ResultSet
 from rose_sql.sql import quote_identifier as _q
 
 
@@ -69,7 +69,7 @@ class Workspace:
         max_bytes: int = 64 * 2**20,
         max_value_bytes: int = 16 * 2**20,
     ) -> None:
-        src = sqlite3.connect("file:" + urllib.parse.quote(str(db)) + "?mode=ro", uri=True)
+        src = connect_read_only(db)
         self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         try:
             src.backup(self.conn)
@@ -219,7 +219,7 @@ class Workspace:
     def run(self, sql: str, steps: int | None = None) -> ResultSet | None:
         """Run an untrusted query read-only within ``steps`` (at most the statement budget); None when it
         fails, runs out, or returns more rows or bytes than can be compared soundly here."""
-        self.conn.set_authorizer(_authorize)
+        self.conn.set_authorizer(authorize)
         self._begin(steps)
         try:
             cur = self.conn.execute(sql)

@@ -15,14 +15,16 @@ from string import Template
 from typing import Literal, TypeVar
 
 from rose_sql.compare import Comparison
+from rose_sql.config import JudgeConfig
 from rose_sql.decide import Step
+from rose_sql.errors import BudgetExhausted, JudgeFailed, ReplyError
 from rose_sql.execute import Execution
 from rose_sql.items import Item
-from rose_sql.judges.context import Schema, fence, render_result, tables_in
-from rose_sql.judges.llm import LLM, BudgetExhausted, Completion, Message
-from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyError, parse_reply
+from rose_sql.judges.context import Schema, fence, render_result
+from rose_sql.judges.llm import LLM, ChatReply, Message
+from rose_sql.judges.replies import ProverReply, RefuterReply, parse_reply
 from rose_sql.record import JudgeCall as Call
-from rose_sql.sql import strip_comments
+from rose_sql.sql import strip_comments, tables_read
 
 RecordStage = Literal["prover", "refuter"]
 R = TypeVar("R", ProverReply, RefuterReply)
@@ -47,22 +49,6 @@ class Case:
     """Deterministic evidence, already rendered for the judges (witnesses, smells, diffs)."""
 
 
-class JudgeFailed(Exception):
-    """A judge gave no valid reply (after the re-ask) or the endpoint kept failing."""
-
-    def __init__(self, message: str, calls: list[Call]) -> None:
-        super().__init__(message)
-        self.calls = calls
-
-
-class OutOfBudget(Exception):
-    """The budget does not allow the next call."""
-
-    def __init__(self, calls: list[Call]) -> None:
-        super().__init__("budget exhausted")
-        self.calls = calls
-
-
 @cache
 def prompt(name: str) -> str:
     """A system prompt from the package's ``prompts/`` folder with the shared criteria filled in."""
@@ -76,11 +62,11 @@ def prompt_hashes() -> dict[str, str]:
     return {n: hashlib.sha256(prompt(n).encode()).hexdigest()[:16] for n in ("prover", "refuter", "refuter_matched")}
 
 
-def _question_blocks(case: Case, schema: Schema) -> list[str]:
+def _question_blocks(case: Case, schema: Schema, cfg: JudgeConfig) -> list[str]:
     it = case.item
     blocks = [
         "## Database schema (with column descriptions and example values)\n"
-        + fence("schema", schema.render(tables_in(it.pred_sql, it.gold_sql))),
+        + fence("schema", schema.render(tables_read(it.pred_sql) | tables_read(it.gold_sql), cfg)),
         "## Question\n" + fence("question", it.question or "(no question text was given)"),
     ]
     if it.evidence:
@@ -92,25 +78,27 @@ def _sql(sql: str | None) -> str:
     return strip_comments(sql or "").strip()
 
 
-def prover_messages(case: Case, schema: Schema) -> list[Message]:
+def prover_messages(case: Case, schema: Schema, cfg: JudgeConfig) -> list[Message]:
     """The Prover's messages: no gold anywhere."""
-    blocks = _question_blocks(case, schema)
+    blocks = _question_blocks(case, schema, cfg)
     blocks.append("## Predicted SQL\n" + fence("predicted_sql", _sql(case.item.pred_sql)))
-    blocks.append("## Its result on the database\n" + fence("predicted_result", render_result(case.pred)))
+    blocks.append("## Its result on the database\n" + fence("predicted_result", render_result(case.pred, cfg)))
     blocks.append("Judge the predicted SQL now. Reply with the JSON object only.")
     return [{"role": "system", "content": prompt("prover")}, {"role": "user", "content": "\n\n".join(blocks)}]
 
 
-def refuter_messages(case: Case, schema: Schema, prover: ProverReply | None, *, matched: bool) -> list[Message]:
+def refuter_messages(
+    case: Case, schema: Schema, prover: ProverReply | None, cfg: JudgeConfig, *, matched: bool
+) -> list[Message]:
     """The Refuter's messages: the gold as counter-evidence, the Prover's reasoning when it ran."""
-    blocks = _question_blocks(case, schema)
+    blocks = _question_blocks(case, schema, cfg)
     blocks.append("## Predicted SQL\n" + fence("predicted_sql", _sql(case.item.pred_sql)))
     blocks.append("## Reference SQL (noisy)\n" + fence("reference_sql", _sql(case.item.gold_sql)))
     if matched:
         blocks.append("## Results\nBoth queries returned the same result on the database (" + _shape(case.pred) + ").")
     else:
-        blocks.append("## Result of the predicted SQL\n" + fence("predicted_result", render_result(case.pred)))
-        blocks.append("## Result of the reference SQL\n" + fence("reference_result", render_result(case.gold)))
+        blocks.append("## Result of the predicted SQL\n" + fence("predicted_result", render_result(case.pred, cfg)))
+        blocks.append("## Result of the reference SQL\n" + fence("reference_result", render_result(case.gold, cfg)))
         if case.comparison is not None:
             blocks.append(f"## How the results differ (computed by the evaluator)\n{case.comparison.detail}")
     if case.evidence:
@@ -130,7 +118,7 @@ def _shape(e: Execution) -> str:
 
 
 def _call(
-    stage: RecordStage, llm: LLM, messages: list[Message], c: Completion | None, reply: Reply | None, error: str | None
+    stage: RecordStage, llm: LLM, messages: list[Message], c: ChatReply | None, reply: Reply | None, error: str | None
 ) -> Call:
     digest = hashlib.sha256(messages[0]["content"].encode()).hexdigest()[:16]
     return Call(
@@ -155,7 +143,8 @@ async def ask(llm: LLM, stage: Step, messages: list[Message], kind: type[R]) -> 
     """Call a judge and validate its reply; re-ask once (by default) when the reply is invalid.
 
     Raises :class:`JudgeFailed` (with the calls made, raw replies included) when no valid reply
-    came, and :class:`OutOfBudget` when the budget forbids the call.
+    came, and :class:`~rose_sql.errors.BudgetExhausted` (with the calls made) when the budget forbids
+    the call.
     """
     import openai
 
@@ -165,8 +154,8 @@ async def ask(llm: LLM, stage: Step, messages: list[Message], kind: type[R]) -> 
     for _attempt in range(1 + llm.cfg.reask):
         try:
             c = await llm.complete(convo)
-        except BudgetExhausted:
-            raise OutOfBudget(calls) from None
+        except BudgetExhausted as e:
+            raise BudgetExhausted(str(e), calls) from None
         except openai.APIError as e:
             calls.append(_call(record_stage, llm, convo, None, None, f"{type(e).__name__}: {e}"))
             raise JudgeFailed(f"the endpoint failed after retries: {type(e).__name__}: {e}", calls) from None

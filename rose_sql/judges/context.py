@@ -15,22 +15,15 @@ import json
 import sqlite3
 import threading
 import time
-import urllib.parse
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-
+from rose_sql.config import JudgeConfig
+from rose_sql.engines.sqlite import connect_read_only
 from rose_sql.execute import Execution
 from rose_sql.sql import quote_identifier
-
-SMALL_SCHEMA_CHARS = 12_000
-EXAMPLES_PER_COLUMN = 3
-RESULT_ROWS = 20
-CELL_CHARS = 200
 
 
 def fence(name: str, text: str) -> str:
@@ -47,7 +40,7 @@ class Table:
     ddl: str
     columns: tuple[str, ...]
     foreign: tuple[str, ...]  # tables this one references
-    examples: dict[str, list[Any]]
+    examples: dict[str, list[Any]]  # distinct short values among a column's first 50, in order
     descriptions: dict[str, str]
 
 
@@ -57,11 +50,12 @@ class Schema:
 
     tables: dict[str, Table]
 
-    def render(self, touched: set[str]) -> str:
+    def render(self, touched: AbstractSet[str], cfg: JudgeConfig) -> str:
         """The schema text: whole when small, else the touched tables and their FK neighbours."""
         names = list(self.tables)
-        full = "\n\n".join(self._table_text(self.tables[n]) for n in names)
-        if len(full) <= SMALL_SCHEMA_CHARS or not touched:
+        examples = cfg.examples_per_column
+        full = "\n\n".join(self._table_text(self.tables[n], examples) for n in names)
+        if len(full) <= cfg.small_schema_chars or not touched:
             return full
         keep = {n for n in names if n.lower() in touched}
         for n in list(keep):
@@ -69,18 +63,19 @@ class Schema:
         keep |= {n for n in names if any(f in keep for f in self.tables[n].foreign) and n.lower() in touched}
         shown = [n for n in names if n in keep]
         left = [n for n in names if n not in keep]
-        text = "\n\n".join(self._table_text(self.tables[n]) for n in shown)
+        text = "\n\n".join(self._table_text(self.tables[n], examples) for n in shown)
         return text + f"\n\n-- {len(left)} other tables not shown: {', '.join(left)}"
 
     @staticmethod
-    def _table_text(t: Table) -> str:
+    def _table_text(t: Table, examples: int) -> str:
         lines = [t.ddl.strip().rstrip(";") + ";"]
         for col in t.columns:
             bits = []
             if col in t.descriptions:
                 bits.append(t.descriptions[col])
             if t.examples.get(col):
-                bits.append("e.g. " + ", ".join(json.dumps(v, ensure_ascii=False) for v in t.examples[col]))
+                shown = t.examples[col][:examples]
+                bits.append("e.g. " + ", ".join(json.dumps(v, ensure_ascii=False) for v in shown))
             if bits:
                 lines.append(f"--   {col}: " + " | ".join(bits))
         return "\n".join(lines)
@@ -116,7 +111,7 @@ def _descriptions(db_dir: Path, table: str) -> dict[str, str]:
 
 def read_schema(db: Path, *, deadline_s: float = 2.0) -> Schema:
     """Read a database's tables, keys and example values (trusted, fixed queries; read-only)."""
-    conn = sqlite3.connect("file:" + urllib.parse.quote(str(db)) + "?mode=ro", uri=True)
+    conn = connect_read_only(db)
     conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
     stop = time.monotonic() + deadline_s
     conn.set_progress_handler(lambda: time.monotonic() > stop, 10_000)
@@ -140,9 +135,7 @@ def read_schema(db: Path, *, deadline_s: float = 2.0) -> Schema:
                     v = _short(v)
                     if v not in seen:
                         seen.append(v)
-                    if len(seen) == EXAMPLES_PER_COLUMN:
-                        break
-                examples[col] = seen
+                examples[col] = seen  # how many are shown is the judges' config (Schema.render)
             tables[name] = Table(name, ddl or "", cols, foreign, examples, _descriptions(db.parent, name))
         return Schema(tables)
     finally:
@@ -163,25 +156,7 @@ class Schemas:
             return self._schemas[db]
 
 
-def tables_in(*sqls: str | None) -> set[str]:
-    """Lower-cased names of the tables the queries read (empty when they do not parse)."""
-    names: set[str] = set()
-    for sql in sqls:
-        if sql:
-            names |= _tables(sql)
-    return names
-
-
-@lru_cache(maxsize=65536)
-def _tables(sql: str) -> frozenset[str]:
-    try:
-        trees = sqlglot.parse(sql, read="sqlite")
-    except (sqlglot.errors.SqlglotError, RecursionError, ValueError):
-        return frozenset()
-    return frozenset(t.name.lower() for tree in trees if tree is not None for t in tree.find_all(exp.Table))
-
-
-def render_result(e: Execution | None) -> str:
+def render_result(e: Execution | None, cfg: JudgeConfig) -> str:
     """A result as the judges see it: status, columns, total rows, the first rows, what was cut."""
     if e is None:
         return "(not executed)"
@@ -190,7 +165,7 @@ def render_result(e: Execution | None) -> str:
     r = e.result
     lines = [f"columns: {json.dumps(list(r.columns), ensure_ascii=False)}"]
     count = f"{r.row_count}" + ("" if r.count_exact else "+")
-    shown = r.rows[:RESULT_ROWS]
+    shown = r.rows[: cfg.result_rows]
     lines.append(
         f"rows: {count} in total" + (f"; the first {len(shown)} are shown" if len(shown) < r.row_count else "")
     )
@@ -198,14 +173,14 @@ def render_result(e: Execution | None) -> str:
     for row in shown:
         cells = []
         for v in row:
-            if isinstance(v, str) and len(v) > CELL_CHARS:
-                v, cut = v[:CELL_CHARS] + f"…(+{len(v) - CELL_CHARS} chars)", True
+            if isinstance(v, str) and len(v) > cfg.cell_chars:
+                v, cut = v[: cfg.cell_chars] + f"…(+{len(v) - cfg.cell_chars} chars)", True
             elif isinstance(v, bytes):
                 v = f"<blob of {len(v)} bytes>"
             cells.append(v)
         lines.append(json.dumps(cells, ensure_ascii=False, default=str))
     if cut:
-        lines.append(f"(cells longer than {CELL_CHARS} characters are cut)")
+        lines.append(f"(cells longer than {cfg.cell_chars} characters are cut)")
     if r.truncated:
         lines.append("(the result was cut at the evaluator's row cap; the total above was counted separately)")
     return "\n".join(lines)

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from rose_sql.config import JudgeConfig
-from rose_sql.errors import InputError
+from rose_sql.errors import BudgetExhausted, InputError
 
 Message = dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class Completion:
+class ChatReply:
     """One chat completion as the judges use it (from the endpoint or the cache)."""
 
     content: str
@@ -50,10 +50,6 @@ class Completion:
     """Wall time of the call (0 when cached)."""
     key: str
     """The cache key (sha256 of endpoint, model, parameters and messages)."""
-
-
-class BudgetExhausted(Exception):
-    """No new call may start: the budget is spent."""
 
 
 # --------------------------------------------------------------------------- prices
@@ -138,7 +134,7 @@ class Ledger:
         if self.budget_usd is not None and self.cost_usd >= self.budget_usd:
             raise BudgetExhausted(f"budget of {self.budget_usd:g} USD spent")
 
-    def add(self, c: Completion) -> None:
+    def add(self, c: ChatReply) -> None:
         with self._lock:
             if c.cached:
                 self.cached += 1
@@ -200,7 +196,7 @@ class LLM:
             return None
         return round((prompt_tokens * self.price[0] + completion_tokens * self.price[1]) / 1e6, 8)
 
-    async def complete(self, messages: list[Message]) -> Completion:
+    async def complete(self, messages: list[Message]) -> ChatReply:
         """One chat completion: from the cache if this exact call was made before, else from the endpoint.
 
         Raises :class:`BudgetExhausted` before a call that the budget no longer allows, and the
@@ -239,7 +235,7 @@ class LLM:
                     raise
                 self._refused |= refused
 
-    def _completion(self, response: Any, key: str, seconds: float) -> Completion:
+    def _completion(self, response: Any, key: str, seconds: float) -> ChatReply:
         choice = response.choices[0] if response.choices else None
         message = choice.message if choice is not None else None
         content = (message.content or "") if message is not None else ""
@@ -252,7 +248,7 @@ class LLM:
         ct = usage.completion_tokens if usage else 0
         details = getattr(usage, "completion_tokens_details", None) if usage else None
         rt = getattr(details, "reasoning_tokens", None) if details else None
-        return Completion(
+        return ChatReply(
             content=content,
             reasoning=reasoning if isinstance(reasoning, str) else None,
             prompt_tokens=pt,
@@ -269,7 +265,7 @@ class LLM:
         await self.client.close()
 
 
-def _to_entry(c: Completion, model: str) -> dict[str, Any]:
+def _to_entry(c: ChatReply, model: str) -> dict[str, Any]:
     return {
         "model": model,
         "content": c.content,
@@ -283,8 +279,8 @@ def _to_entry(c: Completion, model: str) -> dict[str, Any]:
     }
 
 
-def _from_entry(e: dict[str, Any], key: str, *, cached: bool) -> Completion:
-    return Completion(
+def _from_entry(e: dict[str, Any], key: str, *, cached: bool) -> ChatReply:
+    return ChatReply(
         content=e.get("content") or "",
         reasoning=e.get("reasoning"),
         prompt_tokens=int(e.get("prompt_tokens", 0)),

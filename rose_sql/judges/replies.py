@@ -14,6 +14,9 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
+from rose_sql.errors import ReplyError
+from rose_sql.reasoning import strip_reasoning
+
 
 class _Reply(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -54,17 +57,12 @@ class RefuterReply(_Reply):
 R = TypeVar("R", bound=_Reply)
 
 
-class ReplyError(ValueError):
-    """A reply that holds no valid JSON object of the expected shape."""
-
-
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(\{.*?\})\s*```", re.DOTALL)
 
 
 def _candidates(text: str) -> list[dict[str, Any]]:
     """JSON objects found in text, most likely first (fenced blocks, then the last top-level object)."""
-    text = _THINK.sub("", text)
+    text = strip_reasoning(text, drop_unclosed=False)  # the verdict may follow an unclosed <think>
     found: list[dict[str, Any]] = []
     for m in _FENCE.finditer(text):
         try:

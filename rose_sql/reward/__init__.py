@@ -21,15 +21,17 @@ one completion through them):
 concurrently, computing each execution, comparison, parse and distance once;
 :func:`compute_score`, :func:`compute_score_batch` and :func:`trl_reward` (``adapters``) adapt it to
 verl and TRL, reading labels with :func:`parse_label` (``labels``). Every constant is a field of
-:class:`RewardConfig` (``config``). See ``docs/rewards.md`` for the definitions with examples.
+:class:`RewardConfig` (in :mod:`rose_sql.config`, with every other default). See ``docs/rewards.md``
+for the definitions with examples.
 """
 
+from rose_sql.config import RewardConfig, Schedule
+from rose_sql.errors import LabelError
 from rose_sql.reward.adapters import compute_score, compute_score_batch, trl_reward
 from rose_sql.reward.clauses import ParsedSQL, parse
-from rose_sql.reward.config import RewardConfig, Schedule
-from rose_sql.reward.execution import Status, execution_outcome
+from rose_sql.reward.execution import RewardStatus, execution_outcome
 from rose_sql.reward.extract import Completion, extract_sql
-from rose_sql.reward.gold import Gold, LabelError, parse_label
+from rose_sql.reward.gold import Gold, parse_label
 from rose_sql.reward.schedule import Reward, bounds, combine, invalid, weights
 from rose_sql.reward.scorer import RewardItem, RewardScorer
 from rose_sql.reward.syntax import SyntaxScore, syntax_score
@@ -44,8 +46,8 @@ __all__ = [
     "RewardConfig",
     "RewardItem",
     "RewardScorer",
+    "RewardStatus",
     "Schedule",
-    "Status",
     "SyntaxScore",
     "bounds",
     "build_tree",

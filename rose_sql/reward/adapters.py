@@ -9,8 +9,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from rose_sql.reward.config import RewardConfig
-from rose_sql.reward.gold import Gold, LabelError, parse_label, resolve_db
+from rose_sql.config import RewardConfig
+from rose_sql.errors import LabelError
+from rose_sql.reward.gold import Gold, parse_label, resolve_db
 from rose_sql.reward.schedule import Reward, invalid
 from rose_sql.reward.scorer import RewardItem, RewardScorer
 

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import cast
 
 from sqlglot import exp
-from sqlglot.dialects.sqlite import SQLite
-from sqlglot.parser import Parser
-from sqlglot.tokens import Tokenizer
 
 from rose_sql.compare import canon
-from rose_sql.reward.config import RewardConfig
+from rose_sql.config import RewardConfig
 from rose_sql.reward.trees import Tree, build_tree
+from rose_sql.sql import parse as sql_parse
 
 _SKIP_ARGS = {"alias", "comments"}
 _CLAUSE_OF = {
@@ -153,21 +150,12 @@ def parse(sql: str, config: RewardConfig | None = None) -> ParsedSQL | None:
     return ParsedSQL(tuple(skeleton), parts, len(skeleton) + sum(p.size for p in parts.values()))
 
 
-_SQLITE = SQLite()
-_PARSERS = threading.local()
-"""One sqlglot tokenizer and parser per thread (making them costs about as much as parsing a short query)."""
-
-
 def _sqlglot_parse(sql: str) -> object:
-    """sqlglot's tree of a single statement, or None (no statement, several, or a parse error)."""
-    tools: tuple[Tokenizer, Parser] | None = getattr(_PARSERS, "tools", None)
-    if tools is None:
-        tools = _PARSERS.tools = (_SQLITE.tokenizer(), _SQLITE.parser())
-    tokenizer, parser = tools
-    try:
-        statements = [s for s in parser.parse(tokenizer.tokenize(sql), sql) if s is not None]
-    except Exception:  # sqlglot raises several error types on untrusted text
-        return None
+    """sqlglot's tree of a single statement, or None (no statement, several, or a parse error).
+
+    Not memoised here: the scorer keeps the :class:`ParsedSQL` built from it.
+    """
+    statements = [s for s in sql_parse(sql).statements if s is not None]
     return statements[0] if len(statements) == 1 else None
 
 

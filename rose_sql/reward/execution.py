@@ -8,15 +8,17 @@ from itertools import islice
 from typing import Any, Literal
 
 from rose_sql.compare import canon, compare
+from rose_sql.config import RewardConfig
 from rose_sql.execute import Execution
-from rose_sql.reward.config import RewardConfig
 from rose_sql.sql import has_top_level_order_by
 
-Status = Literal["match", "partial", "wrong", "error", "timeout", "gold_error", "undecidable", "invalid"]
+RewardStatus = Literal["match", "partial", "wrong", "error", "timeout", "gold_error", "undecidable", "invalid"]
 """What decided the execution reward. The last three leave the reward unscored (``None``)."""
 
 
-def execution_outcome(pred: Execution, gold: Execution, gold_sql: str, config: RewardConfig) -> tuple[Status, str]:
+def execution_outcome(
+    pred: Execution, gold: Execution, gold_sql: str, config: RewardConfig
+) -> tuple[RewardStatus, str]:
     """Classify a prediction's execution against the gold's.
 
     - ``gold_error``: the gold failed or timed out (the reward is None, never a match);
@@ -59,7 +61,7 @@ def status_text(e: Execution) -> str:
     return f"{'timed out' if e.status == 'timeout' else 'failed'}: {e.error or e.status}"
 
 
-def execution_value(status: Status, config: RewardConfig) -> float | None:
+def execution_value(status: RewardStatus, config: RewardConfig) -> float | None:
     """The execution reward of a status (None for the unscored ones)."""
     values: dict[str, float] = {
         "match": config.match,

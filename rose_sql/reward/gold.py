@@ -9,11 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rose_sql.errors import LabelError
 from rose_sql.items import db_file
-
-
-class LabelError(ValueError):
-    """A label or column that does not say which gold SQL and database an item has."""
 
 
 @dataclass(frozen=True, slots=True)

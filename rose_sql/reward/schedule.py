@@ -7,8 +7,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rose_sql.reward.config import RewardConfig
-from rose_sql.reward.execution import Status, execution_value
+from rose_sql.config import RewardConfig
+from rose_sql.reward.execution import RewardStatus, execution_value
 from rose_sql.reward.syntax import UNPARSED, SyntaxScore
 
 
@@ -73,7 +73,7 @@ class Reward:
     """The syntax reward in [0, 1]."""
     clause_part: float
     """What the clause score contributes to ``total`` after the cap."""
-    status: Status
+    status: RewardStatus
     """What decided the execution reward."""
     detail: str
     """One line: the comparator's reason or the error."""
@@ -94,7 +94,7 @@ class Reward:
 
 
 def finish(
-    status: Status, detail: str, sql: str | None, structure: SyntaxScore, config: RewardConfig, step: int | None
+    status: RewardStatus, detail: str, sql: str | None, structure: SyntaxScore, config: RewardConfig, step: int | None
 ) -> Reward:
     """The reward of an execution outcome and a syntax score at training ``step``."""
     execution = execution_value(status, config)

@@ -11,17 +11,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Generic, TypeVar, cast
 
-from rose_sql.config import Config, steps_for
+from rose_sql.config import Config, RewardConfig, steps_for
+from rose_sql.errors import Lost
 from rose_sql.execute import Execution, Executor, Row
 from rose_sql.reward.clauses import ParsedSQL, parse
-from rose_sql.reward.config import RewardConfig
-from rose_sql.reward.execution import Status, execution_outcome, status_text
+from rose_sql.reward.execution import RewardStatus, execution_outcome, status_text
 from rose_sql.reward.extract import Completion, extract_sql
 from rose_sql.reward.lanes import CHUNKS_PER_PROCESS, balanced, run_in_lanes
 from rose_sql.reward.schedule import Reward, finish
 from rose_sql.reward.syntax import UNPARSED, SyntaxScore, syntax_score
 from rose_sql.reward.trees import Tree, tree_edit_distance
-from rose_sql.workers import Lost, Pool, Watch
+from rose_sql.workers import Pool, Watch
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,7 @@ class _LRU(Generic[K, V]):
 
 _Key = tuple[str | None, str, Path]
 """What a completion's outcome depends on: (extracted SQL, gold SQL, database)."""
-_Compared = dict[tuple[Path, str, int, bool, tuple[Row, ...]], tuple[tuple[Row, ...], tuple[Status, str]]]
+_Compared = dict[tuple[Path, str, int, bool, tuple[Row, ...]], tuple[tuple[Row, ...], tuple[RewardStatus, str]]]
 """Execution outcomes of one batch by (database, gold SQL, width, truncated, rows): see ``_compare``."""
 
 
@@ -227,7 +227,7 @@ class RewardScorer:
 
     def _compare(
         self, pred: Execution, gold: Execution, gold_sql: str, db: Path, compared: _Compared
-    ) -> tuple[Status, str]:
+    ) -> tuple[RewardStatus, str]:
         """:func:`execution_outcome`, once per gold and distinct predicted result in a batch.
 
         Wrong answers to one question often return the same rows; comparing canonicalises every
@@ -285,7 +285,7 @@ def _keys(items: Sequence[RewardItem], which: Iterable[int]) -> list[_Key]:
 class _Outcome:
     """What a completion's score is made of before the step's weights are applied."""
 
-    status: Status
+    status: RewardStatus
     detail: str
     sql: str | None
     structure: SyntaxScore

@@ -34,43 +34,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
-from rose_sql.reward import LabelError, Reward, RewardConfig, RewardItem, RewardScorer, invalid, parse_label
-
-DEADLINE_S = 30.0
-"""Default answer deadline of a request, in seconds."""
-
-
-@dataclass(frozen=True, slots=True)
-class ServeConfig:
-    """How the reward server listens and answers."""
-
-    db_root: Path
-    """Folder holding ``<db_id>/<db_id>.sqlite``; labels cannot name files outside it."""
-    host: str = "127.0.0.1"
-    """Address to bind (loopback by default)."""
-    port: int = 5000
-    """TCP port (0 picks a free one)."""
-    deadline_s: float = DEADLINE_S
-    """Every request is answered within this; items not scored by then get ``unscored`` and an error."""
-    batch_window_s: float = 0.005
-    """How long the batcher waits for more requests to score together."""
-    max_batch: int = 4096
-    """Completions scored in one batch at most."""
-    max_body_bytes: int = 64 * 2**20
-    """Larger request bodies are refused (413)."""
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    """The reward itself."""
-
-
-class BadRequest(Exception):
-    """A request the server cannot read; answered with its HTTP status and a message."""
-
-    def __init__(self, status: HTTPStatus, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+from rose_sql.config import RewardConfig, ServeConfig
+from rose_sql.errors import BadRequest, LabelError
+from rose_sql.reward import Reward, RewardItem, RewardScorer, invalid, parse_label
 
 
 @dataclass(slots=True)

@@ -6,8 +6,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rose_sql.config import RewardConfig
 from rose_sql.reward.clauses import ParsedSQL, Part
-from rose_sql.reward.config import RewardConfig
 from rose_sql.reward.trees import Tree, sequence_distance, tree_edit_distance
 
 
