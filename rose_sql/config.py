@@ -105,3 +105,8 @@ class Config:
     def with_(self, **changes: object) -> Self:
         """A copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+MAX_INPUT_BYTES = 256 * 2**20
+"""Largest prediction or gold file read (``rose run --max-input-mb``): 250 times BIRD dev's largest
+prediction file, and small enough that parsing it stays within a few GiB of memory."""
