@@ -528,7 +528,7 @@ def _with_gold(loaded: Loaded, gold: _GoldFile | None) -> Loaded:
             raise InputError(
                 path,
                 f"db_id {it.db_id!r} but question {i} of {gold.path} is on {g.db_id!r} (--gold pairs by position)",
-                where=it.source[len(path.name) :].lstrip(":"),
+                where=_place_of(it, path),
             )
         new = replace(
             it,
@@ -556,6 +556,11 @@ def _with_gold(loaded: Loaded, gold: _GoldFile | None) -> Loaded:
     if other_filled:
         note += f"; it also gave question, evidence or difficulty to {other_filled} items"
     return replace(loaded, items=items, warnings=[*loaded.warnings, *gold.warnings, note])
+
+
+def _place_of(item: Item, path: Path) -> str:
+    """An item's line, index or key in its file (its source without the file name)."""
+    return item.source.removeprefix(path.name).lstrip(":")
 
 
 def _some(names: list[str], n: int = 5) -> str:
@@ -620,8 +625,9 @@ def load_items(
     seen: dict[ItemId, str] = {}
     for it in loaded.items:
         if it.id in seen:
-            where = f"{seen[it.id]} and {it.source}"
-            raise InputError(path, f"item id {it.id!r} occurs more than once ({where}); ids must be unique")
+            both = f"{seen[it.id]} and {it.source}"
+            message = f"item id {it.id!r} occurs more than once ({both}); ids must be unique"
+            raise InputError(path, message, where=_place_of(it, path))
         seen[it.id] = it.source
     empty = [it.source for it in loaded.items if not it.pred_sql.strip()]
     if empty:

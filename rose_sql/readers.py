@@ -165,7 +165,25 @@ def parse_json(text: str, path: Path, line: int | None = None) -> Any:
     offending value (``NaN``, infinities, huge numbers, a repeated key).
     """
     try:
-        return _DECODER.decode(text)
+        return _decode(_DECODER, text, path, line)
+    except ValueError:  # a hook's _Reject, or an integer past Python's digit limit
+        pass
+    found = _find_bad(_decode(_MARKING, text, path, line))  # again, to find where; a syntax error after it counts
+    if found is None:  # cannot happen: the same text and a hook that marks what the other rejected
+        raise InputError(path, "a value JSON readers disagree on", where=line)
+    keys, bad = found
+    where, field = _place(keys, line)
+    if where is None and bad.key is not None:  # a key repeated at the top: its second occurrence's line
+        seen = [m.start() for m in re.finditer(re.escape(json.dumps(bad.key)) + r"\s*:", text)]
+        where = text.count("\n", 0, seen[1]) + 1 if len(seen) > 1 else None
+    if where is None:  # the whole document is the bad value: the line it starts on
+        where = text.count("\n", 0, len(text) - len(text.lstrip())) + 1
+    raise InputError(path, f"{field}{bad.what}", where=where)
+
+
+def _decode(decoder: json.JSONDecoder, text: str, path: Path, line: int | None) -> Any:
+    try:
+        return decoder.decode(text)
     except json.JSONDecodeError as e:
         hint = ""
         if e.msg == "Extra data" and line is None:
@@ -176,17 +194,6 @@ def parse_json(text: str, path: Path, line: int | None = None) -> Any:
         at_line = text.count("\n", 0, at) + 1 if line is None else line
         message = f"JSON nested {depth} levels deep, more than the parser can hold"
         raise InputError(path, message, where=at_line) from None
-    except ValueError:  # a hook's _Reject, or an integer past Python's digit limit
-        pass
-    found = _find_bad(_MARKING.decode(text))
-    if found is None:  # cannot happen: the same text and a hook that marks what the other rejected
-        raise InputError(path, "a value JSON readers disagree on", where=line)
-    keys, bad = found
-    where, field = _place(keys, line)
-    if where is None and bad.key is not None:  # a key repeated at the top: its second occurrence's line
-        seen = [m.start() for m in re.finditer(re.escape(json.dumps(bad.key)) + r"\s*:", text)]
-        where = text.count("\n", 0, seen[1]) + 1 if len(seen) > 1 else None
-    raise InputError(path, f"{field}{bad.what}", where=where)
 
 
 def _find_bad(data: Any) -> tuple[list[int | str], _Bad] | None:
