@@ -4,8 +4,8 @@ Every loader returns the same thing: a list of :class:`Item` plus warnings (prob
 not stop the run, like BIRD prediction keys that are not ``0..N-1``). Malformed input raises
 :class:`~rose_sql.errors.InputError` naming the file and the line or key, before any item is
 evaluated: files are read through :mod:`rose_sql.readers` (size bound, encoding, strict JSON and
-CSV), and every value an item takes is checked here (ids are strings or integers, text is text,
-a ``db_id`` is a folder name). Nothing is dropped: a file with no items is an error, and empty
+CSV), and every value an item takes is checked by :mod:`rose_sql.fields` (ids are strings or
+integers, text is text, a ``db_id`` is a folder name). Nothing is dropped: a file with no items is an error, and empty
 predictions are kept (they score 0) and counted in a warning.
 
 Formats (``--format``; auto-detected when omitted):
@@ -42,6 +42,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from rose_sql import fields
 from rose_sql.config import MAX_INPUT_BYTES
 from rose_sql.errors import InputError, UsageError
 from rose_sql.readers import json_lines, lines, parse_json, read_csv, read_text
@@ -114,99 +115,7 @@ class _GoldFile:
     warnings: list[str]
 
 
-# --------------------------------------------------------------------------- values, checked one by one
-
-_BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
-_NOT_DB_NAME = re.compile(r"[\x00-\x1f\x7f/\\]")
 _POSITION = re.compile("[0-9]{1,18}")
-
-
-def _kind(value: Any) -> str:
-    """What a JSON value is, in JSON's words."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, int | float):
-        return f"the number {value}"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _clean(text: str, path: Path, where: str | int, name: str) -> str:
-    bad = _BAD_CHAR.search(text)
-    if bad:
-        what = "a NUL character" if bad.group() == "\x00" else f"an unpaired surrogate \\u{ord(bad.group()):04x}"
-        raise InputError(path, f"field {name!r} contains {what}", where=where)
-    return text
-
-
-def _text(value: Any, path: Path, where: str | int, name: str) -> str | None:
-    """A text field: a string (checked) or null."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InputError(path, f"field {name!r} must be text, not {_kind(value)}", where=where)
-    return _clean(value, path, where, name)
-
-
-def _opt_text(value: Any, path: Path, where: str | int, name: str) -> str | None:
-    """A text field where blank means absent."""
-    text = _text(value, path, where, name)
-    return text if text and text.strip() else None
-
-
-def _sql(value: Any, path: Path, where: str | int, name: str) -> str | None:
-    """SQL text or null; a bare number (some systems wrote ``0`` for no answer) is read as its text.
-
-    SQL is not cleaned: a NUL or a lone surrogate in a query is the query's own problem, and the
-    sandbox records it on the item like any other query that cannot run.
-    """
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    if value is None or isinstance(value, str):
-        return value
-    raise InputError(path, f"field {name!r} must be text, not {_kind(value)}", where=where)
-
-
-def _opt_sql(value: Any, path: Path, where: str | int, name: str) -> str | None:
-    """Gold SQL where blank means absent."""
-    sql = _sql(value, path, where, name)
-    return sql if sql and sql.strip() else None
-
-
-def _id(value: Any, path: Path, where: str | int, name: str) -> ItemId:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        if not value.strip():
-            raise InputError(path, f"field {name!r} is empty; an id must name the question", where=where)
-        return _clean(value, path, where, name)
-    raise InputError(path, f"field {name!r} must be a string or an integer, not {_kind(value)}", where=where)
-
-
-def _db_id(value: Any, path: Path, where: str | int, name: str = "db_id") -> str:
-    """A database name: ``<db-root>/<db_id>/<db_id>.sqlite`` must stay inside ``--db-root``."""
-    if not isinstance(value, str):
-        raise InputError(path, f"field {name!r} must be text, not {_kind(value)}", where=where)
-    db_id = value.strip()
-    if not db_id or db_id in (".", "..") or _NOT_DB_NAME.search(db_id) or _BAD_CHAR.search(db_id):
-        raise InputError(path, f"{name} {value[:80]!r} is not a database folder name", where=where)
-    return db_id
-
-
-def _field(obj: dict[str, Any], names: Iterable[str], path: Path, where: str | int) -> Any:
-    for name in names:
-        if name in obj:
-            return obj[name]
-    raise InputError(path, f"missing field {' or '.join(repr(n) for n in names)}", where=where)
-
-
-def _name_of(obj: dict[str, Any], names: tuple[str, ...]) -> str:
-    return next((n for n in names if n in obj), names[0])
 
 
 # --------------------------------------------------------------------------- gold files
@@ -223,7 +132,7 @@ def load_gold(path: Path, max_bytes: int = MAX_INPUT_BYTES) -> _GoldFile:
             sql, sep, db_id = line.rpartition("\t")
             if not sep or not db_id.strip():
                 raise InputError(path, "expected 'SQL<TAB>db_id'", where=i + 1)
-            golds.append(_Gold(id=i, qid=None, db_id=_db_id(db_id, path, i + 1), sql=sql))
+            golds.append(_Gold(id=i, qid=None, db_id=fields.db_id(db_id, path, i + 1), sql=sql))
         if not golds:
             raise InputError(path, "no questions: the gold file is empty")
         return _GoldFile(path, golds, [])
@@ -238,7 +147,7 @@ def load_gold(path: Path, max_bytes: int = MAX_INPUT_BYTES) -> _GoldFile:
         where = f"[{i}]"
         if not isinstance(obj, dict):
             raise InputError(path, "each entry must be an object", where=where)
-        qid = _id(obj["question_id"], path, where, "question_id") if "question_id" in obj else None
+        qid = fields.item_id(obj["question_id"], path, where, "question_id") if "question_id" in obj else None
         base = i if qid is None else qid
         if base in first:
             repeats.setdefault(base, [first[base]]).append(i)
@@ -246,19 +155,19 @@ def load_gold(path: Path, max_bytes: int = MAX_INPUT_BYTES) -> _GoldFile:
         else:
             first[base] = i
             item_id = base
-        sql_name = _name_of(obj, _GOLD_SQL)
-        gold_sql = _sql(_field(obj, _GOLD_SQL, path, where), path, where, sql_name)
+        sql_name = fields.name_of(obj, _GOLD_SQL)
+        gold_sql = fields.sql(fields.pick(obj, _GOLD_SQL, path, where), path, where, sql_name)
         if gold_sql is None:
             raise InputError(path, f"field {sql_name!r} is null", where=where)
         golds.append(
             _Gold(
                 id=item_id,
                 qid=qid,
-                db_id=_db_id(_field(obj, ("db_id",), path, where), path, where),
+                db_id=fields.db_id(fields.pick(obj, ("db_id",), path, where), path, where),
                 sql=gold_sql,
-                question=_opt_text(obj.get("question"), path, where, "question"),
-                evidence=_opt_text(obj.get("evidence"), path, where, "evidence"),
-                difficulty=_opt_text(obj.get("difficulty"), path, where, "difficulty"),
+                question=fields.opt_text(obj.get("question"), path, where, "question"),
+                evidence=fields.opt_text(obj.get("evidence"), path, where, "evidence"),
+                difficulty=fields.opt_text(obj.get("difficulty"), path, where, "difficulty"),
             )
         )
     return _GoldFile(path, golds, [_repeat_warning(path, repeats)] if repeats else [])
@@ -318,7 +227,7 @@ def _bird(src: _Source, gold: _GoldFile | None) -> Loaded:
             raise InputError(path, f"keys {keys_of[pos]!r} and {key!r} both name question {pos}", where=repr(key))
         keys_of[pos] = key
         if not isinstance(value, str):
-            raise InputError(path, f"value must be a string, not {_kind(value)}", where=repr(key))
+            raise InputError(path, f"value must be a string, not {fields.kind(value)}", where=repr(key))
         sql, sep, db_id = value.partition(BIRD_SEPARATOR)
         g = golds[pos]
         if sep and db_id.strip() != g.db_id:
@@ -407,21 +316,22 @@ def _sqlexam(src: _Source, gold: _GoldFile | None) -> Loaded:
         where = f"[{i}]"
         if not isinstance(obj, dict):
             raise InputError(path, "each entry must be an object", where=where)
-        id_name = _name_of(obj, ("question_id", "id"))
-        qid = _id(_field(obj, ("question_id", "id"), path, where), path, where, id_name)
-        raw = _field(obj, ("predicted_sql",), path, where)
+        id_name = fields.name_of(obj, ("question_id", "id"))
+        qid = fields.item_id(fields.pick(obj, ("question_id", "id"), path, where), path, where, id_name)
+        raw = fields.pick(obj, ("predicted_sql",), path, where)
         if isinstance(raw, int | float) and not isinstance(raw, bool):
             numbers.append(where)
         g = by_qid.get(qid)
         items.append(
             Item(
                 id=qid,
-                db_id=_db_id(_field(obj, ("db_id",), path, where), path, where),
-                pred_sql=_sql(raw, path, where, "predicted_sql") or "",
-                gold_sql=g.sql if g else _opt_sql(obj.get("gold_sql"), path, where, "gold_sql"),
-                question=_opt_text(obj.get("question"), path, where, "question") or (g.question if g else None),
-                evidence=_opt_text(obj.get("evidence"), path, where, "evidence") or (g.evidence if g else None),
-                difficulty=_opt_text(obj.get("difficulty"), path, where, "difficulty") or (g.difficulty if g else None),
+                db_id=fields.db_id(fields.pick(obj, ("db_id",), path, where), path, where),
+                pred_sql=fields.sql(raw, path, where, "predicted_sql") or "",
+                gold_sql=g.sql if g else fields.opt_sql(obj.get("gold_sql"), path, where, "gold_sql"),
+                question=fields.opt_text(obj.get("question"), path, where, "question") or (g.question if g else None),
+                evidence=fields.opt_text(obj.get("evidence"), path, where, "evidence") or (g.evidence if g else None),
+                difficulty=fields.opt_text(obj.get("difficulty"), path, where, "difficulty")
+                or (g.difficulty if g else None),
                 source=f"{path.name}{where}",
             )
         )
@@ -460,7 +370,7 @@ def _dincsv(src: _Source, gold: _GoldFile | None) -> Loaded:
     items = [
         Item(
             id=i,
-            db_id=_db_id(row["DATABASE"], path, line, "DATABASE"),
+            db_id=fields.db_id(row["DATABASE"], path, line, "DATABASE"),
             pred_sql=row["PREDICTED SQL"],
             gold_sql=row["GOLD SQL"] if row["GOLD SQL"].strip() else None,
             question=row["NLQ"] if row.get("NLQ", "").strip() else None,
@@ -493,15 +403,16 @@ def _generic(src: _Source, gold: _GoldFile | None) -> Loaded:
         records = json_lines(src.text, path)
     items = []
     for where, obj in records:
+        raw_id, raw_pred = fields.pick(obj, _GENERIC_ID, path, where), fields.pick(obj, _GENERIC_PRED, path, where)
         items.append(
             Item(
-                id=_id(_field(obj, _GENERIC_ID, path, where), path, where, _name_of(obj, _GENERIC_ID)),
-                db_id=_db_id(_field(obj, ("db_id",), path, where), path, where),
-                pred_sql=_sql(_field(obj, _GENERIC_PRED, path, where), path, where, _name_of(obj, _GENERIC_PRED)) or "",
-                gold_sql=_opt_sql(obj.get("gold_sql"), path, where, "gold_sql"),
-                question=_opt_text(obj.get("question"), path, where, "question"),
-                evidence=_opt_text(obj.get("evidence"), path, where, "evidence"),
-                difficulty=_opt_text(obj.get("difficulty"), path, where, "difficulty"),
+                id=fields.item_id(raw_id, path, where, fields.name_of(obj, _GENERIC_ID)),
+                db_id=fields.db_id(fields.pick(obj, ("db_id",), path, where), path, where),
+                pred_sql=fields.sql(raw_pred, path, where, fields.name_of(obj, _GENERIC_PRED)) or "",
+                gold_sql=fields.opt_sql(obj.get("gold_sql"), path, where, "gold_sql"),
+                question=fields.opt_text(obj.get("question"), path, where, "question"),
+                evidence=fields.opt_text(obj.get("evidence"), path, where, "evidence"),
+                difficulty=fields.opt_text(obj.get("difficulty"), path, where, "difficulty"),
                 source=f"{path.name}:{where}" if isinstance(where, int) else f"{path.name}{where}",
             )
         )
