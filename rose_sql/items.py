@@ -110,12 +110,11 @@ class _Gold:
 
 @dataclass(frozen=True, slots=True)
 class _GoldFile:
+    """A gold file read once, with what is odd about it (repeated question ids)."""
+
     path: Path
     golds: list[_Gold]
     warnings: list[str]
-
-
-_POSITION = re.compile("[0-9]{1,18}")
 
 
 # --------------------------------------------------------------------------- gold files
@@ -201,6 +200,10 @@ class _Source:
 
     def csv(self) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
         return read_csv(self.text, self.path) if self.parsed is _UNPARSED else self.parsed
+
+
+_POSITION = re.compile("[0-9]{1,18}")
+"""A BIRD key: a question position (longer numbers are out of range of any gold file)."""
 
 
 def _bird(src: _Source, gold: _GoldFile | None) -> Loaded:
