@@ -262,3 +262,8 @@ class ServeConfig:
     """Larger request bodies are refused (413)."""
     reward: RewardConfig = field(default_factory=RewardConfig)
     """The reward itself."""
+
+
+MAX_INPUT_BYTES = 256 * 2**20
+"""Largest prediction or gold file read (``rose run --max-input-mb``): 250 times BIRD dev's largest
+prediction file, and small enough that parsing it stays within a few GiB of memory."""

@@ -2,31 +2,50 @@
 
 Every loader returns the same thing: a list of :class:`Item` plus warnings (problems that do
 not stop the run, like BIRD prediction keys that are not ``0..N-1``). Malformed input raises
-:class:`~rose_sql.errors.InputError` naming the file and the line or key.
+:class:`~rose_sql.errors.InputError` naming the file and the line or key, before any item is
+evaluated: files are read through :mod:`rose_sql.readers` (size bound, encoding, strict JSON and
+CSV), and every value an item takes is checked by :mod:`rose_sql.fields` (ids are strings or
+integers, text is text, a ``db_id`` is a folder name). Nothing is dropped: a file with no items is an error, and empty
+predictions are kept (they score 0) and counted in a warning.
 
 Formats (``--format``; auto-detected when omitted):
 
 - ``bird``: BIRD prediction JSON ``{"<key>": "SQL\\t----- bird -----\\tdb_id"}`` with ``--gold``
-  ``dev.json`` / ``mini_dev_sqlite.json``; paired by key, the key being the question's position.
+  ``dev.json`` / ``mini_dev_sqlite.json`` (or the ``*_gold.sql`` lines); paired by key, the key
+  being the question's position, as the official script pairs them.
 - ``spider``: one SQL per line (or ``SQL\\tdb_id`` lines) with ``--gold`` ``dev.json`` or
   ``dev_gold.sql``; paired by line, ``id`` is the 0-based position.
 - ``sqlexam``: the ROSE/SQLExam list of ``{question_id, db_id, question, evidence,
-  predicted_sql, gold_sql, difficulty}``; ``--gold`` optional.
+  predicted_sql, gold_sql, difficulty}``.
 - ``dincsv``: CSV with ``NLQ, PREDICTED SQL, GOLD SQL, DATABASE`` (DIN-SQL style).
-- ``generic``: JSONL or CSV with ``id, db_id, question, evidence, gold_sql, pred_sql``.
+- ``generic``: JSONL, a JSON list, or CSV with ``id, db_id, question, evidence, gold_sql, pred_sql``.
+
+Item ids: the gold's ``question_id`` (BIRD; positions when the gold is ``SQL<TAB>db_id`` lines),
+the line position (Spider), or the file's own ``question_id`` / ``id``. A gold file may repeat a
+question_id (BIRD mini-dev repeats 137 and 138 at positions 484/487 and 485/488): every position
+stays a question of its own, the first keeps the plain question_id and each repeat gets the string
+``"<question_id>@<position>"`` (``"137@487"``), so ids are unique and the same on every run; a
+warning names the gold file and the repeated ids.
+
+``--gold`` with a format that carries its own gold (``sqlexam``, ``dincsv``, ``generic``) is
+used, and a warning says how: for ``sqlexam`` the gold file's SQL replaces the file's own for the
+items whose ``question_id`` it has (it must be a JSON gold with question_ids); for ``dincsv`` and
+``generic`` it is paired by position (db_ids must agree) and fills only what an item lacks.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from rose_sql import fields
+from rose_sql.config import MAX_INPUT_BYTES
 from rose_sql.errors import InputError, UsageError
+from rose_sql.readers import json_lines, lines, parse_json, read_csv, read_text
 
 FORMATS = ("bird", "spider", "sqlexam", "dincsv", "generic")
 BIRD_SEPARATOR = "\t----- bird -----\t"
@@ -79,6 +98,9 @@ class Loaded:
 @dataclass(frozen=True, slots=True)
 class _Gold:
     id: ItemId
+    """Unique within its file: the question_id (``"<question_id>@<position>"`` for a repeat) or the position."""
+    qid: ItemId | None
+    """The question_id as the file gives it; None for ``SQL<TAB>db_id`` lines."""
     db_id: str
     sql: str
     question: str | None = None
@@ -86,325 +108,445 @@ class _Gold:
     difficulty: str | None = None
 
 
-# --------------------------------------------------------------------------- reading helpers
+@dataclass(frozen=True, slots=True)
+class _GoldFile:
+    """A gold file read once, with what is odd about it (repeated question ids)."""
 
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
-    except UnicodeDecodeError as e:
-        raise InputError(path, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except OSError as e:
-        raise InputError(path, f"cannot read ({e.strerror})") from None
-
-
-def _read_json(path: Path) -> Any:
-    text = _read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(path, f"invalid JSON: {e.msg} (column {e.colno})", where=e.lineno) from None
-
-
-def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    for lineno, line in enumerate(_read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(path, f"invalid JSON: {e.msg} (column {e.colno})", where=lineno) from None
-        if not isinstance(obj, dict):
-            raise InputError(path, "each line must be a JSON object", where=lineno)
-        yield lineno, obj
-
-
-def _read_csv(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
-    text = _read_text(path)
-    reader = csv.DictReader(text.splitlines(keepends=True))
-    header = [h.strip() for h in (reader.fieldnames or [])]
-    reader.fieldnames = header
-
-    def rows() -> Iterator[tuple[int, dict[str, str]]]:
-        try:
-            for row in reader:
-                yield reader.line_num, row
-        except csv.Error as e:
-            raise InputError(path, f"invalid CSV: {e}", where=reader.line_num) from None
-
-    return header, rows()
-
-
-def _lines(path: Path) -> list[str]:
-    """Lines of a text file; a final newline does not make an extra empty line."""
-    text = _read_text(path)
-    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
-
-
-def _field(obj: dict[str, Any], names: Iterable[str], path: Path, where: str | int) -> Any:
-    for name in names:
-        if name in obj:
-            return obj[name]
-    raise InputError(path, f"missing field {' or '.join(repr(n) for n in names)}", where=where)
-
-
-def _opt_str(value: Any) -> str | None:
-    if value is None:
-        return None
-    text = str(value)
-    return text if text.strip() else None
+    path: Path
+    golds: list[_Gold]
+    warnings: list[str]
 
 
 # --------------------------------------------------------------------------- gold files
 
+_GOLD_SQL = ("SQL", "query", "gold_sql", "sql")
 
-def load_gold(path: Path) -> list[_Gold]:
+
+def load_gold(path: Path, max_bytes: int = MAX_INPUT_BYTES) -> _GoldFile:
     """Read a gold file: BIRD / Spider ``dev.json`` or ``SQL\\tdb_id`` lines (``dev_gold.sql``)."""
-    if path.suffix.lower() == ".json":
-        data = _read_json(path)
-        if not isinstance(data, list):
-            raise InputError(path, "a gold JSON file must be a list of questions")
-        golds = []
-        for i, obj in enumerate(data):
-            if not isinstance(obj, dict):
-                raise InputError(path, "each entry must be an object", where=f"[{i}]")
-            where = f"[{i}]"
-            sql = _field(obj, ("SQL", "query", "gold_sql", "sql"), path, where)
-            golds.append(
-                _Gold(
-                    id=obj.get("question_id", i),
-                    db_id=str(_field(obj, ("db_id",), path, where)),
-                    sql=str(sql),
-                    question=_opt_str(obj.get("question")),
-                    evidence=_opt_str(obj.get("evidence")),
-                    difficulty=_opt_str(obj.get("difficulty")),
-                )
+    text = read_text(path, max_bytes)
+    golds: list[_Gold] = []
+    if path.suffix.lower() != ".json":
+        for i, line in enumerate(lines(text)):
+            sql, sep, db_id = line.rpartition("\t")
+            if not sep or not db_id.strip():
+                raise InputError(path, "expected 'SQL<TAB>db_id'", where=i + 1)
+            golds.append(_Gold(id=i, qid=None, db_id=fields.db_id(db_id, path, i + 1), sql=sql))
+        if not golds:
+            raise InputError(path, "no questions: the gold file is empty")
+        return _GoldFile(path, golds, [])
+    data = parse_json(text, path)
+    if not isinstance(data, list):
+        raise InputError(path, "a gold JSON file must be a list of questions", where=1)
+    if not data:
+        raise InputError(path, "no questions: the gold list is empty")
+    first: dict[ItemId, int] = {}
+    repeats: dict[ItemId, list[int]] = {}
+    for i, obj in enumerate(data):
+        where = f"[{i}]"
+        if not isinstance(obj, dict):
+            raise InputError(path, "each entry must be an object", where=where)
+        qid = fields.item_id(obj["question_id"], path, where, "question_id") if "question_id" in obj else None
+        base = i if qid is None else qid
+        if base in first:
+            repeats.setdefault(base, [first[base]]).append(i)
+            item_id: ItemId = f"{base}@{i}"
+        else:
+            first[base] = i
+            item_id = base
+        sql_name = fields.name_of(obj, _GOLD_SQL)
+        gold_sql = fields.sql(fields.pick(obj, _GOLD_SQL, path, where), path, where, sql_name)
+        if gold_sql is None:
+            raise InputError(path, f"field {sql_name!r} is null", where=where)
+        golds.append(
+            _Gold(
+                id=item_id,
+                qid=qid,
+                db_id=fields.db_id(fields.pick(obj, ("db_id",), path, where), path, where),
+                sql=gold_sql,
+                question=fields.opt_text(obj.get("question"), path, where, "question"),
+                evidence=fields.opt_text(obj.get("evidence"), path, where, "evidence"),
+                difficulty=fields.opt_text(obj.get("difficulty"), path, where, "difficulty"),
             )
-        return golds
-    golds = []
-    for i, line in enumerate(_lines(path)):
-        sql, sep, db_id = line.rpartition("\t")
-        if not sep or not db_id.strip():
-            raise InputError(path, "expected 'SQL<TAB>db_id'", where=i + 1)
-        golds.append(_Gold(id=i, db_id=db_id.strip(), sql=sql))
-    return golds
+        )
+    return _GoldFile(path, golds, [_repeat_warning(path, repeats)] if repeats else [])
+
+
+def _repeat_warning(path: Path, repeats: dict[ItemId, list[int]]) -> str:
+    listed = "; ".join(f"{qid} at positions {', '.join(map(str, pos))}" for qid, pos in repeats.items())
+    new_ids = ", ".join(repr(f"{qid}@{p}") for qid, pos in repeats.items() for p in pos[1:])
+    return (
+        f"{path.name} repeats question ids ({listed}): each position stays a question of its own, as in the "
+        f"official evaluation; where item ids come from question_id, the repeats are {new_ids}"
+    )
 
 
 # --------------------------------------------------------------------------- prediction formats
 
+_UNPARSED: Any = object()
 
-def _bird(path: Path, gold_path: Path | None) -> Loaded:
-    if gold_path is None:
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """A prediction file read once: its text, and what format detection already parsed of it."""
+
+    path: Path
+    text: str
+    parsed: Any = _UNPARSED
+    """The JSON value, or the CSV ``(header, rows)``, when detection parsed it."""
+
+    def json(self) -> Any:
+        return parse_json(self.text, self.path) if self.parsed is _UNPARSED else self.parsed
+
+    def csv(self) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+        return read_csv(self.text, self.path) if self.parsed is _UNPARSED else self.parsed
+
+
+_POSITION = re.compile("[0-9]{1,18}")
+"""A BIRD key: a question position (longer numbers are out of range of any gold file)."""
+
+
+def _bird(src: _Source, gold: _GoldFile | None) -> Loaded:
+    path = src.path
+    if gold is None:
         raise UsageError(f"{path}: BIRD predictions are keyed by question position; pass --gold dev.json")
-    data = _read_json(path)
+    data = src.json()
     if not isinstance(data, dict):
-        raise InputError(path, "BIRD predictions must be a JSON object {key: 'SQL\\t----- bird -----\\tdb_id'}")
-    golds = load_gold(gold_path)
-    items, warnings, seen = [], [], set()
+        raise InputError(
+            path, "BIRD predictions must be a JSON object {key: 'SQL\\t----- bird -----\\tdb_id'}", where=1
+        )
+    golds, gold_path = gold.golds, gold.path
+    items, warnings = [], list(gold.warnings)
+    keys_of: dict[int, str] = {}
     for key, value in data.items():
-        try:
-            pos = int(key)
-        except ValueError:
-            raise InputError(path, "key is not a question position (an integer)", where=repr(key)) from None
+        if not _POSITION.fullmatch(key):
+            if not (key.isascii() and key.isdigit()):
+                raise InputError(path, "key is not a question position (an integer)", where=repr(key))
+            raise InputError(path, f"key out of range: {gold_path} has {len(golds)} questions", where=repr(key))
+        pos = int(key)
         if not 0 <= pos < len(golds):
             raise InputError(path, f"key out of range: {gold_path} has {len(golds)} questions", where=repr(key))
+        if pos in keys_of:
+            raise InputError(path, f"keys {keys_of[pos]!r} and {key!r} both name question {pos}", where=repr(key))
+        keys_of[pos] = key
         if not isinstance(value, str):
-            raise InputError(path, "value must be a string", where=repr(key))
+            raise InputError(path, f"value must be a string, not {fields.kind(value)}", where=repr(key))
         sql, sep, db_id = value.partition(BIRD_SEPARATOR)
-        gold = golds[pos]
-        if sep and db_id.strip() != gold.db_id:
+        g = golds[pos]
+        if sep and db_id.strip() != g.db_id:
             raise InputError(
-                path,
-                f"db_id {db_id.strip()!r} but question {pos} of {gold_path} is on {gold.db_id!r}",
-                where=repr(key),
+                path, f"db_id {db_id.strip()!r} but question {pos} of {gold_path} is on {g.db_id!r}", where=repr(key)
             )
-        seen.add(pos)
         items.append(
             Item(
-                id=gold.id,
-                db_id=gold.db_id,
+                id=g.id,
+                db_id=g.db_id,
                 pred_sql=sql,
-                gold_sql=gold.sql,
-                question=gold.question,
-                evidence=gold.evidence,
-                difficulty=gold.difficulty,
+                gold_sql=g.sql,
+                question=g.question,
+                evidence=g.evidence,
+                difficulty=g.difficulty,
                 source=f"{path.name}:{key}",
             )
         )
     keys = list(data.keys())
     if keys != [str(i) for i in range(len(keys))]:
-        if sorted(seen) == list(range(len(seen))):
+        if sorted(keys_of) == list(range(len(keys_of))):
             warnings.append(
                 f"{path.name}: keys are not in order 0..{len(keys) - 1}; paired by key, not by position "
                 "(the official BIRD script pairs by position and would misalign them)"
             )
         else:
             warnings.append(f"{path.name}: keys are not 0..{len(keys) - 1}; paired by key")
-    missing = len(golds) - len(seen)
+    missing = len(golds) - len(keys_of)
     if missing:
         warnings.append(f"{path.name}: {missing} of {len(golds)} questions in {gold_path.name} have no prediction")
     return Loaded(path, "bird", items, warnings)
 
 
-def _spider(path: Path, gold_path: Path | None) -> Loaded:
-    if gold_path is None:
+def _spider(src: _Source, gold: _GoldFile | None) -> Loaded:
+    path = src.path
+    if gold is None:
         raise UsageError(f"{path}: Spider predictions are paired by line; pass --gold dev.json or dev_gold.sql")
-    golds = load_gold(gold_path)
-    lines = _lines(path)
-    if len(lines) != len(golds):
+    golds = gold.golds
+    pred_lines = lines(src.text)
+    if len(pred_lines) != len(golds):
         raise InputError(
             path,
-            f"{len(lines)} prediction lines but {len(golds)} gold questions in {gold_path}; "
+            f"{len(pred_lines)} prediction lines but {len(golds)} gold questions in {gold.path}; "
             "predictions are paired by line, so every question needs exactly one line",
         )
     items = []
-    for i, (line, gold) in enumerate(zip(lines, golds, strict=True)):
+    for i, (line, g) in enumerate(zip(pred_lines, golds, strict=True)):
         sql, sep, tail = line.rpartition("\t")
         tail = tail.strip()
         if not sep or not tail.isidentifier():  # no db_id column: tabs inside the SQL are whitespace
             sql = line
-        elif tail != gold.db_id:
-            raise InputError(path, f"db_id {tail!r} but gold line {i + 1} is on {gold.db_id!r}", where=i + 1)
+        elif tail != g.db_id:
+            raise InputError(path, f"db_id {tail!r} but gold line {i + 1} is on {g.db_id!r}", where=i + 1)
         items.append(
             Item(
                 id=i,
-                db_id=gold.db_id,
+                db_id=g.db_id,
                 pred_sql=sql,
-                gold_sql=gold.sql,
-                question=gold.question,
-                evidence=gold.evidence,
-                difficulty=gold.difficulty,
+                gold_sql=g.sql,
+                question=g.question,
+                evidence=g.evidence,
+                difficulty=g.difficulty,
                 source=f"{path.name}:{i + 1}",
             )
         )
-    return Loaded(path, "spider", items)
+    return Loaded(path, "spider", items, list(gold.warnings))
 
 
-def _sqlexam(path: Path, gold_path: Path | None) -> Loaded:
-    data = _read_json(path)
+def _sqlexam(src: _Source, gold: _GoldFile | None) -> Loaded:
+    path = src.path
+    data = src.json()
     if not isinstance(data, list):
-        raise InputError(path, "expected a JSON list of {question_id, db_id, predicted_sql, gold_sql, ...}")
-    by_id = {g.id: g for g in load_gold(gold_path)} if gold_path else {}
-    items, warnings = [], []
+        raise InputError(path, "expected a JSON list of {question_id, db_id, predicted_sql, gold_sql, ...}", where=1)
+    by_qid: dict[ItemId, _Gold] = {}
+    if gold is not None:
+        if gold.golds[0].qid is None:
+            raise UsageError(
+                f"{path}: SQLExam items are matched to --gold by question_id, and {gold.path} (SQL<TAB>db_id lines) "
+                "has none; pass a JSON gold with question_ids (dev.json), or no --gold to use the file's own gold_sql"
+            )
+        for earlier in reversed(gold.golds):  # the first of repeated question_ids wins
+            if earlier.qid is not None:
+                by_qid[earlier.qid] = earlier
+    items, numbers = [], []
     for i, obj in enumerate(data):
         where = f"[{i}]"
         if not isinstance(obj, dict):
             raise InputError(path, "each entry must be an object", where=where)
-        qid = _field(obj, ("question_id", "id"), path, where)
-        gold = by_id.get(qid)
-        if gold_path and gold is None:
-            warnings.append(f"{path.name}{where}: question_id {qid!r} not in {gold_path.name}; using its own gold_sql")
-        pred = obj.get("predicted_sql")
+        id_name = fields.name_of(obj, ("question_id", "id"))
+        qid = fields.item_id(fields.pick(obj, ("question_id", "id"), path, where), path, where, id_name)
+        raw = fields.pick(obj, ("predicted_sql",), path, where)
+        if isinstance(raw, int | float) and not isinstance(raw, bool):
+            numbers.append(where)
+        g = by_qid.get(qid)
         items.append(
             Item(
                 id=qid,
-                db_id=str(_field(obj, ("db_id",), path, where)),
-                pred_sql="" if pred is None else str(pred),
-                gold_sql=gold.sql if gold else _opt_str(obj.get("gold_sql")),
-                question=_opt_str(obj.get("question")) or (gold.question if gold else None),
-                evidence=_opt_str(obj.get("evidence")) or (gold.evidence if gold else None),
-                difficulty=_opt_str(obj.get("difficulty")) or (gold.difficulty if gold else None),
+                db_id=fields.db_id(fields.pick(obj, ("db_id",), path, where), path, where),
+                pred_sql=fields.sql(raw, path, where, "predicted_sql") or "",
+                gold_sql=g.sql if g else fields.opt_sql(obj.get("gold_sql"), path, where, "gold_sql"),
+                question=fields.opt_text(obj.get("question"), path, where, "question") or (g.question if g else None),
+                evidence=fields.opt_text(obj.get("evidence"), path, where, "evidence") or (g.evidence if g else None),
+                difficulty=fields.opt_text(obj.get("difficulty"), path, where, "difficulty")
+                or (g.difficulty if g else None),
                 source=f"{path.name}{where}",
             )
         )
+    warnings = list(gold.warnings) if gold else []
+    if numbers:
+        warnings.append(
+            f"{path.name}: predicted_sql is a number, not text, in {len(numbers)} items ({_some(numbers)}); "
+            "each is evaluated as the SQL text of that number"
+        )
+    if gold is not None:
+        warnings.append(_sqlexam_gold_note(path, gold, data, items))
     return Loaded(path, "sqlexam", items, warnings)
 
 
-def _dincsv(path: Path, gold_path: Path | None) -> Loaded:
-    header, rows = _read_csv(path)
+def _sqlexam_gold_note(path: Path, gold: _GoldFile, data: list[Any], items: list[Item]) -> str:
+    """What --gold did to a file that carries its own gold_sql."""
+    qids = {g.qid for g in gold.golds}
+    matched = [i for i, it in enumerate(items) if it.id in qids]
+    differ = sum(items[i].gold_sql != data[i].get("gold_sql") for i in matched)
+    note = (
+        f"{path.name} carries its own gold_sql; --gold {gold.path.name} replaced it for {len(matched)} of "
+        f"{len(items)} items, matched by question_id ({differ} of them differ from the file's own)"
+    )
+    unmatched = [repr(it.id) for it in items if it.id not in qids]
+    if unmatched:
+        note += f"; question_id {_some(unmatched)} ({len(unmatched)}) not in it keep their own"
+    return note
+
+
+def _dincsv(src: _Source, gold: _GoldFile | None) -> Loaded:
+    path = src.path
+    header, rows = src.csv()
     for col in ("PREDICTED SQL", "GOLD SQL", "DATABASE"):
         if col not in header:
             raise InputError(path, f"missing column {col!r} (have {header})", where=1)
     items = [
         Item(
             id=i,
-            db_id=row["DATABASE"].strip(),
-            pred_sql=row["PREDICTED SQL"] or "",
-            gold_sql=_opt_str(row["GOLD SQL"]),
-            question=_opt_str(row.get("NLQ")),
+            db_id=fields.db_id(row["DATABASE"], path, line, "DATABASE"),
+            pred_sql=row["PREDICTED SQL"],
+            gold_sql=row["GOLD SQL"] if row["GOLD SQL"].strip() else None,
+            question=row["NLQ"] if row.get("NLQ", "").strip() else None,
             source=f"{path.name}:{line}",
         )
         for i, (line, row) in enumerate(rows)
     ]
-    return _with_gold(Loaded(path, "dincsv", items), gold_path)
+    return _with_gold(Loaded(path, "dincsv", items), gold)
 
 
-def _generic(path: Path, gold_path: Path | None) -> Loaded:
-    records: Iterable[tuple[int, dict[str, Any]]]
-    if path.suffix.lower() == ".csv":
-        _, records = _read_csv(path)
+_GENERIC_ID = ("id", "question_id")
+_GENERIC_PRED = ("pred_sql", "predicted_sql")
+
+
+def _generic(src: _Source, gold: _GoldFile | None) -> Loaded:
+    path = src.path
+    records: Iterable[tuple[int | str, dict[str, Any]]]
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        header, records = src.csv()
+        for names in (_GENERIC_ID, ("db_id",), _GENERIC_PRED):
+            if not any(n in header for n in names):
+                raise InputError(path, f"missing column {' or '.join(map(repr, names))} (have {header})", where=1)
+    elif suffix == ".json":
+        data = src.json()
+        if not isinstance(data, list):
+            raise InputError(path, "expected a JSON list of {id, db_id, pred_sql, gold_sql, ...}", where=1)
+        records = list(_objects(data, path))
     else:
-        records = _read_jsonl(path)
+        records = json_lines(src.text, path)
     items = []
-    for line, obj in records:
+    for where, obj in records:
+        raw_id, raw_pred = fields.pick(obj, _GENERIC_ID, path, where), fields.pick(obj, _GENERIC_PRED, path, where)
         items.append(
             Item(
-                id=_field(obj, ("id", "question_id"), path, line),
-                db_id=str(_field(obj, ("db_id",), path, line)).strip(),
-                pred_sql=str(_field(obj, ("pred_sql", "predicted_sql"), path, line) or ""),
-                gold_sql=_opt_str(obj.get("gold_sql")),
-                question=_opt_str(obj.get("question")),
-                evidence=_opt_str(obj.get("evidence")),
-                difficulty=_opt_str(obj.get("difficulty")),
-                source=f"{path.name}:{line}",
+                id=fields.item_id(raw_id, path, where, fields.name_of(obj, _GENERIC_ID)),
+                db_id=fields.db_id(fields.pick(obj, ("db_id",), path, where), path, where),
+                pred_sql=fields.sql(raw_pred, path, where, fields.name_of(obj, _GENERIC_PRED)) or "",
+                gold_sql=fields.opt_sql(obj.get("gold_sql"), path, where, "gold_sql"),
+                question=fields.opt_text(obj.get("question"), path, where, "question"),
+                evidence=fields.opt_text(obj.get("evidence"), path, where, "evidence"),
+                difficulty=fields.opt_text(obj.get("difficulty"), path, where, "difficulty"),
+                source=f"{path.name}:{where}" if isinstance(where, int) else f"{path.name}{where}",
             )
         )
-    return _with_gold(Loaded(path, "generic", items), gold_path)
+    return _with_gold(Loaded(path, "generic", items), gold)
 
 
-def _with_gold(loaded: Loaded, gold_path: Path | None) -> Loaded:
+def _objects(data: list[Any], path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
+    for i, obj in enumerate(data):
+        if not isinstance(obj, dict):
+            raise InputError(path, "each entry must be an object", where=f"[{i}]")
+        yield f"[{i}]", obj
+
+
+def _with_gold(loaded: Loaded, gold: _GoldFile | None) -> Loaded:
     """Fill gold SQL (and question text) from a gold file by position, where the items lack it."""
-    if gold_path is None:
+    if gold is None:
         return loaded
-    golds = load_gold(gold_path)
+    golds, path = gold.golds, loaded.path
     if len(golds) != len(loaded.items):
-        raise InputError(loaded.path, f"{len(loaded.items)} items but {len(golds)} in {gold_path}")
-    items = [
-        replace(
+        raise InputError(path, f"{len(loaded.items)} items but {len(golds)} in {gold.path}")
+    items, sql_filled, other_filled = [], 0, 0
+    for i, (it, g) in enumerate(zip(loaded.items, golds, strict=True)):
+        if it.db_id != g.db_id:
+            raise InputError(
+                path,
+                f"db_id {it.db_id!r} but question {i} of {gold.path} is on {g.db_id!r} (--gold pairs by position)",
+                where=_place_of(it, path),
+            )
+        new = replace(
             it,
             gold_sql=it.gold_sql or g.sql,
             question=it.question or g.question,
             evidence=it.evidence or g.evidence,
             difficulty=it.difficulty or g.difficulty,
         )
-        for it, g in zip(loaded.items, golds, strict=True)
-    ]
-    return replace(loaded, items=items)
+        sql_filled += it.gold_sql is None
+        other_filled += (new.question, new.evidence, new.difficulty) != (it.question, it.evidence, it.difficulty)
+        items.append(new)
+    own = len(items) - sql_filled
+    if own == 0:
+        note = f"{path.name}: gold SQL of all {len(items)} items from --gold {gold.path.name}, paired by position"
+    elif sql_filled == 0:
+        note = (
+            f"{path.name} carries gold SQL for all {len(items)} items: --gold {gold.path.name} gave none "
+            f"(it fills only what items lack, paired by position)"
+        )
+    else:
+        note = (
+            f"{path.name} carries gold SQL for {own} of {len(items)} items; --gold {gold.path.name} filled "
+            f"the other {sql_filled}, paired by position"
+        )
+    if other_filled:
+        note += f"; it also gave question, evidence or difficulty to {other_filled} items"
+    return replace(loaded, items=items, warnings=[*loaded.warnings, *gold.warnings, note])
+
+
+def _place_of(item: Item, path: Path) -> str:
+    """An item's line, index or key in its file (its source without the file name)."""
+    return item.source.removeprefix(path.name).lstrip(":")
+
+
+def _some(names: list[str], n: int = 5) -> str:
+    return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
 _LOADERS = {"bird": _bird, "spider": _spider, "sqlexam": _sqlexam, "dincsv": _dincsv, "generic": _generic}
 
 
-def detect_format(path: Path) -> str:
-    """Guess a prediction file's format from its name and first bytes."""
+def _detect(path: Path, text: str) -> tuple[str, Any]:
+    """The format of a prediction file from its name and content, and what was parsed to tell."""
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return "generic"
+        return "generic", _UNPARSED
     if suffix == ".csv":
-        header, _ = _read_csv(path)
-        return "dincsv" if "PREDICTED SQL" in header else "generic"
+        parsed = read_csv(text, path)
+        return ("dincsv" if "PREDICTED SQL" in parsed[0] else "generic"), parsed
     if suffix == ".json":
-        data = _read_json(path)
+        data = parse_json(text, path)
         if isinstance(data, dict):
-            return "bird"
+            return "bird", data
         if isinstance(data, list) and data and isinstance(data[0], dict):
-            return "sqlexam" if "predicted_sql" in data[0] else "generic"
-        raise InputError(path, "cannot tell the format of this JSON file; pass --format")
-    return "spider"
+            return ("sqlexam" if "predicted_sql" in data[0] else "generic"), data
+        raise InputError(path, "cannot tell the format of this JSON file; pass --format", where=1)
+    if text.lstrip()[:1] in ("{", "["):
+        raise InputError(
+            path,
+            f"looks like JSON, but the name ends in {suffix or 'nothing'!r}: name it .json or .jsonl, or pass --format",
+            where=1,
+        )
+    return "spider", _UNPARSED
 
 
-def load_items(pred_path: str | Path, gold_path: str | Path | None = None, fmt: str | None = None) -> Loaded:
-    """Read one prediction file (and its gold file, where the format needs one)."""
+def detect_format(path: Path, max_bytes: int = MAX_INPUT_BYTES) -> str:
+    """Guess a prediction file's format from its name and first bytes."""
+    return _detect(path, read_text(path, max_bytes))[0]
+
+
+def load_items(
+    pred_path: str | Path,
+    gold_path: str | Path | None = None,
+    fmt: str | None = None,
+    *,
+    max_bytes: int = MAX_INPUT_BYTES,
+) -> Loaded:
+    """Read one prediction file (and its gold file, where the format needs one).
+
+    Raises :class:`~rose_sql.errors.InputError` for anything malformed, naming the file and the line
+    or key, and for files larger than ``max_bytes``; nothing is evaluated here.
+    """
     path = Path(pred_path)
-    gold = Path(gold_path) if gold_path is not None else None
     if fmt is not None and fmt not in _LOADERS:
         raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    fmt = fmt or detect_format(path)
-    loaded = _LOADERS[fmt](path, gold)
-    ids = [it.id for it in loaded.items]
-    if len(set(ids)) != len(ids):
-        dup = next(i for i in ids if ids.count(i) > 1)
-        raise InputError(path, f"item id {dup!r} occurs more than once; ids must be unique")
+    text = read_text(path, max_bytes)
+    parsed = _UNPARSED
+    if fmt is None:
+        fmt, parsed = _detect(path, text)
+    gold = load_gold(Path(gold_path), max_bytes) if gold_path is not None else None
+    loaded = _LOADERS[fmt](_Source(path, text, parsed), gold)
+    if not loaded.items:
+        raise InputError(path, "no items: the file holds no predictions")
+    seen: dict[ItemId, str] = {}
+    for it in loaded.items:
+        if it.id in seen:
+            both = f"{seen[it.id]} and {it.source}"
+            message = f"item id {it.id!r} occurs more than once ({both}); ids must be unique"
+            raise InputError(path, message, where=_place_of(it, path))
+        seen[it.id] = it.source
+    empty = [it.source for it in loaded.items if not it.pred_sql.strip()]
+    if empty:
+        loaded.warnings.append(
+            f"{path.name}: {len(empty)} of {len(loaded.items)} items have an empty prediction ({_some(empty)}); "
+            "an empty query does not run, so each scores 0"
+        )
     return loaded

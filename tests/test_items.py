@@ -185,3 +185,127 @@ def test_real_sqlexam(shared: Path) -> None:
     loaded = load_items(shared / "preds" / "bird-dev" / "c3-result.json")
     assert loaded.format == "sqlexam" and len(loaded.items) == 1534
     assert sum(it.db_id == "superhero" for it in loaded.items) == 129
+
+
+# --------------------------------------------------------------------------- repeated question ids, --gold notes
+
+
+def test_repeated_question_ids_get_stable_unique_ids(tmp_path: Path) -> None:
+    rows = [*BIRD_GOLD, {**BIRD_GOLD[1]}, {**BIRD_GOLD[0], "SQL": "SELECT 'again'"}]
+    gold = write(tmp_path / "mini.json", json.dumps(rows))
+    preds = {str(i): bird_pred(f"SELECT {i}", r["db_id"]) for i, r in enumerate(rows)}
+    pred = write(tmp_path / "p.json", json.dumps(preds))
+    first, again = load_items(pred, gold), load_items(pred, gold)
+    assert [it.id for it in first.items] == [0, 1, 2, "1@3", "0@4"] == [it.id for it in again.items]
+    assert [it.pred_sql for it in first.items] == [f"SELECT {i}" for i in range(5)]  # paired by key = position
+    assert first.items[4].gold_sql == "SELECT 'again'"
+    (warning,) = [w for w in first.warnings if "repeats" in w]
+    assert "mini.json" in warning and "1 at positions 1, 3" in warning and "'0@4'" in warning
+
+
+def test_sqlexam_with_gold_says_what_the_gold_did(tmp_path: Path) -> None:
+    gold = write(tmp_path / "dev.json", json.dumps(BIRD_GOLD))
+    rows = [
+        {"question_id": 2, "db_id": "b", "predicted_sql": "SELECT 2", "gold_sql": "SELECT 2"},
+        {"question_id": 0, "db_id": "a", "predicted_sql": "SELECT 0", "gold_sql": "SELECT 'old'"},
+        {"question_id": 9, "db_id": "a", "predicted_sql": "SELECT 9", "gold_sql": "SELECT 9"},
+    ]
+    loaded = load_items(write(tmp_path / "r.json", json.dumps(rows)), gold)
+    assert [it.gold_sql for it in loaded.items] == ["SELECT 2", "SELECT 0", "SELECT 9"]
+    assert loaded.items[1].question == "q0"
+    (note,) = loaded.warnings
+    assert note.startswith("r.json carries its own gold_sql; --gold dev.json replaced it for 2 of 3 items")
+    assert "(1 of them differ" in note and "question_id 9 (1) not in it keep their own" in note
+
+
+def test_sqlexam_cannot_match_gold_lines(tmp_path: Path) -> None:
+    gold = write(tmp_path / "gold.sql", "SELECT 1\ta\n")
+    rows = [{"question_id": 0, "db_id": "a", "predicted_sql": "SELECT 1", "gold_sql": "SELECT 1"}]
+    with pytest.raises(UsageError, match=r"r\.json: .*by question_id, and .*gold\.sql .*has none"):
+        load_items(write(tmp_path / "r.json", json.dumps(rows)), gold)
+
+
+def test_own_gold_formats_say_how_much_gold_they_took(tmp_path: Path) -> None:
+    gold = write(tmp_path / "gold.sql", "SELECT 1\tdb1\nSELECT 2\tdb2\n")
+    din = write(tmp_path / "d.csv", "NLQ,PREDICTED SQL,GOLD SQL,DATABASE\nq,SELECT 1,SELECT 1,db1\nr,SELECT 2,,db2\n")
+    loaded = load_items(din, gold)
+    assert [it.gold_sql for it in loaded.items] == ["SELECT 1", "SELECT 2"]
+    assert loaded.warnings == [
+        "d.csv carries gold SQL for 1 of 2 items; --gold gold.sql filled the other 1, paired by position"
+    ]
+    full = write(
+        tmp_path / "f.csv", "NLQ,PREDICTED SQL,GOLD SQL,DATABASE\nq,SELECT 1,SELECT 1,db1\nr,SELECT 2,SELECT 2,db2\n"
+    )
+    (note,) = load_items(full, gold).warnings
+    assert note.startswith("f.csv carries gold SQL for all 2 items: --gold gold.sql gave none")
+    jsonl = write(
+        tmp_path / "g.jsonl", '{"id": 1, "db_id": "db1", "pred_sql": "x"}\n{"id": 2, "db_id": "db2", "pred_sql": "y"}'
+    )
+    (note,) = load_items(jsonl, gold).warnings
+    assert note == "g.jsonl: gold SQL of all 2 items from --gold gold.sql, paired by position"
+
+
+def test_gold_by_position_must_agree_on_db_id(tmp_path: Path) -> None:
+    gold = write(tmp_path / "gold.sql", "SELECT 1\tdb1\nSELECT 2\tdb2\n")
+    din = write(tmp_path / "d.csv", "NLQ,PREDICTED SQL,GOLD SQL,DATABASE\nr,SELECT 2,,db2\nq,SELECT 1,,db1\n")
+    with pytest.raises(InputError, match=r"d\.csv:2: db_id 'db2' but question 0 of .*gold\.sql is on 'db1'"):
+        load_items(din, gold)
+
+
+# --------------------------------------------------------------------------- BIRD mini-dev as published
+
+DIALECTS = ("sqlite", "mysql", "postgresql")
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_real_minidev_official_predictions_load_paired_by_key(shared: Path, dialect: str) -> None:
+    gold_json, gold_sql = shared / "bird" / f"mini_dev_{dialect}.json", shared / "bird" / f"mini_dev_{dialect}_gold.sql"
+    questions = json.loads(gold_json.read_text(encoding="utf-8"))
+    for model in ("gpt-4", "gpt-35-turbo"):
+        pred = shared / "preds" / "bird-minidev-official" / f"predict_mini_dev_{model}_{dialect}.json"
+        raw = json.loads(pred.read_text(encoding="utf-8"))
+        by_json, by_lines = load_items(pred, gold_json), load_items(pred, gold_sql)
+        assert by_json.format == by_lines.format == "bird"
+        ids = [it.id for it in by_json.items]
+        assert len(ids) == len(set(ids)) == 500
+        assert ids[:484] == [q["question_id"] for q in questions[:484]]
+        assert ids[484:490] == [
+            137,
+            138,
+            questions[486]["question_id"],
+            "137@487",
+            "138@488",
+            questions[489]["question_id"],
+        ]
+        assert [it.id for it in by_lines.items] == list(range(500))  # SQL<TAB>db_id lines have no question_id
+        for i, (a, b) in enumerate(zip(by_json.items, by_lines.items, strict=True)):
+            assert a.pred_sql == b.pred_sql == raw[str(i)].split("\t----- bird -----\t")[0]
+            assert a.db_id == b.db_id == questions[i]["db_id"]
+            assert a.gold_sql == questions[i]["SQL"] and " ".join(b.gold_sql.split()) == " ".join(a.gold_sql.split())
+        assert by_json.items[487].question == by_json.items[484].question  # the same question, asked twice
+        (warning,) = by_json.warnings
+        assert (
+            f"mini_dev_{dialect}.json repeats question ids (137 at positions 484, 487; 138 at positions 485, 488)"
+            in warning
+        )
+        assert "'137@487', '138@488'" in warning
+        assert not by_lines.warnings
+
+
+def test_real_sqlexam_minidev_with_gold_is_told(shared: Path) -> None:
+    pred = shared / "preds" / "bird-minidev" / "gpt-4-result.json"
+    plain, golded = load_items(pred), load_items(pred, shared / "bird" / "mini_dev_sqlite.json")
+    assert [it.id for it in plain.items] == [it.id for it in golded.items]
+    assert len(golded.items) == 500 and not plain.warnings
+    note = next(w for w in golded.warnings if "carries its own gold_sql" in w)
+    assert "replaced it for 498 of 500 items" in note and "question_id 119, 120 (2) not in it" in note
+    with pytest.raises(UsageError, match="by question_id"):
+        load_items(pred, shared / "bird" / "mini_dev_sqlite_gold.sql")
+
+
+def test_real_din_csv_with_gold_is_told(shared: Path) -> None:
+    loaded = load_items(shared / "preds" / "spider" / "din-sql-gpt4.csv", shared / "spider" / "dev_gold.sql")
+    assert loaded.warnings == [
+        "din-sql-gpt4.csv carries gold SQL for all 1034 items: --gold dev_gold.sql gave none "
+        "(it fills only what items lack, paired by position)"
+    ]

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rose_sql.cli.main import console, err, fail
-from rose_sql.config import Config, JudgeConfig, MatchedRefuter, Policy
+from rose_sql.config import MAX_INPUT_BYTES, Config, JudgeConfig, MatchedRefuter, Policy
 from rose_sql.errors import RoseError, UsageError
 from rose_sql.items import FORMATS, load_items
 from rose_sql.provenance import command_line
@@ -44,6 +44,13 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
     help="Output folder; each prediction file gets OUT/<file name>/.",
 )
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Input format (default: detected).")
+@click.option(
+    "--max-input-mb",
+    type=POSITIVE,
+    default=MAX_INPUT_BYTES / 2**20,
+    show_default=True,
+    help="Largest prediction or gold file read, in MiB; a larger one is refused before anything runs.",
+)
 @click.option(
     "--resume",
     is_flag=True,
@@ -146,6 +153,7 @@ def run_cmd(
     db_root: Path,
     out: Path,
     fmt: str | None,
+    max_input_mb: float,
     resume: bool,
     keep_unscored: bool,
     max_steps: int,
@@ -208,7 +216,7 @@ def run_cmd(
             raise UsageError(f"--db-root {db_root} is not a folder")
         if dry_run and config.judge is None:
             raise UsageError("--dry-run estimates LLM calls and needs --judge-model")
-        loaded = [load_items(p, gold, fmt) for p in preds]
+        loaded = [load_items(p, gold, fmt, max_bytes=int(max_input_mb * 2**20)) for p in preds]
         if dry_run:
             from rose_sql.estimate import estimate
 
