@@ -118,7 +118,12 @@ class Config:
     max_sql_chars: int = 200_000
     """Longer SQL is rejected before it reaches a parser."""
     sqlite_heap_bytes: int = 2 * 2**30
-    """Hard heap limit for SQLite in this process (``PRAGMA hard_heap_limit``)."""
+    """Hard heap limit for SQLite in each worker process (``PRAGMA hard_heap_limit``): sorts and temporary
+    tables live in memory under it (never on disk); a query that needs more is stopped as a ``timeout``
+    whose error names the limit."""
+    worker_memory_bytes: int = 4 * 2**30
+    """Address-space limit of each worker process (``RLIMIT_AS``), above SQLite's heap limit: what the
+    Python side of an item may take before the item fails, never the machine."""
     count_past_cap_steps: int = 100_000_000
     """After truncation, keep stepping (without storing) up to this many steps to count the total rows."""
     float_digits: int = 12

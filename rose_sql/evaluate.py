@@ -86,7 +86,7 @@ def execute_item(
 
     ``doubts``: also note the cheap reasons to doubt a match (a judge will read them)."""
     db = db_file(db_root, item.db_id)
-    if not db.is_file():
+    if not _a_name(item.db_id) or not db.is_file():  # a db_id is a folder's name, never a path out of db_root
         return Executed(item, db, db_found=False)
     gold = executor.run(db, item.gold_sql, role="gold") if item.gold_sql is not None else None
     pred = executor.run(db, item.pred_sql, role="pred")
@@ -105,6 +105,10 @@ def execute_item(
 
         found_doubts = match_doubts(item.pred_sql, item.gold_sql, gold, comparison)
     return Executed(item, db, True, gold, pred, comparison, readings, evidence, found_doubts)
+
+
+def _a_name(db_id: str) -> bool:
+    return bool(db_id) and db_id not in (".", "..") and Path(db_id).name == db_id and "\\" not in db_id
 
 
 def _readings(item: Item, db: Path, gold: Execution, pred: Execution, executor: Executor) -> Readings:

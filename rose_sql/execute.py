@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rose_sql.config import Config
-from rose_sql.engines.sqlite import authorize, connect_read_only
+from rose_sql.engines.sqlite import Authorizer, connect_read_only, sidecars
 from rose_sql.sql import gate
 from rose_sql.workers import Watch, statement_key
 
@@ -114,9 +114,14 @@ def _resolved(path: str) -> str:
 
 
 def db_key(path: Path) -> DbKey:
-    """Identity of a database file for caching: resolved path, size and modification time."""
+    """Identity of a database file for caching: resolved path, size and modification time (with those of a
+    pending ``-wal`` or ``-journal``, whose changes a reader sees)."""
     st = os.stat(path)
-    return (_resolved(str(path)), st.st_size, st.st_mtime_ns)
+    size, mtime = st.st_size, st.st_mtime_ns
+    for side in sidecars(path):
+        sst = side.stat()
+        size, mtime = size * 1_000_003 + sst.st_size, max(mtime, sst.st_mtime_ns)
+    return (_resolved(str(path)), size, mtime)
 
 
 class _Conn:
@@ -139,7 +144,8 @@ class _Conn:
             self.conn.execute("PRAGMA temp_store = MEMORY")  # sorts and temp b-trees never spill to disk
             self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, config.max_value_bytes)
             self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-            self.conn.set_authorizer(authorize)
+            self.auth = Authorizer()
+            self.conn.set_authorizer(self.auth)
             self.conn.set_progress_handler(self._progress, STEP_GRAIN)
             # text_factory stays str (decoded in C); a result with text that is not UTF-8 is
             # fetched again with self._text (see Executor._fetch)
@@ -341,6 +347,7 @@ class Executor:
         cfg = self.config
         c.limit(cfg.max_steps, start + cfg.timeout_s)
         c.decode_errors = False
+        c.auth.begin()
         cur = c.conn.execute(sql)
         try:
             columns = tuple(d[0] for d in cur.description) if cur.description else ()

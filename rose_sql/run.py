@@ -28,7 +28,7 @@ from rose_sql.items import Item, Loaded
 from rose_sql.provenance import Manifest, build, command_line, differences, read_manifest, write_manifest
 from rose_sql.record import Record, RecordWriter, id_key, read_records
 from rose_sql.summary import Brief, Summary, summarize_briefs, write_summary
-from rose_sql.workers import Pool, Watch
+from rose_sql.workers import Pool, Watch, limit_memory
 
 if TYPE_CHECKING:  # evidence and judges are loaded only when configured: a judge-free run starts faster
     from rose_sql.evidence.finder import Finder
@@ -207,6 +207,7 @@ class _Worker:
 
 
 def _init_worker(config: Config, watch: Watch) -> _Worker:
+    limit_memory(config.worker_memory_bytes)
     share = config.with_(cache_cells=max(1_000_000, config.cache_cells // max(1, config.workers)))
     return _Worker(Executor(share, watch=watch), _finder(share, watch))
 

@@ -132,6 +132,17 @@ def _exit_with(parent: int) -> None:
             os._exit(0)
 
 
+def limit_memory(limit: int) -> None:
+    """Cap this process's address space (``RLIMIT_AS``) at ``limit`` bytes, where the system allows it."""
+    try:
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (limit if hard < 0 else min(limit, hard), hard))
+    except (ImportError, ValueError, OSError):  # not on this platform, or not allowed: SQLite's heap limit holds
+        pass
+
+
 def can_fork() -> bool:
     """Whether forking workers is safe here: Linux (macOS frameworks are not fork-safe), one thread."""
     return sys.platform == "linux" and threading.active_count() == 1

@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from rose_sql.engines.sqlite import connect_read_only, read_only_uri
+from rose_sql.engines.sqlite import connect_read_only, read_only_uri, readable_path
 from rose_sql.evidence.workspace import Workspace
 from rose_sql.execute import Executor
 from rose_sql.judges.context import read_schema
@@ -32,11 +32,13 @@ def test_a_wal_database_is_read_without_side_files_by_every_reader(make_db: Call
     assert db.read_bytes() == before
 
 
-def test_a_database_with_a_journal_beside_it_is_opened_so_sqlite_reads_it(make_db: Callable[..., Path]) -> None:
+def test_a_database_with_a_journal_beside_it_is_read_from_a_private_copy(make_db: Callable[..., Path]) -> None:
     db = make_db(SCRIPT)
-    assert read_only_uri(db).endswith("?mode=ro&immutable=1")
+    assert readable_path(db) == db and read_only_uri(db).endswith("?mode=ro&immutable=1")
     db.with_name(db.name + "-wal").write_bytes(b"")
-    assert read_only_uri(db).endswith("?mode=ro")
+    copy = readable_path(db)
+    assert copy != db and copy.name == db.name and copy.parent.name.startswith("rose-sqlite-")
+    assert readable_path(db) == copy  # made once while the files stay as they are
 
 
 def test_the_read_only_connection_cannot_write(make_db: Callable[..., Path]) -> None:

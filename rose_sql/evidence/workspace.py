@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rose_sql.engines.sqlite import authorize, connect_read_only
+from rose_sql.engines.sqlite import Authorizer, connect_read_only
 from rose_sql.evidence.findings import Change
 from rose_sql.execute import STEP_GRAIN, ResultSet
 from rose_sql.sql import quote_identifier as _q
@@ -93,6 +93,7 @@ class Workspace:
         self._limit = 0  # its limit
         self._charged = True  # whether its ticks count against the item's budget
         self._free = False  # our own undo statements: never stopped
+        self._auth = Authorizer()
         self.conn.set_progress_handler(self._progress, STEP_GRAIN)
         self._free = True  # reading the schema is ours and bounded by it
         try:
@@ -219,7 +220,8 @@ class Workspace:
     def run(self, sql: str, steps: int | None = None) -> ResultSet | None:
         """Run an untrusted query read-only within ``steps`` (at most the statement budget); None when it
         fails, runs out, or returns more rows or bytes than can be compared soundly here."""
-        self.conn.set_authorizer(authorize)
+        self.conn.set_authorizer(self._auth)
+        self._auth.begin()
         self._begin(steps)
         try:
             cur = self.conn.execute(sql)
