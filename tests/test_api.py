@@ -121,3 +121,35 @@ def test_the_cli_shows_the_config_defaults() -> None:
         options = {p.name: p for p in command.params if isinstance(p, click.Option)}
         for name, value in defaults.items():
             assert options[name].default == value and options[name].show_default, (command.name, name)
+
+
+def test_the_readme_lists_every_unscored_reason() -> None:
+    from rose_sql.decide import UNSCORED
+
+    troubleshooting = README.split("## Troubleshooting", 1)[1].split("\n## ", 1)[0]
+    missing = [r for r in UNSCORED if f"`{r}`" not in troubleshooting]
+    assert not missing, f"Troubleshooting does not explain {missing}"
+
+
+@pytest.mark.slow
+def test_the_readmes_run_examples_run_as_written(shared: Path, tmp_path: Path) -> None:
+    """Every `rose run $D/...` line of the README, from the repository root beside ../shared/data."""
+    import glob
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    block = README.split("## Evaluate a system", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    lines = [line.strip().removesuffix("\\") for line in block.splitlines() if not line.startswith("#")]
+    commands = " ".join(line.split("  # ")[0] for line in lines)
+    runs = [c.strip() for c in commands.split("rose run")[1:]]
+    assert len(runs) >= 4
+    for i, args in enumerate(runs):
+        argv = shlex.split(args.replace("$D", "../shared/data").replace("runs/", str(tmp_path / f"runs{i}") + "/"))
+        argv = [g for a in argv for g in (sorted(glob.glob(a, root_dir=root)) if "*" in a else [a])]  # as a shell would
+        done = subprocess.run(
+            [sys.executable, "-m", "rose_sql", "run", *argv], cwd=root, capture_output=True, text=True, env=os.environ
+        )
+        assert done.returncode == 0, (args, done.stderr[-2000:])
