@@ -48,8 +48,76 @@ SCORE_OPTIONS = (
     "evidence_max_db_bytes",
 )
 """Config fields that can change a record's score, readings or evidence (compared on resume)."""
-JUDGE_OPTIONS = ("model", "temperature", "seed", "max_tokens", "reask", "policy", "matched_refuter")
-"""Judge settings that can change a score: a resume with other values is refused."""
+JUDGE_OPTIONS = (
+    "model",
+    "temperature",
+    "seed",
+    "max_tokens",
+    "reask",
+    "policy",
+    "matched_refuter",
+    "prompts",
+    "small_schema_chars",
+    "examples_per_column",
+    "result_rows",
+    "cell_chars",
+)
+"""Judge settings that can change a score (what the judges are asked, and how): a resume with other
+values is refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeInfo:
+    """What identifies the judge that produced the scores (no secrets)."""
+
+    model: str
+    """The judge model."""
+    base_url: str | None = None
+    """The endpoint (None: the SDK's default, ``$OPENAI_BASE_URL`` or OpenAI)."""
+    temperature: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    policy: str | None = None
+    """``rose`` or ``paper`` (or how imported judgements were decided)."""
+    matched_refuter: str | None = None
+    """The matched-results policy in effect."""
+    reask: int | None = None
+    prompts: dict[str, str] | None = None
+    """Digests of the system prompts (None for imported judgements)."""
+    small_schema_chars: int | None = None
+    """The judges see the whole schema up to this size (else the tables the queries touch)."""
+    examples_per_column: int | None = None
+    """Example values shown per column."""
+    result_rows: int | None = None
+    """Rows of each result shown."""
+    cell_chars: int | None = None
+    """Characters of a cell shown."""
+    provider: str | None = None
+    """Where the judgements came from, when not from an endpoint of this run (``imported: ...``)."""
+
+
+def judge_info(config: Config | None) -> JudgeInfo | None:
+    """What identifies the judge of a run (no secrets); None without one."""
+    if config is None or config.judge is None:
+        return None
+    from rose_sql.judges.ask import prompt_hashes
+
+    j = config.judge
+    return JudgeInfo(
+        model=j.model,
+        base_url=j.base_url,
+        temperature=j.temperature,
+        seed=j.seed,
+        max_tokens=j.max_tokens,
+        policy=j.policy,
+        matched_refuter=j.effective_matched_refuter,
+        reask=j.reask,
+        prompts=prompt_hashes(),
+        small_schema_chars=j.small_schema_chars,
+        examples_per_column=j.examples_per_column,
+        result_rows=j.result_rows,
+        cell_chars=j.cell_chars,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +191,8 @@ class Manifest:
     """Every database the items name."""
     options: dict[str, Any]
     """The options that can change a score (:data:`SCORE_OPTIONS`)."""
-    judge: dict[str, Any] | None = None
-    """The judge: model, endpoint, parameters and prompt hashes (None without one)."""
+    judge: JudgeInfo | None = None
+    """The judge: model, endpoint, parameters, prompt hashes and what it is shown (None without one)."""
     finished: str | None = None
     """When the run ended (None while it runs, or if it was interrupted)."""
     complete: bool = False
@@ -179,18 +247,8 @@ def build(loaded: Loaded, gold: Path | None, db_root: Path, config: Config, *, c
         db_root=str(db_root.resolve()),
         databases=[DatabaseId.of(d, db_file(db_root, d)) for d in db_ids],
         options={name: getattr(config, name) for name in SCORE_OPTIONS},
-        judge=_judge(config),
+        judge=judge_info(config),
     )
-
-
-def _judge(config: Config) -> dict[str, Any] | None:
-    if config.judge is None:
-        return None
-    from rose_sql.judges.ask import prompt_hashes
-
-    j = config.judge
-    endpoint = j.base_url or "(the SDK's default: $OPENAI_BASE_URL or OpenAI)"
-    return {**{k: getattr(j, k) for k in JUDGE_OPTIONS}, "base_url": endpoint, "prompts": prompt_hashes()}
 
 
 def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
@@ -224,11 +282,12 @@ def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
         then, now = ("a judge" if old.judge else "no judge"), ("a judge" if new.judge else "no judge")
         refuse.append(f"the run had {then}, this resumption has {now}: pass the same judge options")
     elif old.judge is not None and new.judge is not None:
-        for key in (*JUDGE_OPTIONS, "prompts"):
-            if old.judge.get(key) != new.judge.get(key):
-                refuse.append(f"judge {key} differs ({old.judge.get(key)!r} then, {new.judge.get(key)!r} now)")
-        if old.judge.get("base_url") != new.judge.get("base_url"):
-            warn.append(f"judge endpoint differs ({old.judge.get('base_url')} then, {new.judge.get('base_url')} now)")
+        for key in JUDGE_OPTIONS:
+            a, b = getattr(old.judge, key), getattr(new.judge, key)
+            if a != b:
+                refuse.append(f"judge {key} differs ({a!r} then, {b!r} now)")
+        if old.judge.base_url != new.judge.base_url:
+            warn.append(f"judge endpoint differs ({old.judge.base_url} then, {new.judge.base_url} now)")
     for name in ("rose_sql", "sqlite"):
         if getattr(old, name) != getattr(new, name):
             warn.append(f"{name} version differs ({getattr(old, name)} then, {getattr(new, name)} now)")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rose_sql.config import Config
 from rose_sql.items import ItemId, Loaded
-from rose_sql.provenance import Manifest
+from rose_sql.provenance import JudgeInfo, Manifest, judge_info
 from rose_sql.readings import Readings
 from rose_sql.record import SCHEMA_VERSION, Record, id_key, read_records
 
@@ -107,28 +107,6 @@ class Usage:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     by_stage: dict[str, StageUsage] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class JudgeInfo:
-    """What identifies the judge that produced the scores (no secrets)."""
-
-    model: str
-    """The judge model."""
-    base_url: str | None = None
-    """The endpoint (None: the SDK's default)."""
-    temperature: float | None = None
-    seed: int | None = None
-    max_tokens: int | None = None
-    policy: str | None = None
-    """``rose`` or ``paper`` (or how imported judgements were decided)."""
-    matched_refuter: str | None = None
-    """The matched-results policy in effect."""
-    reask: int | None = None
-    prompts: dict[str, str] | None = None
-    """Digests of the system prompts (None for imported judgements)."""
-    provider: str | None = None
-    """Where the judgements came from, when not from an endpoint of this run (``imported: ...``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,26 +222,6 @@ def _usage(briefs: list[Brief]) -> Usage:
         completion_tokens=sum(s.completion_tokens for s in by_stage.values()),
         cost_usd=round(sum(s.cost_usd for s in by_stage.values()), 6),
         by_stage=by_stage,
-    )
-
-
-def judge_info(config: Config | None) -> JudgeInfo | None:
-    """What identifies the judge of a run (no secrets); None without one."""
-    if config is None or config.judge is None:
-        return None
-    from rose_sql.judges.ask import prompt_hashes
-
-    j = config.judge
-    return JudgeInfo(
-        model=j.model,
-        base_url=j.base_url,
-        temperature=j.temperature,
-        seed=j.seed,
-        max_tokens=j.max_tokens,
-        policy=j.policy,
-        matched_refuter=j.effective_matched_refuter,
-        reask=j.reask,
-        prompts=prompt_hashes(),
     )
 
 

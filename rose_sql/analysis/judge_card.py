@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 from rose_sql.analysis.labels import LabelSet
 from rose_sql.analysis.runs import Run
 from rose_sql.errors import InputError, UsageError
-from rose_sql.summary import JudgeInfo
+from rose_sql.provenance import JudgeInfo
 
 CARD_VERSION = 1
 UPGRADE_METRICS = ("kappa", "accuracy", "mcc", "f1")
