@@ -37,6 +37,7 @@ from rose_sql.sql import gate
 from rose_sql.workers import Watch, statement_key
 
 Status = Literal["ok", "error", "timeout", "rejected", "guard", "unreadable"]
+Limit = Literal["steps", "memory", "wall", "process"]
 Row = tuple[Any, ...]
 
 STEP_GRAIN = 1000
@@ -99,6 +100,9 @@ class Execution:
     """SQLite's message or the gate's reason, when not ``ok``."""
     cached: bool = False
     """True when this execution was served from the cache."""
+    limit: Limit | None = None
+    """Which limit stopped it, when one did: ``steps`` (the step budget), ``memory`` (SQLite's heap limit),
+    ``wall`` (the wall-clock guard inside SQLite), ``process`` (its worker was stopped)."""
 
     @property
     def ok(self) -> bool:
@@ -296,7 +300,7 @@ class Executor:
             return Execution("rejected", 0.0, error=reason), 0
         key = statement_key(dbk[0], sql)
         if key in self.watch.poisoned:
-            return Execution("guard", 0.0, error=GUARD_STOPPED), 0
+            return Execution("guard", 0.0, error=GUARD_STOPPED, limit="process"), 0
         try:
             c = self._conn(db, dbk, role)
         except sqlite3.Error as e:
@@ -320,7 +324,7 @@ class Executor:
             stopped = c.stopped
             c.limit(0, float("inf"))
         if stopped == "wall":  # the count past the cap met the guard: what it found depends on the machine
-            return Execution("guard", time.monotonic() - start, error=self._guard_text()), 0
+            return Execution("guard", time.monotonic() - start, error=self._guard_text(), limit="wall"), 0
         return Execution("ok", time.monotonic() - start, result=result), nbytes
 
     def _guard_text(self) -> str:
@@ -333,12 +337,14 @@ class Executor:
             return Execution("unreadable", elapsed, error=f"{UNREADABLE}: {message}")
         if isinstance(e, sqlite3.OperationalError) and message == "interrupted" and stopped == "steps":
             steps = f"{self.config.max_steps:,}"
-            return Execution("timeout", elapsed, error=f"stopped after {steps} steps (the --max-steps budget)")
+            error = f"stopped after {steps} steps (the --max-steps budget)"
+            return Execution("timeout", elapsed, error=error, limit="steps")
         if isinstance(e, sqlite3.OperationalError) and message == "interrupted" and stopped == "wall":
-            return Execution("guard", elapsed, error=self._guard_text())
+            return Execution("guard", elapsed, error=self._guard_text(), limit="wall")
         if isinstance(e, MemoryError) or (isinstance(e, sqlite3.Error) and "out of memory" in message):
             limit = f"{self.config.sqlite_heap_bytes / 2**30:g} GiB"
-            return Execution("timeout", elapsed, error=f"stopped: it needs more than the {limit} memory limit")
+            error = f"stopped: it needs more than the {limit} memory limit"
+            return Execution("timeout", elapsed, error=error, limit="memory")
         if "not authorized" in message or "authorization denied" in message:
             return Execution("rejected", elapsed, error=f"{message} (only reading is allowed)")
         return Execution("error", elapsed, error=f"{type(e).__name__}: {message}")

@@ -11,7 +11,8 @@ Layout versions (``schema``):
 
 - 1: the first layout;
 - 2: ``labels`` always carries all five GoldX/AmbQ fields; ``doubts`` (cheap reasons to doubt a match,
-  recorded when a judge is configured) is new; judge calls may carry ``imported_from``.
+  recorded when a judge is configured), ``evidence.guard`` and an execution's ``limit`` are new; judge
+  calls may carry ``imported_from``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from rose_sql.compare import Comparison, json_value
 from rose_sql.decide import DatasetLabels, DecidedBy, Unscored
 from rose_sql.errors import InputError
 from rose_sql.evidence.findings import Evidence
-from rose_sql.execute import Execution, Status
+from rose_sql.execute import Execution, Limit, Status
 from rose_sql.items import ItemId
 from rose_sql.readings import Readings
 
@@ -66,6 +67,8 @@ class ExecutionInfo:
     """The first rows, as JSON values (bytes as ``x'hex'``)."""
     cached: bool = False
     """Served from the execution cache."""
+    limit: Limit | None = None
+    """Which limit stopped it, when one did (``steps``, ``memory``, ``wall``, ``process``)."""
 
     @classmethod
     def of(cls, e: Execution | None) -> ExecutionInfo:
@@ -82,6 +85,7 @@ class ExecutionInfo:
             count_exact=r.count_exact if r else True,
             preview=[[json_value(v) for v in row] for row in r.rows[:PREVIEW_ROWS]] if r else None,
             cached=e.cached,
+            limit=e.limit,
         )
 
     def execution(self) -> Execution | None:

@@ -71,7 +71,7 @@ def test_calls_sqlite_cannot_interrupt_are_stopped_by_the_guard(make_db: Callabl
     for name in SLOW_CALLS:
         r = records[name]
         # never a score: wall time decided it; the record says which limit stopped the query
-        assert (r.score, r.unscored_reason, r.pred.status) == (None, "wall_guard", "guard"), (name, r.why)
+        assert (r.score, r.unscored_reason, r.pred.status, r.pred.limit) == (None, "wall_guard", "guard", "process")
         assert "wall-time guard" in r.why
     assert {records[f"ok{i}"].readings.bird_ex for i in range(4)} == {0, 1}
     # each runaway costs at most its guard and a fresh worker; two workers share them

@@ -134,7 +134,7 @@ def test_the_step_budget_stops_a_query_inside_sqlite_deterministically(make_db: 
         start = time.monotonic()
         e = ex.run(db, COUNT_FOREVER)
         elapsed = time.monotonic() - start
-        assert e.status == "timeout" and e.result is None
+        assert e.status == "timeout" and e.result is None and e.limit == "steps"
         assert "stopped after 20,000,000 steps (the --max-steps budget)" in (e.error or "")
         assert elapsed < HANG_GUARD_S
         # the connection is usable again, with a fresh budget
@@ -149,7 +149,7 @@ def test_the_wall_guard_is_never_a_timeout(make_db: Callable[..., Path]) -> None
     db = make_db(SCRIPT)
     start = time.monotonic()
     e = run_query(db, COUNT_FOREVER, Config(timeout_s=0.5))
-    assert e.status == "guard" and "wall-time guard after 0.5 s" in (e.error or "")
+    assert e.status == "guard" and e.limit == "wall" and "wall-time guard after 0.5 s" in (e.error or "")
     assert time.monotonic() - start < HANG_GUARD_S
 
 
