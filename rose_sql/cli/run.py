@@ -178,9 +178,17 @@ def run_cmd(
 ) -> None:
     """Evaluate one or more prediction files against the gold and the databases.
 
-    Writes OUT/<name>/records.jsonl (one line per item, appended as items finish) and
-    OUT/<name>/summary.json for each prediction file. Exit status 0 when the run completed,
-    whatever the scores; 2 for unusable input.
+    Writes OUT/<name>/records.jsonl (one line per item, appended as items finish), manifest.json and
+    summary.json for each prediction file. Exit status 0 when the run completed, whatever the scores;
+    2 for unusable input or options, or when no database could be read; 130 when interrupted (the
+    command that continues is printed).
+
+    \b
+    Examples (from the repository root, beside ../shared/data):
+      rose run ../shared/data/preds/spider/c3sql.txt --gold ../shared/data/spider/dev.json \\
+          --db-root ../shared/data/spider/database --out runs/
+      rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o --dry-run
+      rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o --resume
     """
     if evidence is None:
         evidence = judge_model is not None
@@ -352,7 +360,15 @@ def print_summaries(summaries: Sequence[Summary]) -> None:
     help="Where the demo database, items and results go.",
 )
 def demo_cmd(out: Path) -> None:
-    """Build the bundled demo database and run ROSE-SQL on its questions."""
+    """Build the bundled demo database and run ROSE-SQL on its questions.
+
+    Writes the demo database, its items and the run under OUT, and prints what EX, ROSE-SQL's
+    deterministic stage and an expert say about each item.
+
+    \b
+    Example:
+      rose demo --out /tmp/rose-demo
+    """
     from rose_sql.demo import run_demo
 
     try:
