@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from rose_sql.analysis.labels import load_labels, with_tags
+from rose_sql.cli import main
 from rose_sql.review.exchange import export, import_annotations
 from rose_sql.review.store import Store
 
@@ -147,3 +149,16 @@ def test_importing_again_adds_nothing(shared: Path, exported: dict[str, Any]) ->
     assert again.items_added == 0
     assert [(new, kept) for _, new, kept in again.files] == [(0, 100)] * 5
 
+
+def test_the_command_imports_and_exports(shared: Path, tmp_path: Path) -> None:
+    state = tmp_path / "rv.sqlite"
+    files = [str(p) for p in _files(shared, "spider")]
+    result = CliRunner().invoke(
+        main, ["review", str(state), "--project", "spider", "--import-annotations", *files, "--no-serve"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "annotations_3: 100 labels imported, 0 already there" in result.output
+    result = CliRunner().invoke(main, ["review", str(state), "--project", "spider", "--export", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "214 consensus items of 250" in result.output and "214 of 250 double-labelled" in result.output
+    assert (tmp_path / "out" / "spider" / "spider.json").is_file()

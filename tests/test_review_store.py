@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rose_sql.errors import UsageError
-from rose_sql.review.agreement import agreement, current, is_open, majority, needed, progress, status
+from rose_sql.review.agreement import agreement, current, first_open, is_open, majority, needed, progress, status
 from rose_sql.review.exchange import export
 from rose_sql.review.store import Label, Store, Verdict
 from rose_sql.review.work import WorkItem, load_work
@@ -210,3 +210,27 @@ def test_work_loads_from_run_outputs_and_input_files(tmp_path: Path) -> None:
     )
     with pytest.raises(Exception, match="7"):
         load_work(twice)
+
+
+def test_annotators_asking_at_once_are_given_items_two_by_two(store: Store) -> None:
+    order = store.keys("p")
+    names = [f"a{i}" for i in range(10)]
+    barrier = threading.Barrier(len(names))
+    given: dict[str, str | None] = {}
+
+    def ask(name: str) -> None:
+        barrier.wait()
+        given[name] = store.assign("p", name, lambda labels, claims: first_open(order, name, labels, claims), 5)
+
+    threads = [threading.Thread(target=ask, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    counts: dict[str | None, int] = {}
+    for key in given.values():
+        counts[key] = counts.get(key, 0) + 1
+    assert counts == {"0": 2, "1": 2, "2": 2, "3": 2, "4": 2}
+    # asking again gives each the item they hold
+    for name, key in given.items():
+        assert store.assign("p", name, lambda labels, claims, n=name: first_open(order, n, labels, claims), 5) == key

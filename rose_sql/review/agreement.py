@@ -51,6 +51,15 @@ def is_open(annotator: str, on_item: Sequence[Label], claimed_by: set[str], per_
     return len(on_item) + others < needed([lab.verdict.correct for lab in on_item], per_item)
 
 
+def first_open(
+    order: Sequence[str], annotator: str, labels: Iterable[Label], claims: dict[str, set[str]], per_item: int = 2
+) -> str | None:
+    """The item to give an annotator next: one they hold and still owe a label, else the first open to them."""
+    by_item = current(labels)
+    open_ = [k for k in order if is_open(annotator, by_item.get(k, []), claims.get(k, set()), per_item)]
+    return next((k for k in open_ if annotator in claims.get(k, set())), open_[0] if open_ else None)
+
+
 def majority(on_item: Sequence[Label]) -> list[Label] | None:
     """The labels of the strict majority (two at least) of an item's annotators, or None when there is none."""
     yes = [lab for lab in on_item if lab.verdict.correct]

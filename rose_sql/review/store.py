@@ -17,7 +17,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -27,6 +27,8 @@ from pathlib import Path
 from rose_sql.errors import UsageError
 from rose_sql.review.work import ImportedLabel, WorkItem, item_dict
 
+Chooser = Callable[[list["Label"], dict[str, set[str]]], str | None]
+"""Picks an item from a project's labels and current claims (see :meth:`Store.assign`)."""
 SCHEMA_VERSION = 1
 """Layout of the state file; a newer one is refused."""
 BUSY_TIMEOUT_MS = 30_000
@@ -322,16 +324,15 @@ class Store:
 
     def labels(self, name: str) -> list[Label]:
         """Every label of the project, in the order they were given (changed labels included)."""
-        pid = self._project_id(name)
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT id, key, annotator, correct, goldx, ambq, ambs, reason, created, seconds, source "
-                "FROM labels WHERE project = ? ORDER BY id",
-                (pid,),
-            )
-            .fetchall()
-        )
+        return self._labels(self._conn(), self._project_id(name))
+
+    @staticmethod
+    def _labels(c: sqlite3.Connection, pid: int) -> list[Label]:
+        rows = c.execute(
+            "SELECT id, key, annotator, correct, goldx, ambq, ambs, reason, created, seconds, source "
+            "FROM labels WHERE project = ? ORDER BY id",
+            (pid,),
+        ).fetchall()
         return [
             Label(i, k, a, Verdict(bool(c), bool(g), bool(q), bool(s), r), t, sec, src)
             for i, k, a, c, g, q, s, r, t, sec, src in rows
@@ -353,14 +354,28 @@ class Store:
 
     def claims(self, name: str) -> dict[str, set[str]]:
         """Who holds which items now."""
-        pid = self._project_id(name)
+        return self._claims(self._conn(), self._project_id(name))
+
+    @staticmethod
+    def _claims(c: sqlite3.Connection, pid: int) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
-        rows = self._conn().execute(
-            "SELECT key, annotator FROM claims WHERE project = ? AND until > ?", (pid, time.time())
-        )
-        for k, a in rows:
+        for k, a in c.execute("SELECT key, annotator FROM claims WHERE project = ? AND until > ?", (pid, time.time())):
             out.setdefault(k, set()).add(a)
         return out
+
+    def assign(self, name: str, annotator: str, choose: Chooser, minutes: float) -> str | None:
+        """The item ``choose`` picks for the annotator from the project's labels and claims, claimed for them
+        in the same transaction: annotators asking at the same moment are given items one after the other,
+        each seeing the claims of those before (None when nothing is left for them)."""
+        pid = self._project_id(name)
+        with self._write() as c:
+            key = choose(self._labels(c, pid), self._claims(c, pid))
+            if key is not None:
+                c.execute(
+                    "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)",
+                    (pid, key, annotator, time.time() + 60 * minutes),
+                )
+        return key
 
 
 def _insert(
