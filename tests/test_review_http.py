@@ -61,6 +61,22 @@ def test_only_the_apps_own_host_and_origin_may_drive_it(demo: tuple[str, Path, P
     assert status == 413
 
 
+def test_host_names_are_read_as_browsers_send_them() -> None:
+    from rose_sql.review.guard import Guard, host_name
+
+    assert [host_name(h) for h in ("[::1]:8765", "LocalHost:80", "127.0.0.1", "::1")] == [
+        "::1",
+        "localhost",
+        "127.0.0.1",
+        "::1",
+    ]
+    guard = Guard(lambda *a: None, {"127.0.0.1", "::1"}, 8765)  # type: ignore[arg-type,return-value]
+    assert guard.refusal("GET", {"host": "[::1]:8765"}) is None
+    assert guard.refusal("POST", {"host": "[::1]:8765", "origin": "http://[::1]:8765"}) is None
+    assert guard.refusal("POST", {"host": "127.0.0.1:8765", "sec-fetch-site": "same-origin"}) is None
+    assert guard.refusal("POST", {"host": "127.0.0.1:8765", "origin": "http://127.0.0.1:8766"}) is not None
+
+
 def test_sign_in_is_needed_and_has_no_password(demo: tuple[str, Path, Path]) -> None:
     c = Client(demo[0])
     status, headers, _ = c.get("/p/demo/item?id=1")

@@ -11,14 +11,19 @@ from pathlib import Path
 import pytest
 
 from rose_sql.errors import UsageError
+from rose_sql.items import Item
 from rose_sql.review.agreement import agreement, current, first_open, is_open, majority, needed, progress, status
 from rose_sql.review.exchange import export
 from rose_sql.review.store import Label, Store, Verdict
 from rose_sql.review.work import WorkItem, load_work
 
 
+def _item(i: int, pred: str | None = None) -> WorkItem:
+    return WorkItem(str(i), Item(i, "t", pred or f"SELECT {i}", "SELECT 1", f"question {i}"))
+
+
 def _items(n: int) -> list[WorkItem]:
-    return [WorkItem(str(i), "t", f"SELECT {i}", "SELECT 1", f"question {i}") for i in range(n)]
+    return [_item(i) for i in range(n)]
 
 
 @pytest.fixture
@@ -150,7 +155,7 @@ def test_claims_hold_an_item_for_who_opened_it(store: Store) -> None:
 
 def test_items_keep_their_text_and_a_different_copy_is_refused(store: Store) -> None:
     assert store.add_items("p", "again", _items(6)) == 0
-    changed = [WorkItem("3", "t", "SELECT 'other'", "SELECT 1", "question 3")]
+    changed = [_item(3, "SELECT 'other'")]
     with pytest.raises(UsageError, match="item 3 is already there with other text"):
         store.add_items("p", "other", changed)
     with pytest.raises(UsageError, match="project name"):
@@ -202,7 +207,7 @@ def test_work_loads_from_run_outputs_and_input_files(tmp_path: Path) -> None:
     jsonl = tmp_path / "items.jsonl"
     jsonl.write_text('{"id": 7, "db_id": "t", "question": "q", "gold_sql": "SELECT 1", "pred_sql": "SELECT 2"}\n')
     work = load_work(jsonl)
-    assert [(it.key, it.pred_sql, it.record) for it in work.items] == [("7", "SELECT 2", None)]
+    assert [(it.key, it.item.pred_sql, it.record) for it in work.items] == [("7", "SELECT 2", None)]
     twice = tmp_path / "twice.jsonl"
     twice.write_text(
         '{"id": 7, "db_id": "t", "gold_sql": "SELECT 1", "pred_sql": "SELECT 2"}\n'

@@ -1,13 +1,9 @@
 """The review web app (Starlette): pages rendered on the server, a little JavaScript of our own.
 
 A local tool, not a public service: annotators sign in with a name and no password (anyone who can
-reach the port can label under any name), so the app listens on loopback by default, and
-:class:`Guard` makes sure that only this app's own pages can drive it: the ``Host`` header must
-name an allowed host (which defeats DNS rebinding), and a request that changes anything must come
-with the app's own ``Origin`` (so another web page open in the same browser cannot post labels).
-Every page is served with a Content-Security-Policy that allows only the app's own scripts and
-styles, and every piece of untrusted text (questions, SQL, results, reasons, judges' reasoning) is
-escaped by the templates.
+reach the port can label under any name), so the app listens on loopback by default and
+:class:`~rose_sql.review.guard.Guard` lets only its own pages drive it. Every piece of untrusted
+text (questions, SQL, results, reasons, judges' reasoning) is escaped by the templates.
 
 Labels are JSON posts that return once the label is committed (:meth:`Store.add_label`).
 """
@@ -16,10 +12,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
@@ -42,6 +37,7 @@ from rose_sql.review.agreement import (
     progress,
     status,
 )
+from rose_sql.review.guard import Guard, host_name
 from rose_sql.review.page import Pages, machine_view, pygments_css
 from rose_sql.review.settings import LOOPBACK, ReviewConfig
 from rose_sql.review.store import MAX_REASON, Label, Store, Verdict
@@ -52,90 +48,6 @@ MAX_BODY = 256 * 1024
 """Largest request body read."""
 MAX_QUERY_CHARS = 20_000
 """Longest query an annotator may run from the page."""
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
-)
-"""Only the app's own files run or style the page: an injected script or inline handler could not run."""
-SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-def host_name(host: str) -> str:
-    """The name part of a ``Host`` header (``[::1]:8765`` -> ``::1``)."""
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host[1 : host.find("]")] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-
-
-class Guard:
-    """ASGI middleware: the ``Host`` and ``Origin`` checks, and the security headers of every answer."""
-
-    def __init__(self, app: ASGIApp, hosts: set[str], port: int) -> None:
-        self.app = app
-        self.hosts = hosts
-        self.port = port
-
-    def origins(self) -> set[str]:
-        """The origins of the app's own pages."""
-        out = set()
-        for h in self.hosts:
-            shown = f"[{h}]" if ":" in h else h
-            out.add(f"http://{shown}:{self.port}")
-            if self.port == 80:
-                out.add(f"http://{shown}")
-        return out
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        refusal = self.refusal(scope["method"], headers)
-        if refusal is not None:
-            await PlainTextResponse(refusal, status_code=403, headers=_SECURITY)(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                present = {k.lower() for k, _ in message["headers"]}
-                for k, v in _SECURITY.items():
-                    if k.encode() not in present:
-                        message["headers"].append((k.encode(), v.encode()))
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
-
-    def refusal(self, method: str, headers: dict[str, str]) -> str | None:
-        """Why a request is refused, or None."""
-        if host_name(headers.get("host", "")) not in self.hosts:
-            return "refused: this Host is not allowed (rose review answers only its own address; see --allow-host)"
-        if method in SAFE_METHODS:
-            return None
-        origin = headers.get("origin")
-        if origin is None:
-            if headers.get("sec-fetch-site") == "same-origin":
-                return None
-            return "refused: a request that changes something must come from the app's own pages (no Origin)"
-        if origin.lower().rstrip("/") not in self.origins():
-            return "refused: a request that changes something must come from the app's own pages (other Origin)"
-        return None
-
-
-_SECURITY = {
-    "content-security-policy": CSP,
-    "x-content-type-options": "nosniff",
-    "x-frame-options": "DENY",
-    "referrer-policy": "same-origin",  # "no-referrer" would make browsers send "Origin: null" on posts
-    "cache-control": "no-store",
-}
 
 
 @dataclass
@@ -180,14 +92,14 @@ def create_app(config: ReviewConfig, store: Store | None = None, port: int | Non
         Route("/signout", _endpoint(ctx, sign_out), methods=["POST"]),
         Route("/static/pygments.css", lambda r: Response(pygments_css(), media_type="text/css")),
         Mount("/static", StaticFiles(packages=[("rose_sql.review", "static")]), name="static"),
-        Route("/p/{project}", _endpoint(ctx, todo)),
-        Route("/p/{project}/todo", _endpoint(ctx, todo)),
-        Route("/p/{project}/item", _endpoint(ctx, item_page)),
-        Route("/p/{project}/step", _endpoint(ctx, step)),
-        Route("/p/{project}/label", _endpoint(ctx, post_label), methods=["POST"]),
-        Route("/p/{project}/machine", _endpoint(ctx, machine)),
-        Route("/p/{project}/query", _endpoint(ctx, run_query), methods=["POST"]),
-        Route("/p/{project}/overview", _endpoint(ctx, overview)),
+        Route("/p/{project}", _endpoint(ctx, _in_project(todo))),
+        Route("/p/{project}/todo", _endpoint(ctx, _in_project(todo))),
+        Route("/p/{project}/item", _endpoint(ctx, _in_project(item_page))),
+        Route("/p/{project}/step", _endpoint(ctx, _in_project(step))),
+        Route("/p/{project}/label", _endpoint(ctx, _in_project(post_label, api=True)), methods=["POST"]),
+        Route("/p/{project}/machine", _endpoint(ctx, _in_project(machine, api=True))),
+        Route("/p/{project}/query", _endpoint(ctx, _in_project(run_query, api=True)), methods=["POST"]),
+        Route("/p/{project}/overview", _endpoint(ctx, _in_project(overview))),
     ]
 
     @asynccontextmanager
@@ -233,11 +145,25 @@ def _who(ctx: Context, request: Request) -> str | None:
     return ctx.store.annotator(token) if token else None
 
 
-def _project(ctx: Context, request: Request) -> str:
-    name = request.path_params["project"]
-    if ctx.store.project(name) is None:
-        raise UsageError(f"no project named {name!r}")
-    return str(name)
+ProjectHandler = Callable[[Context, Request, bytes, str, str], Response]
+"""A handler of a project's page or API: (context, request, body, annotator, project)."""
+
+
+def _in_project(handler: ProjectHandler, api: bool = False) -> Handler:
+    """The handler, called only for a signed-in annotator and an existing project. Otherwise a page
+    sends to the sign-in or says "not found"; an API call answers 401 or 404 with a JSON error."""
+
+    def checked(ctx: Context, request: Request, body: bytes) -> Response:
+        who = _who(ctx, request)
+        if who is None:
+            return JSONResponse({"error": "sign in first"}, 401) if api else _sign_in_first(request)
+        name = str(request.path_params["project"])
+        if ctx.store.project(name) is None:
+            message = f"no project named {name!r}"
+            return JSONResponse({"error": message}, 404) if api else _not_found(ctx, message)
+        return handler(ctx, request, body, who, name)
+
+    return checked
 
 
 def _not_found(ctx: Context, message: str) -> HTMLResponse:
@@ -308,15 +234,8 @@ def sign_out(ctx: Context, request: Request, body: bytes) -> Response:
     return response
 
 
-def todo(ctx: Context, request: Request, body: bytes) -> Response:
+def todo(ctx: Context, request: Request, body: bytes, who: str, project: str) -> Response:
     """The first item still open to the annotator, or the overview when none is."""
-    who = _who(ctx, request)
-    if who is None:
-        return _sign_in_first(request)
-    try:
-        project = _project(ctx, request)
-    except UsageError as e:
-        return _not_found(ctx, str(e))
     order = ctx.store.keys(project)
     per = ctx.config.labels_per_item
     key = ctx.store.assign(
@@ -326,15 +245,8 @@ def todo(ctx: Context, request: Request, body: bytes) -> Response:
     return RedirectResponse(target, status_code=303)
 
 
-def step(ctx: Context, request: Request, body: bytes) -> Response:
+def step(ctx: Context, request: Request, body: bytes, who: str, project: str) -> Response:
     """The next (``dir=1``) or previous (``dir=-1``) item of the annotator's own, from ``id``."""
-    who = _who(ctx, request)
-    if who is None:
-        return _sign_in_first(request)
-    try:
-        project = _project(ctx, request)
-    except UsageError as e:
-        return _not_found(ctx, str(e))
     key = request.query_params.get("id", "")
     forward = request.query_params.get("dir", "1") != "-1"
     q = queue(ctx, project, who)
@@ -346,14 +258,7 @@ def step(ctx: Context, request: Request, body: bytes) -> Response:
     return RedirectResponse(item_url(project, candidates[0] if forward else candidates[-1]), status_code=303)
 
 
-def item_page(ctx: Context, request: Request, body: bytes) -> Response:
-    who = _who(ctx, request)
-    if who is None:
-        return _sign_in_first(request)
-    try:
-        project = _project(ctx, request)
-    except UsageError as e:
-        return _not_found(ctx, str(e))
+def item_page(ctx: Context, request: Request, body: bytes, who: str, project: str) -> Response:
     key = request.query_params.get("id", "")
     it = ctx.store.item(project, key)
     if it is None:
@@ -417,12 +322,8 @@ def _json(body: bytes) -> Any:
         raise UsageError("the request is not JSON") from None
 
 
-def post_label(ctx: Context, request: Request, body: bytes) -> Response:
-    who = _who(ctx, request)
-    if who is None:
-        return JSONResponse({"error": "sign in first"}, status_code=401)
+def post_label(ctx: Context, request: Request, body: bytes, who: str, project: str) -> Response:
     try:
-        project = _project(ctx, request)
         key = request.query_params.get("id", "")
         data = _json(body)
         verdict = _verdict(data)
@@ -434,41 +335,30 @@ def post_label(ctx: Context, request: Request, body: bytes) -> Response:
     return JSONResponse({"ok": True, "id": label.id, "time": label.created, "annotator": who})
 
 
-def machine(ctx: Context, request: Request, body: bytes) -> Response:
+def machine(ctx: Context, request: Request, body: bytes, who: str, project: str) -> Response:
     """The machine's verdict and the other annotators' labels: only for an annotator who labelled the item."""
-    who = _who(ctx, request)
-    if who is None:
-        return PlainTextResponse("sign in first", status_code=401)
-    try:
-        project = _project(ctx, request)
-    except UsageError as e:
-        return PlainTextResponse(str(e), status_code=404)
     key = request.query_params.get("id", "")
     it = ctx.store.item(project, key)
     if it is None:
-        return PlainTextResponse("no such item", status_code=404)
+        return JSONResponse({"error": "no such item"}, 404)
     on_item = current(ctx.store.labels(project)).get(key, [])
     if not any(lab.annotator == who for lab in on_item):
-        return PlainTextResponse("label the item first: the machine's verdict is shown only after", status_code=403)
+        return JSONResponse({"error": "label the item first: the machine's verdict is shown only after"}, 403)
     return _render(ctx, "machine.html", machine=machine_view(it.record), others=on_item, who=who)
 
 
-def run_query(ctx: Context, request: Request, body: bytes) -> Response:
+def run_query(ctx: Context, request: Request, body: bytes, who: str, project: str) -> Response:
     """An annotator's own read-only query on the item's database, in the sandbox of ``rose run``."""
-    who = _who(ctx, request)
-    if who is None:
-        return PlainTextResponse("sign in first", status_code=401)
     try:
-        project = _project(ctx, request)
         data = _json(body)
     except UsageError as e:
-        return PlainTextResponse(str(e), status_code=400)
+        return JSONResponse({"error": str(e)}, 400)
     key = request.query_params.get("id", "")
     it = ctx.store.item(project, key)
     sql = data.get("sql") if isinstance(data, dict) else None
     if it is None or not isinstance(sql, str) or not sql.strip() or len(sql) > MAX_QUERY_CHARS:
-        return PlainTextResponse(f"give the item and one query of at most {MAX_QUERY_CHARS} characters", 400)
-    db = ctx.pages.database(ctx.store.project(project).db_root, it.db_id)  # type: ignore[union-attr]
+        return JSONResponse({"error": f"give the item and one query of at most {MAX_QUERY_CHARS} characters"}, 400)
+    db = ctx.pages.database(ctx.store.project(project).db_root, it.item.db_id)  # type: ignore[union-attr]
     if db is None:
         return _render(ctx, "result.html", result=None, message="the database is not at hand (start with --db-root)")
     start = time.monotonic()
@@ -476,14 +366,7 @@ def run_query(ctx: Context, request: Request, body: bytes) -> Response:
     return _render(ctx, "result.html", result=result, seconds=time.monotonic() - start, message=None)
 
 
-def overview(ctx: Context, request: Request, body: bytes) -> Response:
-    who = _who(ctx, request)
-    if who is None:
-        return _sign_in_first(request)
-    try:
-        project = _project(ctx, request)
-    except UsageError as e:
-        return _not_found(ctx, str(e))
+def overview(ctx: Context, request: Request, body: bytes, who: str, project: str) -> Response:
     order = ctx.store.keys(project)
     labels = ctx.store.labels(project)
     by_item = current(labels)
@@ -508,8 +391,3 @@ def overview(ctx: Context, request: Request, body: bytes) -> Response:
         consensus=sum(1 for k in order if majority(by_item.get(k, [])) is not None),
         item_url=item_url,
     )
-
-
-def static_dir() -> Path:
-    """The folder of the app's own CSS and JavaScript."""
-    return Path(__file__).parent / "static"

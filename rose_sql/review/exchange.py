@@ -71,11 +71,11 @@ def consensus_rows(items: Sequence[WorkItem], by_item: dict[str, list[Label]]) -
             continue
         row: dict[str, Any] = {
             "question_id": _question_id(it.key),
-            "db_id": it.db_id,
-            "question": it.question or "",
-            "evidence": it.evidence or "",
-            "gold_sql": it.gold_sql or "",
-            "predicted_sql": it.pred_sql,
+            "db_id": it.item.db_id,
+            "question": it.item.question or "",
+            "evidence": it.item.evidence or "",
+            "gold_sql": it.item.gold_sql or "",
+            "predicted_sql": it.item.pred_sql,
             "label": side[0].verdict.correct,
         }
         for i, lab in enumerate(side, start=1):
@@ -101,7 +101,7 @@ def label_rows(labels: Sequence[Label], items: dict[str, WorkItem], project: str
         {
             "project": project,
             "question_id": _question_id(lab.key),
-            "db_id": items[lab.key].db_id if lab.key in items else None,
+            "db_id": items[lab.key].item.db_id if lab.key in items else None,
             "annotator": lab.annotator,
             "label": lab.verdict.correct,
             "goldx": lab.verdict.goldx,

@@ -13,7 +13,6 @@ is Pygments' highlighting, which escapes the SQL it is given.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -273,7 +272,6 @@ class Pages:
         self.config = config
         self.executor = Executor(config.query)
         self.schemas = Schemas()
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         self.executor.close()
@@ -293,12 +291,13 @@ class Pages:
     def item(self, it: WorkItem, db_root: Path | None) -> dict[str, Any]:
         """Everything the item page shows before the annotator labels (never the machine's verdict)."""
         c = self.config
-        db = self.database(db_root, it.db_id)
+        item = it.item
+        db = self.database(db_root, item.db_id)
         rec = it.record
         results: dict[str, Result] = {}
         for role, sql, info in (
-            ("pred", it.pred_sql, rec.pred if rec else None),
-            ("gold", it.gold_sql, rec.gold if rec else None),
+            ("pred", item.pred_sql, rec.pred if rec else None),
+            ("gold", item.gold_sql, rec.gold if rec else None),
         ):
             if sql is None:
                 results[role] = Result("not executed", "there is no gold SQL")
@@ -311,15 +310,15 @@ class Pages:
         schema = None
         if db is not None:
             try:
-                touched = tables_read(it.pred_sql) | tables_read(it.gold_sql)
+                touched = tables_read(item.pred_sql) | tables_read(item.gold_sql)
                 schema = schema_view(self.schemas.get(db), touched, c.examples_per_column)
             except Exception as e:  # an unreadable database is shown, not raised
                 schema = SchemaView([], [], f"cannot read the schema: {e}")
         ev = rec.evidence if rec else None
         return {
-            "item": it,
-            "pred_html": sql_html(it.pred_sql),
-            "gold_html": sql_html(it.gold_sql) if it.gold_sql is not None else None,
+            "item": item,
+            "pred_html": sql_html(item.pred_sql),
+            "gold_html": sql_html(item.gold_sql) if item.gold_sql is not None else None,
             "results": results,
             "schema": schema,
             "db": db,

@@ -226,12 +226,12 @@ class Store:
                     if item_dict(WorkItem.from_json(existing[it.key])) != item_dict(it):
                         raise UsageError(
                             f"project {name}: item {it.key} is already there with other text "
-                            f"(from {WorkItem.from_json(existing[it.key]).source}; now {it.source})"
+                            f"(from {WorkItem.from_json(existing[it.key]).item.source}; now {it.item.source})"
                         )
                     continue
                 c.execute(
                     "INSERT INTO items (project, key, position, db_id, data) VALUES (?, ?, ?, ?, ?)",
-                    (pid, it.key, position, it.db_id, it.to_json()),
+                    (pid, it.key, position, it.item.db_id, it.to_json()),
                 )
                 existing[it.key] = ""
                 position += 1
@@ -337,10 +337,6 @@ class Store:
             Label(i, k, a, Verdict(bool(c), bool(g), bool(q), bool(s), r), t, sec, src)
             for i, k, a, c, g, q, s, r, t, sec, src in rows
         ]
-
-    def label_count(self) -> int:
-        """Labels in the whole file (every project)."""
-        return int(self._conn().execute("SELECT COUNT(*) FROM labels").fetchone()[0])
 
     # ------------------------------------------------------------------ claims
 

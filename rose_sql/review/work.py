@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,42 +30,27 @@ from rose_sql.record import Record
 
 @dataclass(frozen=True, slots=True)
 class WorkItem:
-    """One item to review: the question, both SQL texts and, when it comes from a run, its record."""
+    """One item to review: the question and both SQL texts, and its record when it comes from a run."""
 
     key: str
     """The item's id as text (ids are matched as text, as ``rose agree`` matches them)."""
-    db_id: str
-    """Database name: ``<db-root>/<db_id>/<db_id>.sqlite``."""
-    pred_sql: str
-    """The predicted SQL."""
-    gold_sql: str | None
-    """The reference SQL, when there is one."""
-    question: str | None = None
-    """The question."""
-    evidence: str | None = None
-    """BIRD's external knowledge, when there is some."""
-    difficulty: str | None = None
-    """Difficulty label, when the data has one."""
-    source: str = ""
-    """Where the item came from (file and line or key)."""
+    item: Item
+    """The question, evidence, both SQL texts and the database, as ``rose run`` reads them."""
     record: Record | None = None
     """The ``rose run`` record (executions, evidence, judges), when the item comes from a run."""
 
     def to_json(self) -> str:
         """The item as one JSON text (the record in its own on-disk layout)."""
-        data = {name: getattr(self, name) for name in _TEXT_FIELDS}
-        data["record"] = self.record.to_dict() if self.record is not None else None
-        return json.dumps(data, ensure_ascii=False, default=str)
+        record = self.record.to_dict() if self.record is not None else None
+        return json.dumps({"item": asdict(self.item), "record": record}, ensure_ascii=False, default=str)
 
     @classmethod
     def from_json(cls, text: str) -> WorkItem:
         """An item written by :meth:`to_json` (its record validated again)."""
         data = json.loads(text)
-        record = data.pop("record", None)
-        return cls(**data, record=Record.from_dict(record) if record is not None else None)
-
-
-_TEXT_FIELDS = ("key", "db_id", "pred_sql", "gold_sql", "question", "evidence", "difficulty", "source")
+        item = Item(**data["item"])
+        record = data.get("record")
+        return cls(key(item.id), item, Record.from_dict(record) if record is not None else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,30 +66,13 @@ class Work:
 
 
 def _of_item(item: Item) -> WorkItem:
-    return WorkItem(
-        key=key(item.id),
-        db_id=item.db_id,
-        pred_sql=item.pred_sql,
-        gold_sql=item.gold_sql,
-        question=item.question,
-        evidence=item.evidence,
-        difficulty=item.difficulty,
-        source=item.source,
-    )
+    return WorkItem(key(item.id), item)
 
 
 def _of_record(r: Record) -> WorkItem:
-    return WorkItem(
-        key=key(r.id),
-        db_id=r.db_id,
-        pred_sql=r.pred_sql,
-        gold_sql=r.gold_sql,
-        question=r.question,
-        evidence=None,  # records do not keep BIRD's evidence text
-        difficulty=r.difficulty,
-        source=r.source,
-        record=r,
-    )
+    # records do not keep BIRD's evidence text
+    item = Item(r.id, r.db_id, r.pred_sql, r.gold_sql, r.question, None, r.difficulty, r.source)
+    return WorkItem(key(r.id), item, r)
 
 
 def _is_run(path: Path) -> bool:
@@ -204,6 +172,9 @@ def read_annotations(path: Path) -> list[ImportedLabel]:
     return out
 
 
-def item_dict(item: WorkItem) -> dict[str, Any]:
-    """The item's text fields (for comparing two copies of an item)."""
-    return {name: getattr(item, name) for name in _TEXT_FIELDS if name != "source"}
+def item_dict(work: WorkItem) -> dict[str, Any]:
+    """The item's text fields, without where it was read (for comparing two copies of an item)."""
+    data = asdict(work.item)
+    del data["source"]
+    data["id"] = work.key  # 12 and "12" are one item
+    return data

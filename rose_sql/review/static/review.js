@@ -112,7 +112,12 @@
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ sql: sql }),
     });
-    out.innerHTML = await response.text();
+    if (!response.ok) {
+      const answer = await response.json().catch(() => ({}));
+      out.textContent = "not run: " + (answer.error || response.status);
+      return;
+    }
+    out.innerHTML = await response.text(); // the server's own escaped HTML
   }
 
   function go(name) {
