@@ -25,6 +25,8 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import SqlLexer
 
 from rose_sql.compare import json_value
+from rose_sql.config import Config
+from rose_sql.errors import Lost
 from rose_sql.execute import Execution, Executor
 from rose_sql.items import db_file
 from rose_sql.judges.context import Schema, Schemas
@@ -33,6 +35,7 @@ from rose_sql.record import ExecutionInfo, Record
 from rose_sql.review.settings import ReviewConfig
 from rose_sql.review.work import WorkItem
 from rose_sql.sql import tables_read
+from rose_sql.workers import Pool, Watch
 
 _FORMATTER = HtmlFormatter(nowrap=True)
 _LEXER = SqlLexer()
@@ -265,16 +268,25 @@ def machine_view(record: Record | None) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------- the page
 
 
+def _sandbox(config: Config, watch: Watch) -> Executor:
+    """A worker process's sandbox (the worker engine stops it when a call SQLite cannot interrupt runs away)."""
+    return Executor(config, watch=watch)
+
+
+def _execute(executor: Executor, query: tuple[Path, str]) -> Execution:
+    return executor.run(query[0], query[1], role="review")
+
+
 class Pages:
-    """Builds item pages: one executor and one schema cache shared by every request."""
+    """Builds item pages: the sandbox's worker processes and one schema cache shared by every request."""
 
     def __init__(self, config: ReviewConfig) -> None:
         self.config = config
-        self.executor = Executor(config.query)
+        self.pool = Pool(config.query.workers, _sandbox, config.query)
         self.schemas = Schemas()
 
     def close(self) -> None:
-        self.executor.close()
+        self.pool.close()
 
     def database(self, db_root: Path | None, db_id: str) -> Path | None:
         """The item's database file, when the project's databases are at hand."""
@@ -286,7 +298,11 @@ class Pages:
     def run(self, db: Path, sql: str) -> Result:
         """An annotator's (or the page's) query, in the sandbox."""
         c = self.config
-        return result_of_execution(self.executor.run(db, sql, role="review"), c.shown_rows, c.cell_chars)
+        try:
+            (execution,) = self.pool.submit(_execute, [(db, sql)]).result()
+        except Lost as e:  # the query's worker kept dying: the page says so
+            execution = Execution("error", 0.0, error=str(e))
+        return result_of_execution(execution, c.shown_rows, c.cell_chars)
 
     def item(self, it: WorkItem, db_root: Path | None) -> dict[str, Any]:
         """Everything the item page shows before the annotator labels (never the machine's verdict)."""

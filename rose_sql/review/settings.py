@@ -29,7 +29,7 @@ def query_config() -> Config:
         count_past_cap_steps=20_000_000,
         sqlite_heap_bytes=512 * 2**20,
         cache_cells=2_000_000,
-        workers=1,
+        workers=2,  # worker processes: a query that runs away inside one SQLite call is stopped with its worker
         evidence=False,
     )
 
