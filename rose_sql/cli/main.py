@@ -3,7 +3,7 @@ so ``rose run`` starts fast; the consoles and the one way errors become messages
 
 Modules, one per command group: :mod:`~rose_sql.cli.run` (run, demo), :mod:`~rose_sql.cli.calibration`
 (agree, import-rose, replay, judge-card, judge-compare), :mod:`~rose_sql.cli.analysis` (compare, report,
-audit), :mod:`~rose_sql.cli.reward` (serve-reward).
+audit), :mod:`~rose_sql.cli.reward` (serve-reward), :mod:`~rose_sql.cli.merge` (merge).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ COMMANDS = {
     "report": "rose_sql.cli.analysis:report_cmd",
     "audit": "rose_sql.cli.analysis:audit_cmd",
     "serve-reward": "rose_sql.cli.reward:serve_reward_cmd",
+    "merge": "rose_sql.cli.merge:merge_cmd",
 }
 """Every command, and where it is defined."""
 
