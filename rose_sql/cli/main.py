@@ -15,6 +15,7 @@ from typing import NoReturn
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from rose_sql import __version__
 from rose_sql.errors import RoseError
@@ -64,7 +65,7 @@ def main() -> None:
 
 def fail(e: RoseError) -> NoReturn:
     """Print an error and exit with status 2 (unusable input or options)."""
-    err.print(f"[bold red]error:[/] {e}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)  # the message's [brackets] are text
     sys.exit(2)
 
 

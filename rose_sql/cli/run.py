@@ -16,7 +16,7 @@ from rich.table import Table
 
 from rose_sql.cli.main import console, err, fail
 from rose_sql.config import MAX_INPUT_BYTES, Config, JudgeConfig, MatchedRefuter, Policy
-from rose_sql.distributed import INSTALL_RAY
+from rose_sql.distributed import INSTALL_RAY, ray_address
 from rose_sql.distributed.shard import Shard
 from rose_sql.errors import RoseError, UsageError
 from rose_sql.items import FORMATS, load_items
@@ -31,6 +31,16 @@ if TYPE_CHECKING:
 DEFAULTS = Config()
 JUDGE = JudgeConfig(model="")
 POSITIVE = click.FloatRange(min=0, min_open=True)
+
+
+def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--ray``'s value, checked as it is read (before a missing argument is: ``--ray preds.txt`` took the file)."""
+    if value is not None:
+        try:
+            ray_address(value)
+        except UsageError as e:
+            raise click.BadParameter(str(e), ctx, param) from None
+    return value
 
 
 @click.command("run")
@@ -159,6 +169,7 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
     "--ray",
     "ray",
     metavar="[ADDRESS]",
+    callback=_check_ray,
     is_flag=False,
     flag_value="local",
     default=None,
@@ -238,11 +249,13 @@ def run_cmd(
         if dry_run and config.judge is None:
             raise UsageError("--dry-run estimates LLM calls and needs --judge-model")
         share = Shard.parse(shard) if shard is not None else None
-        address = _ray_address(ray) if ray is not None else None
+        address = ray_address(ray) if ray is not None else None
         loaded = [load_items(p, gold, fmt, max_bytes=int(max_input_mb * 2**20)) for p in preds]
         if dry_run:
             from rose_sql.estimate import estimate
 
+            if share is not None:  # the estimate of this shard's items
+                loaded = [replace(lf, items=[it for it in lf.items if share.holds(it.id)]) for lf in loaded]
             print_estimate(estimate(loaded, db_root, config))
             return
         _writable(out)
@@ -285,12 +298,6 @@ def run_cmd(
     print_summaries(summaries)
     console.print(f"records: {', '.join(str(s.out_dir / 'records.jsonl') for s in systems)}", highlight=False)
     _exit_if_nothing_could_run(systems, summaries, db_root)
-
-
-def _ray_address(text: str) -> str | None:
-    from rose_sql.distributed.cluster import ray_address
-
-    return ray_address(text)
 
 
 def _ray_backend(config: Config, address: str | None, workers: int | None, systems: Sequence[SystemRun]) -> Backend:

@@ -22,6 +22,8 @@ from rose_sql.errors import UsageError
 
 INSTALL_RAY = "pip install 'rose-sql[ray]'"
 """How to get Ray (the optional extra)."""
+LOOPBACK = "127.0.0.1"
+"""The address of a local Ray instance this package starts (one machine: nothing listens beyond it)."""
 
 
 def require_ray(what: str = "--ray") -> ModuleType:
@@ -31,3 +33,15 @@ def require_ray(what: str = "--ray") -> ModuleType:
     except ImportError:
         raise UsageError(f"{what} needs Ray, which is not installed: {INSTALL_RAY}") from None
     return ray
+
+
+def ray_address(text: str) -> str | None:
+    """The address ``rose run --ray [ADDRESS]`` connects to (None: start a local Ray instance)."""
+    if text == "local":
+        return None
+    if text == "auto" or ":" in text:
+        return text
+    raise UsageError(
+        f"--ray {text!r}: an ADDRESS is 'auto', HOST:PORT or ray://HOST:PORT; without one, put --ray after "
+        "the prediction files or write --ray=local"
+    )

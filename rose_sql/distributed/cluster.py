@@ -21,7 +21,8 @@ changes:
   and the summary are untouched.
 - **A dead actor's batches are redone elsewhere.** A batch's records are written only when its actor
   returns them, and an actor that dies returns nothing: its batch goes to the next actor that asks
-  (Ray restarts the dead actor once), so no item is lost and none is recorded twice. A batch whose
+  (Ray restarts the dead actor once; one it cannot restart gets no more work), so no item is lost and
+  none is recorded twice. A batch whose
   actor dies a second time is recorded as lost (``internal_error``, retried by ``--resume``), as the
   local worker pool does.
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -41,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from rose_sql.config import Config, JudgeConfig
-from rose_sql.distributed import require_ray
+from rose_sql.distributed import LOOPBACK, require_ray
 from rose_sql.errors import BudgetExhausted, Lost, UsageError
 from rose_sql.evaluate import failed_record
 from rose_sql.items import Item, db_file
@@ -52,11 +54,11 @@ from rose_sql.summary import Brief
 
 DEPTH = 2
 """Batches sent to an actor at once: the next one waits in its queue while the first runs."""
-GIVE_UP = 3
-"""Consecutive deaths after which an actor is left alone (its batches are taken by the others)."""
 START_S = 180.0
 """Seconds the actors may take to start (a cluster without free CPUs never starts them)."""
 
+Fingerprints = dict[str, tuple[bool, str | None]]
+"""Each database the driver saw: whether it was found, and its fingerprint."""
 Finished = tuple[str, str, Brief]
 """A finished record: its system's name, its JSON line, what the summary needs of it."""
 
@@ -197,12 +199,18 @@ class LLMOwner:
 class EvaluatorActor:
     """A Ray actor that evaluates batches as a local run does (:class:`rose_sql.run.Evaluator`)."""
 
-    def __init__(self, config: Config, cwd: str, owner: Any, databases: dict[str, tuple[bool, str | None]]) -> None:
+    def __init__(self, config: Config, cwd: str, owner: str | None, databases: Fingerprints) -> None:
+        """``owner``: the name of the actor that owns the LLM client (a name, not a handle: Ray can restart an
+        actor only when its constructor's arguments hold no reference)."""
+        import ray
+
         if os.path.isdir(cwd):  # relative paths (--db-root) read as on the driver
             os.chdir(cwd)
         cells = max(1_000_000, config.cache_cells // max(1, os.cpu_count() or 1))
         self.config = config.with_(workers=1, cache_cells=cells)
-        llm = _RemoteLLM(config.judge, owner) if config.judge is not None and owner is not None else None
+        llm = None
+        if config.judge is not None and owner is not None:
+            llm = _RemoteLLM(config.judge, ray.get_actor(owner))
         self.evaluator = Evaluator(self.config, Stage1(self.config), llm)
         self.databases = databases
         self.checked: set[str] = set()
@@ -241,18 +249,6 @@ class EvaluatorActor:
 # --------------------------------------------------------------------------- the backend
 
 
-def ray_address(text: str) -> str | None:
-    """The address ``rose run --ray [ADDRESS]`` connects to (None: start a local Ray instance)."""
-    if text == "local":
-        return None
-    if text == "auto" or ":" in text:
-        return text
-    raise UsageError(
-        f"--ray {text!r}: an ADDRESS is 'auto', HOST:PORT or ray://HOST:PORT; without one, put --ray after "
-        "the prediction files or write --ray=local"
-    )
-
-
 class RayBackend:
     """Evaluates a run's batches on a Ray cluster (a :class:`rose_sql.run.Backend`); see the module."""
 
@@ -268,10 +264,11 @@ class RayBackend:
         self.stats = Stats()
         self.actors: list[Any] = []
         self._owner: Any = None
+        self._owner_name: str | None = None
         self._started = False
         if not ray.is_initialized():
             if address is None:  # a local instance: no dashboard (it starts faster)
-                ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+                ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", _node_ip_address=LOOPBACK)
             else:
                 ray.init(address=address, log_to_driver=False, logging_level="ERROR")
             self._started = True
@@ -285,12 +282,15 @@ class RayBackend:
             j = config.judge
             judge = replace(j, api_key=j.api_key or os.environ.get("OPENAI_API_KEY"))
             here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-            owner = ray.remote(LLMOwner).options(num_cpus=0, max_concurrency=1000, scheduling_strategy=here)
+            self._owner_name = f"rose-llm-{uuid.uuid4().hex}"
+            owner = ray.remote(LLMOwner).options(
+                name=self._owner_name, num_cpus=0, max_concurrency=1000, scheduling_strategy=here
+            )
             self._owner = owner.remote(judge)
             self._ledger = Ledger(budget_usd=j.budget_usd)
         known = {d.db_id: (d.found, d.fingerprint) for d in databases}
         actor = ray.remote(EvaluatorActor).options(num_cpus=per_actor, max_restarts=1, max_task_retries=0)
-        self.actors = [actor.remote(config, os.getcwd(), self._owner, known) for _ in range(n)]
+        self.actors = [actor.remote(config, os.getcwd(), self._owner_name, known) for _ in range(n)]
         self.stats.actors = n
         try:
             self.pids: list[int] = ray.get([a.ready.remote() for a in self.actors], timeout=START_S)
@@ -326,27 +326,26 @@ class RayBackend:
         """Keeps one batch at a time going to ``actor`` until no batch is left (:data:`DEPTH` of these per actor)."""
         from ray.exceptions import RayActorError, RayTaskError
 
-        deaths = 0
         while (batch := placement.take(actor)) is not None:
             try:
                 tag, value = await self.actors[actor].evaluate.remote(batch.entries, db_root)
             except RayActorError:  # the actor died: nothing of this batch was written, so redo it
                 self.stats.deaths += 1
                 batch.deaths += 1
-                deaths += 1
                 if batch.deaths > 1:
                     self.stats.lost += 1
                     lost = Lost("the Ray worker evaluating it died, twice on the same work")
                     _fail(batch, lost, write, flush)
                 else:
                     placement.redo(batch)
-                if deaths >= GIVE_UP:
+                try:  # no more work for an actor Ray could not restart: the others take its batches
+                    await asyncio.wait_for(self.actors[actor].ready.remote(), START_S)
+                except (RayActorError, TimeoutError):
                     return
                 continue
             except RayTaskError as e:  # a bug of ours in the actor: its items say so, the run goes on
                 _fail(batch, e.cause if isinstance(e.cause, Exception) else e, write, flush)
                 continue
-            deaths = 0
             if tag == "mismatch":
                 raise UsageError(value)
             for name, line, brief in value:
