@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rose_sql.config import RewardConfig
-from rose_sql.distributed import require_ray
+from rose_sql.distributed import LOOPBACK, require_ray
 from rose_sql.reward import Reward, RewardItem, RewardScorer, compute_score_batch, invalid, parse_label
 
 NAMESPACE = "rose_sql"
@@ -114,7 +114,7 @@ class RewardPool:
     ) -> None:
         ray = require_ray("RewardPool")
         if not ray.is_initialized():
-            kw: dict[str, Any] = {"include_dashboard": False} if address is None else {}
+            kw: dict[str, Any] = {"include_dashboard": False, "_node_ip_address": LOOPBACK} if address is None else {}
             ray.init(address=address, log_to_driver=False, logging_level="ERROR", **kw)
         self.config = config or RewardConfig()
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
