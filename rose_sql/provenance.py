@@ -164,6 +164,42 @@ class DatabaseId:
 
 
 @dataclass(frozen=True, slots=True)
+class ShardInfo:
+    """Which share of the input a sharded run (``rose run --shard I/N``) evaluated."""
+
+    index: int
+    """The shard, from 0."""
+    count: int
+    """How many shards the input was split into."""
+    items: int
+    """Items of the input in this shard."""
+    total: int
+    """Items of the whole input."""
+
+
+@dataclass(frozen=True, slots=True)
+class MergedShard:
+    """A shard folder that ``rose merge`` joined into this run."""
+
+    index: int
+    """The shard, from 0."""
+    count: int
+    """How many shards the input was split into."""
+    folder: str
+    """The shard's folder."""
+    command: list[str]
+    """The command line that made it."""
+    started: str
+    """When it started."""
+    finished: str | None
+    """When it ended."""
+    complete: bool
+    """Whether every item of its share had a record."""
+    records: int
+    """Records taken from it (an item two shards recorded alike is taken once)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     """What produced a run's records (``manifest.json``; repeated in ``summary.json``)."""
 
@@ -196,7 +232,11 @@ class Manifest:
     finished: str | None = None
     """When the run ended (None while it runs, or if it was interrupted)."""
     complete: bool = False
-    """Whether every item of the input has a record."""
+    """Whether every item of the input (of its shard, for a shard) has a record."""
+    shard: ShardInfo | None = None
+    """For a sharded run, which share of the input it evaluated; None for the whole input."""
+    merged: list[MergedShard] | None = None
+    """For a run that ``rose merge`` made of shards, each shard it joined; None otherwise."""
     version: int = MANIFEST_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -254,9 +294,9 @@ def build(loaded: Loaded, gold: Path | None, db_root: Path, config: Config, *, c
 def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
     """What differs between the manifest of a run and that of its resumption: (refusals, warnings).
 
-    Refused: other input files (by content), other databases, other score-changing options, another
-    judge (model, parameters, prompts) or none where there was one. Warned: another endpoint for the
-    same model, another rose-sql or SQLite version.
+    Refused: other input files (by content), another share of them (``--shard``), other databases, other
+    score-changing options, another judge (model, parameters, prompts) or none where there was one.
+    Warned: another endpoint for the same model, another rose-sql or SQLite version.
     """
     refuse: list[str] = []
     warn: list[str] = []
@@ -266,6 +306,8 @@ def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
             refuse.append(f"the {name} file differs ({_file(a)} then, {_file(b)} now)")
 
     file("prediction", old.predictions, new.predictions)
+    if _share(old) != _share(new):
+        refuse.append(f"the share of the input differs ({_share(old)} then, {_share(new)} now)")
     file("gold", old.gold, new.gold)
     if old.format != new.format:
         refuse.append(f"the input format differs ({old.format} then, {new.format} now)")
@@ -292,6 +334,10 @@ def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
         if getattr(old, name) != getattr(new, name):
             warn.append(f"{name} version differs ({getattr(old, name)} then, {getattr(new, name)} now)")
     return refuse, warn
+
+
+def _share(m: Manifest) -> str:
+    return "the whole input" if m.shard is None else f"shard {m.shard.index}/{m.shard.count}"
 
 
 def _file(f: FileId | None) -> str:

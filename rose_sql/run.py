@@ -9,23 +9,38 @@ serialise the records; with one, the judge cascade runs here with one LLM client
 concurrency limit, cache and ledger). Each record is appended to its system's ``records.jsonl``
 as its batch finishes; ``resume=True`` skips items already recorded, and the summary counts
 every record once, old and new alike.
+
+Where the batches run is a :class:`Backend`: this machine's worker processes by default, or a Ray
+cluster (:class:`rose_sql.distributed.cluster.RayBackend`, ``rose run --ray``), whose actors each run
+an :class:`Evaluator` as this process does. Either way only this process writes the records, the
+manifest and the summaries. ``shard`` (``--shard I/N``) restricts a run to a stable share of each
+file's items (:mod:`rose_sql.distributed.shard`), recorded in its manifest.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from rose_sql.config import Config
 from rose_sql.decide import UNSCORED
+from rose_sql.distributed.shard import Shard
 from rose_sql.errors import Lost, UsageError
 from rose_sql.evaluate import Executed, execute_item, failed_record, judge_item, to_record, unjudged_record
 from rose_sql.execute import Executor
 from rose_sql.items import Item, Loaded
-from rose_sql.provenance import Manifest, build, command_line, differences, read_manifest, write_manifest
+from rose_sql.provenance import (
+    Manifest,
+    ShardInfo,
+    build,
+    command_line,
+    differences,
+    read_manifest,
+    write_manifest,
+)
 from rose_sql.record import Record, RecordWriter, id_key, read_records
 from rose_sql.summary import Brief, Summary, summarize_briefs, write_summary
 from rose_sql.workers import Pool, Watch, limit_memory
@@ -72,8 +87,12 @@ def plan(
     resume: bool = False,
     retry_unscored: bool = True,
     command: list[str] | None = None,
+    shard: Shard | None = None,
 ) -> list[SystemRun]:
     """Decide each file's output folder, its manifest, and which of its items still need evaluating.
+
+    With ``shard``, each file's items are restricted to that shard's share (the manifest, still of the
+    whole input, says which share: ``rose merge`` checks the shards against each other).
 
     Resuming checks the earlier run's manifest (:func:`rose_sql.provenance.differences`): other inputs or
     score-changing options are refused with :class:`UsageError` naming them. Items the earlier run left
@@ -88,6 +107,10 @@ def plan(
     runs = []
     for lf in loaded:
         manifest = build(lf, gold, db_root, config, command=command or command_line())
+        if shard is not None:
+            share = [it for it in lf.items if shard.holds(it.id)]
+            info = ShardInfo(shard.index, shard.count, len(share), len(lf.items))
+            manifest, lf = replace(manifest, shard=info), replace(lf, items=share)
         out_dir = out / lf.path.stem
         records = out_dir / "records.jsonl"
         system = SystemRun(lf, out_dir, manifest)
@@ -141,25 +164,56 @@ Progress = Callable[[str, "Ledger | None"], None]
 """Called once per finished item with its system's name and the LLM ledger (None without a judge)."""
 
 
-def run(systems: Sequence[SystemRun], db_root: Path, config: Config, progress: Progress | None = None) -> list[Summary]:
+Write = Callable[[str, str, Brief], None]
+"""Appends one finished record: its system's name, its JSON line, what the summary needs of it."""
+Flush = Callable[[Iterable[str]], None]
+"""Flushes the records files of these systems (called once a batch's records are all written)."""
+
+
+class Backend(Protocol):
+    """Where a run's items are evaluated: this machine's worker processes (the default), or a Ray
+    cluster (:class:`rose_sql.distributed.cluster.RayBackend`). Only the driver writes records."""
+
+    @property
+    def ledger(self) -> Ledger | None:
+        """The LLM calls and cost so far, for the progress bar (None without a judge)."""
+
+    async def evaluate(self, queue: list[tuple[str, Item]], db_root: Path, write: Write, flush: Flush) -> None:
+        """Evaluate every (system name, item) of ``queue``: ``write`` each finished record, and ``flush``
+        a batch's systems once its records are written."""
+
+    def close(self, *, now: bool = False) -> None:
+        """Release the workers (``now``: without waiting for running work)."""
+
+
+def run(
+    systems: Sequence[SystemRun],
+    db_root: Path,
+    config: Config,
+    progress: Progress | None = None,
+    *,
+    backend: Backend | None = None,
+) -> list[Summary]:
     """Evaluate every pending item of every system, appending records as they finish; summarise each.
 
     The manifest is written first and again at the end (``complete`` when every item of the input has
     a record). Interrupted (Ctrl-C), the summaries of what was recorded are written, marked incomplete,
-    and the interruption goes on up.
+    and the interruption goes on up. ``backend``: where the items are evaluated (default: worker
+    processes on this machine); it is closed when the run ends.
     """
     for s in systems:
         s.out_dir.mkdir(parents=True, exist_ok=True)
         write_manifest(s.manifest, s.out_dir / "manifest.json")
-    stage1 = _Stage1(config)  # first, while this process may have a single thread (workers are then forked)
+    # first, while this process may have a single thread (workers are then forked)
+    where = backend if backend is not None else Local(config)
     interrupted = False
     try:
-        asyncio.run(_run(systems, db_root, config, stage1, progress))
+        asyncio.run(_run(systems, db_root, where, progress))
     except KeyboardInterrupt:
         interrupted = True
         raise
     finally:
-        stage1.close(now=interrupted)
+        where.close(now=interrupted)
         summaries = [_finish(s, config, interrupted) for s in systems]
     return summaries
 
@@ -257,7 +311,7 @@ def _execute_batch(worker: _Worker, batch: tuple[list[Item], Path, bool]) -> lis
     return out
 
 
-class _Stage1:
+class Stage1:
     """Runs the deterministic stages on batches, in worker processes (see :mod:`rose_sql.workers`)."""
 
     def __init__(self, config: Config) -> None:
@@ -274,60 +328,107 @@ class _Stage1:
         self.pool.close(now=now)
 
 
-async def _run(
-    systems: Sequence[SystemRun], db_root: Path, config: Config, stage1: _Stage1, progress: Progress | None
-) -> None:
+class Evaluator:
+    """Turns batches into finished records: the deterministic stages in :class:`Stage1`'s worker
+    processes, then the judge cascade here with one LLM client (its concurrency limit, cache, ledger).
+
+    One per run on this machine; one per actor on a Ray cluster, whose ``llm`` then forwards every call
+    to the one actor that owns the client. Call :meth:`aclose` in the loop that used it."""
+
+    def __init__(self, config: Config, stage1: Stage1, llm: LLM | None = None) -> None:
+        self.stage1 = stage1
+        self.llm = llm
+        self.schemas: Schemas | None = None
+        if config.judge is not None:
+            from rose_sql.judges.context import Schemas
+
+            if self.llm is None:
+                from rose_sql.judges.llm import LLM
+
+                self.llm = LLM(config.judge)
+            self.schemas = Schemas()
+        self.policy = config.judge.effective_matched_refuter if config.judge else "always"
+
+    async def batch(self, batch: list[tuple[str, Item]], db_root: Path, write: Write) -> None:
+        """Evaluate a batch, calling ``write`` for each record as it is finished (never raises for an item)."""
+        items = [it for _, it in batch]
+        done: list[Outcome]
+        try:
+            done = await self.stage1(items, db_root, self.llm is None)
+        except Exception as e:
+            done = [f"{type(e).__name__}: {e}"] * len(items)
+        judged = []
+        for (name, it), ex in zip(batch, done, strict=True):
+            if isinstance(ex, _Line):  # finished in the worker: written here, no task per item
+                write(name, ex.json, ex.brief)
+            else:
+                judged.append(self._finish(name, it, ex, write))
+        await asyncio.gather(*judged)
+
+    async def _finish(self, name: str, item: Item, ex: Outcome, write: Write) -> None:
+        try:
+            if isinstance(ex, str):
+                raise RuntimeError(ex)
+            assert not isinstance(ex, _Line) and self.schemas is not None  # a judge is configured
+            judged = await judge_item(ex, self.llm, self.schemas, matched_refuter=self.policy)
+            record = to_record(ex, judged)
+        except Exception as e:  # a bug of ours: the item is unscored, the run goes on
+            record = failed_record(item, e)
+        write(name, record.to_json(), Brief.of(record))
+
+    async def aclose(self) -> None:
+        if self.llm is not None:
+            await self.llm.aclose()
+
+
+class Local:
+    """The default :class:`Backend`: the worker processes of this machine, the judges in this process."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.stage1 = Stage1(config)
+        self._evaluator: Evaluator | None = None
+
+    @property
+    def ledger(self) -> Ledger | None:
+        llm = self._evaluator.llm if self._evaluator is not None else None
+        return llm.ledger if llm is not None else None
+
+    async def evaluate(self, queue: list[tuple[str, Item]], db_root: Path, write: Write, flush: Flush) -> None:
+        evaluator = self._evaluator = Evaluator(self.config, self.stage1)
+        judge = self.config.judge
+        window = asyncio.Semaphore(self.config.workers * 2 + (judge.concurrency if judge else 0))
+
+        async def one(batch: list[tuple[str, Item]]) -> None:
+            async with window:
+                await evaluator.batch(batch, db_root, write)
+                flush({name for name, _ in batch})
+
+        try:
+            await asyncio.gather(*(one(b) for b in _batches(queue)))
+        finally:
+            await evaluator.aclose()
+
+    def close(self, *, now: bool = False) -> None:
+        self.stage1.close(now=now)
+
+
+async def _run(systems: Sequence[SystemRun], db_root: Path, backend: Backend, progress: Progress | None) -> None:
     by_name = {s.name: s for s in systems}
     writers = {s.name: RecordWriter(s.out_dir / "records.jsonl") for s in systems}
-    llm: LLM | None = None
-    schemas: Schemas | None = None
-    if config.judge is not None:
-        from rose_sql.judges.context import Schemas
-        from rose_sql.judges.llm import LLM
-
-        llm, schemas = LLM(config.judge), Schemas()
-    policy = config.judge.effective_matched_refuter if config.judge else "always"
-    window = asyncio.Semaphore(config.workers * 2 + (config.judge.concurrency if config.judge else 0))
-    batches = _batches([(s.name, it) for s in systems for it in s.todo])
 
     def write(name: str, line: str, summary_fields: Brief) -> None:
         writers[name].write_line(line)
         by_name[name].briefs.append(summary_fields)
         if progress:
-            progress(name, llm.ledger if llm else None)
+            progress(name, backend.ledger)
 
-    async def finish(name: str, item: Item, ex: Outcome) -> None:
-        try:
-            if isinstance(ex, str):
-                raise RuntimeError(ex)
-            assert not isinstance(ex, _Line) and schemas is not None  # a judge is configured
-            record = to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy))
-        except Exception as e:  # a bug of ours: the item is unscored, the run goes on
-            record = failed_record(item, e)
-        write(name, record.to_json(), Brief.of(record))
-
-    async def one(batch: list[tuple[str, Item]]) -> None:
-        async with window:
-            items = [it for _, it in batch]
-            done: list[Outcome]
-            try:
-                done = await stage1(items, db_root, llm is None)
-            except Exception as e:
-                done = [f"{type(e).__name__}: {e}"] * len(items)
-            judged = []
-            for (name, it), ex in zip(batch, done, strict=True):
-                if isinstance(ex, _Line):  # finished in the worker: written here, no task per item
-                    write(name, ex.json, ex.brief)
-                else:
-                    judged.append(finish(name, it, ex))
-            await asyncio.gather(*judged)
-            for name in {name for name, _ in batch}:
-                writers[name].flush()  # a crash loses at most the unflushed part of one batch, redone on resume
+    def flush(names: Iterable[str]) -> None:
+        for name in names:
+            writers[name].flush()  # a crash loses at most the unflushed part of one batch, redone on resume
 
     try:
-        await asyncio.gather(*(one(b) for b in batches))
+        await backend.evaluate([(s.name, it) for s in systems for it in s.todo], db_root, write, flush)
     finally:
         for w in writers.values():
             w.close()
-        if llm is not None:
-            await llm.aclose()

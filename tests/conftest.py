@@ -145,3 +145,24 @@ def make_summary(system: str, data: dict[str, Any]) -> Summary:
         "readings_n": {},
     }
     return Summary.from_dict({**base, **data})
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[str]:
+    """One local Ray instance of 2 CPUs for every test that needs one (Ray starts slowly on two cores);
+    yields its address, for subprocesses to join. Skipped when Ray (the optional extra) is absent."""
+    try:
+        import ray
+    except ImportError:
+        pytest.skip("Ray is not installed: pip install -e '.[ray]' to run the tests of rose run --ray and RewardPool")
+    context = ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+        _node_ip_address="127.0.0.1",  # loopback only
+    )
+    try:
+        yield str(context.address_info["address"])
+    finally:
+        ray.shutdown()

@@ -3,7 +3,8 @@ so ``rose run`` starts fast; the consoles and the one way errors become messages
 
 Modules, one per command group: :mod:`~rose_sql.cli.run` (run, demo), :mod:`~rose_sql.cli.calibration`
 (agree, import-rose, replay, judge-card, judge-compare), :mod:`~rose_sql.cli.analysis` (compare, report,
-audit), :mod:`~rose_sql.cli.reward` (serve-reward), :mod:`~rose_sql.cli.review` (review).
+audit), :mod:`~rose_sql.cli.reward` (serve-reward), :mod:`~rose_sql.cli.review` (review),
+:mod:`~rose_sql.cli.merge` (merge).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import NoReturn
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from rose_sql import __version__
 from rose_sql.errors import RoseError
@@ -40,6 +42,7 @@ COMMANDS = {
     "audit": "rose_sql.cli.analysis:audit_cmd",
     "serve-reward": "rose_sql.cli.reward:serve_reward_cmd",
     "review": "rose_sql.cli.review:review_cmd",
+    "merge": "rose_sql.cli.merge:merge_cmd",
 }
 """Every command, and where it is defined."""
 
@@ -64,7 +67,7 @@ def main() -> None:
 
 def fail(e: RoseError) -> NoReturn:
     """Print an error and exit with status 2 (unusable input or options)."""
-    err.print(f"[bold red]error:[/] {e}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)  # the message's [brackets] are text
     sys.exit(2)
 
 

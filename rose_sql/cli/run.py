@@ -16,10 +16,12 @@ from rich.table import Table
 
 from rose_sql.cli.main import console, err, fail
 from rose_sql.config import MAX_INPUT_BYTES, Config, JudgeConfig, MatchedRefuter, Policy
+from rose_sql.distributed import INSTALL_RAY, ray_address
+from rose_sql.distributed.shard import Shard
 from rose_sql.errors import RoseError, UsageError
 from rose_sql.items import FORMATS, load_items
 from rose_sql.provenance import command_line
-from rose_sql.run import SystemRun, plan, run
+from rose_sql.run import Backend, SystemRun, plan, run
 from rose_sql.summary import Summary
 
 if TYPE_CHECKING:
@@ -29,6 +31,16 @@ if TYPE_CHECKING:
 DEFAULTS = Config()
 JUDGE = JudgeConfig(model="")
 POSITIVE = click.FloatRange(min=0, min_open=True)
+
+
+def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--ray``'s value, checked as it is read (before a missing argument is: ``--ray preds.txt`` took the file)."""
+    if value is not None:
+        try:
+            ray_address(value)
+        except UsageError as e:
+            raise click.BadParameter(str(e), ctx, param) from None
+    return value
 
 
 @click.command("run")
@@ -147,6 +159,24 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option(
     "--dry-run", is_flag=True, help="Build every prompt, estimate calls and cost; call nothing, write nothing."
 )
+@click.option(
+    "--shard",
+    metavar="I/N",
+    help="Evaluate only shard I of N (0 <= I < N): the items whose id hashes to I, the same share on every machine. "
+    "Run each shard into its own --out, then join them with 'rose merge'.",
+)
+@click.option(
+    "--ray",
+    "ray",
+    metavar="[ADDRESS]",
+    callback=_check_ray,
+    is_flag=False,
+    flag_value="local",
+    default=None,
+    help="Evaluate on a Ray cluster: ADDRESS 'auto', HOST:PORT or ray://HOST:PORT; alone, a local Ray instance "
+    "(put it after the prediction files). --workers is then the number of Ray workers (default: one per CPU of "
+    f"the cluster). Needs the optional extra: {INSTALL_RAY}.",
+)
 def run_cmd(
     preds: tuple[Path, ...],
     gold: Path | None,
@@ -175,6 +205,8 @@ def run_cmd(
     judge_timeout: float,
     max_retries: int,
     dry_run: bool,
+    shard: str | None,
+    ray: str | None,
 ) -> None:
     """Evaluate one or more prediction files against the gold and the databases.
 
@@ -224,16 +256,28 @@ def run_cmd(
             raise UsageError(f"--db-root {db_root} is not a folder")
         if dry_run and config.judge is None:
             raise UsageError("--dry-run estimates LLM calls and needs --judge-model")
+        share = Shard.parse(shard) if shard is not None else None
+        address = ray_address(ray) if ray is not None else None
         loaded = [load_items(p, gold, fmt, max_bytes=int(max_input_mb * 2**20)) for p in preds]
         if dry_run:
             from rose_sql.estimate import estimate
 
+            if share is not None:  # the estimate of this shard's items
+                loaded = [replace(lf, items=[it for it in lf.items if share.holds(it.id)]) for lf in loaded]
             print_estimate(estimate(loaded, db_root, config))
             return
         _writable(out)
         systems = plan(
-            loaded, out, db_root=db_root, config=config, gold=gold, resume=resume, retry_unscored=not keep_unscored
+            loaded,
+            out,
+            db_root=db_root,
+            config=config,
+            gold=gold,
+            resume=resume,
+            retry_unscored=not keep_unscored,
+            shard=share,
         )
+        backend = _ray_backend(config, address, workers, systems) if ray is not None else None
     except RoseError as e:
         fail(e)
     for lf in loaded:
@@ -246,7 +290,10 @@ def run_cmd(
             again = f", {s.retried} left unscored for a transient reason evaluated again" if s.retried else ""
             console.print(f"{s.name}: resuming: {s.resumed} items kept{again}, {len(s.todo)} to go", highlight=False)
     try:
-        summaries = _run_with_progress(systems, db_root, config)
+        summaries = _run_with_progress(systems, db_root, config, backend)
+    except RoseError as e:
+        err.print(f"records written so far are kept under {out}; to continue:\n  {resume_command()}", highlight=False)
+        fail(e)
     except KeyboardInterrupt:
         saved = sum(len(s.briefs) for s in systems)
         total = sum(len(s.loaded.items) for s in systems)
@@ -259,6 +306,13 @@ def run_cmd(
     print_summaries(summaries)
     console.print(f"records: {', '.join(str(s.out_dir / 'records.jsonl') for s in systems)}", highlight=False)
     _exit_if_nothing_could_run(systems, summaries, db_root)
+
+
+def _ray_backend(config: Config, address: str | None, workers: int | None, systems: Sequence[SystemRun]) -> Backend:
+    from rose_sql.distributed.cluster import RayBackend
+
+    databases = {d.db_id: d for s in systems for d in s.manifest.databases}
+    return RayBackend(config, address=address, workers=workers, databases=list(databases.values()))
 
 
 def _writable(out: Path) -> None:
@@ -297,7 +351,9 @@ def _exit_if_nothing_could_run(systems: Sequence[SystemRun], summaries: Sequence
     )
 
 
-def _run_with_progress(systems: Sequence[SystemRun], db_root: Path, config: Config) -> list[Summary]:
+def _run_with_progress(
+    systems: Sequence[SystemRun], db_root: Path, config: Config, backend: Backend | None = None
+) -> list[Summary]:
     total = sum(len(s.todo) for s in systems)
     columns = (
         TextColumn("[progress.description]{task.description}"),
@@ -320,7 +376,7 @@ def _run_with_progress(systems: Sequence[SystemRun], db_root: Path, config: Conf
                 shown[0] = now
                 bar.refresh()
 
-        return run(systems, db_root, config, progress=tick)
+        return run(systems, db_root, config, progress=tick, backend=backend)
 
 
 def print_summaries(summaries: Sequence[Summary]) -> None:

@@ -70,7 +70,9 @@ class Workspace:
         max_value_bytes: int = 16 * 2**20,
     ) -> None:
         src = connect_read_only(db)
-        self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        # no statement cache: SQLite counts a cached statement's steps on from its earlier runs, so the progress
+        # handler would tick at other points, and an item's budget would depend on the items before it
+        self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False, cached_statements=0)
         try:
             src.backup(self.conn)
         finally:
