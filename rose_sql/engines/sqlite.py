@@ -78,12 +78,16 @@ def read_only_uri(path: Path) -> str:
 def connect_read_only(
     path: Path, *, check_same_thread: bool = True, isolation_level: IsolationLevel = "DEFERRED"
 ) -> sqlite3.Connection:
-    """A connection to the database file ``path`` that can neither write it nor create files beside it."""
+    """A connection to the database file ``path`` that can neither write it nor create files beside it.
+
+    Without a statement cache: SQLite counts a cached statement's steps on from its earlier runs, so the
+    step budget of a query run again would depend on what ran before it on the connection."""
     return sqlite3.connect(
         read_only_uri(readable_path(path)),
         uri=True,
         check_same_thread=check_same_thread,
         isolation_level=isolation_level,
+        cached_statements=0,
     )
 
 
