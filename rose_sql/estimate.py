@@ -22,7 +22,8 @@ from rose_sql.evidence.finder import Finder
 from rose_sql.execute import Executor
 from rose_sql.items import Loaded
 from rose_sql.judges.ask import Case, prover_messages, refuter_messages
-from rose_sql.judges.context import Schema, Schemas
+from rose_sql.judges.cache import fence_key
+from rose_sql.judges.context import Fences, Schema, Schemas
 from rose_sql.judges.llm import load_prices, price_of
 from rose_sql.judges.replies import ProverReply, RefuterReply
 
@@ -84,6 +85,7 @@ def estimate(loaded: Sequence[Loaded], db_root: Path, config: Config) -> list[Es
     assert config.judge is not None
     judge = config.judge
     price = price_of(judge.model, load_prices(judge.prices_path))
+    fences = Fences(fence_key(judge.cache_dir, create=False))  # markers of the same length as the run's
     schemas = Schemas()
     finder = Finder(config) if config.evidence else None
     out = []
@@ -101,7 +103,7 @@ def estimate(loaded: Sequence[Loaded], db_root: Path, config: Config) -> list[Es
                 assert ex.pred is not None
                 case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence=ex.evidence_text())
                 schema = schemas.get(ex.db)
-                costs = [_path_tokens(path, case, schema, judge) for path in paths]
+                costs = [_path_tokens(path, case, schema, judge, fences) for path in paths]
                 lo_calls += min(len(p) for p in paths)
                 hi_calls += max(len(p) for p in paths)
                 lo_tok += min(costs)
@@ -128,13 +130,13 @@ def estimate(loaded: Sequence[Loaded], db_root: Path, config: Config) -> list[Es
     return out
 
 
-def _path_tokens(path: list[Step], case: Case, schema: Schema, judge: JudgeConfig) -> int:
+def _path_tokens(path: list[Step], case: Case, schema: Schema, judge: JudgeConfig, fences: Fences) -> int:
     """Prompt tokens of the calls on one path (a Refuter after a pass also reads the Prover's reply)."""
     tokens = 0
     for step in path:
         if step == "prover":
-            tokens += _tokens(prover_messages(case, schema, judge))
+            tokens += _tokens(prover_messages(case, schema, judge, fences))
         else:
-            msgs = refuter_messages(case, schema, None, judge, matched=step == "refuter_matched")
+            msgs = refuter_messages(case, schema, None, judge, fences, matched=step == "refuter_matched")
             tokens += _tokens(msgs) + (ASSUMED_COMPLETION_TOKENS if step == "refuter" else 0)
     return tokens

@@ -176,10 +176,11 @@ async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched
         reply: ProverReply | RefuterReply
         try:
             if step == "prover":
-                passed, made = await ask(llm, step, prover_messages(case, schema, llm.cfg), ProverReply)
+                passed, made = await ask(llm, step, prover_messages(case, schema, llm.cfg, llm.fences), ProverReply)
                 reply = passed
             else:
-                msgs = refuter_messages(case, schema, passed, llm.cfg, matched=step == "refuter_matched")
+                matched = step == "refuter_matched"
+                msgs = refuter_messages(case, schema, passed, llm.cfg, llm.fences, matched=matched)
                 reply, made = await ask(llm, step, msgs, RefuterReply)
         except (JudgeFailed, BudgetExhausted) as e:
             calls.extend(e.calls)

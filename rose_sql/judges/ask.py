@@ -20,7 +20,7 @@ from rose_sql.decide import Step
 from rose_sql.errors import BudgetExhausted, JudgeFailed, ReplyError
 from rose_sql.execute import Execution
 from rose_sql.items import Item
-from rose_sql.judges.context import Schema, fence, render_result
+from rose_sql.judges.context import Fences, Schema, render_result
 from rose_sql.judges.llm import LLM, ChatReply, Message
 from rose_sql.judges.replies import ProverReply, RefuterReply, parse_reply
 from rose_sql.record import JudgeCall as Call
@@ -62,7 +62,7 @@ def prompt_hashes() -> dict[str, str]:
     return {n: hashlib.sha256(prompt(n).encode()).hexdigest()[:16] for n in ("prover", "refuter", "refuter_matched")}
 
 
-def _question_blocks(case: Case, schema: Schema, cfg: JudgeConfig) -> list[str]:
+def _question_blocks(case: Case, schema: Schema, cfg: JudgeConfig, fence: Fences) -> list[str]:
     it = case.item
     blocks = [
         "## Database schema (with column descriptions and example values)\n"
@@ -78,9 +78,9 @@ def _sql(sql: str | None) -> str:
     return strip_comments(sql or "").strip()
 
 
-def prover_messages(case: Case, schema: Schema, cfg: JudgeConfig) -> list[Message]:
-    """The Prover's messages: no gold anywhere."""
-    blocks = _question_blocks(case, schema, cfg)
+def prover_messages(case: Case, schema: Schema, cfg: JudgeConfig, fence: Fences) -> list[Message]:
+    """The Prover's messages: no gold anywhere (``fence``: the markers of the untrusted blocks)."""
+    blocks = _question_blocks(case, schema, cfg, fence)
     blocks.append("## Predicted SQL\n" + fence("predicted_sql", _sql(case.item.pred_sql)))
     blocks.append("## Its result on the database\n" + fence("predicted_result", render_result(case.pred, cfg)))
     blocks.append("Judge the predicted SQL now. Reply with the JSON object only.")
@@ -88,10 +88,10 @@ def prover_messages(case: Case, schema: Schema, cfg: JudgeConfig) -> list[Messag
 
 
 def refuter_messages(
-    case: Case, schema: Schema, prover: ProverReply | None, cfg: JudgeConfig, *, matched: bool
+    case: Case, schema: Schema, prover: ProverReply | None, cfg: JudgeConfig, fence: Fences, *, matched: bool
 ) -> list[Message]:
     """The Refuter's messages: the gold as counter-evidence, the Prover's reasoning when it ran."""
-    blocks = _question_blocks(case, schema, cfg)
+    blocks = _question_blocks(case, schema, cfg, fence)
     blocks.append("## Predicted SQL\n" + fence("predicted_sql", _sql(case.item.pred_sql)))
     blocks.append("## Reference SQL (noisy)\n" + fence("reference_sql", _sql(case.item.gold_sql)))
     if matched:

@@ -22,6 +22,8 @@ from typing import Any
 
 from rose_sql.config import JudgeConfig
 from rose_sql.errors import BudgetExhausted, InputError
+from rose_sql.judges.cache import fence_key
+from rose_sql.judges.context import Fences
 
 Message = dict[str, str]
 
@@ -165,6 +167,8 @@ class LLM:
         )
         self.endpoint = str(self.client.base_url).rstrip("/")
         self.cache = Cache(cfg.cache_dir) if cfg.cache_dir is not None else None
+        self.fences = Fences(fence_key(cfg.cache_dir))
+        """The fence markers of this client's prompts (keyed by the secret kept with the cache)."""
         self.prices = load_prices(cfg.prices_path)
         self.price = price_of(cfg.model, self.prices)
         self.ledger = ledger or Ledger(budget_usd=cfg.budget_usd)
