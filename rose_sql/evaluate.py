@@ -184,7 +184,9 @@ async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched
                 reply, made = await ask(llm, step, msgs, RefuterReply)
         except (JudgeFailed, BudgetExhausted) as e:
             calls.extend(e.calls)
-            return "failed" if isinstance(e, JudgeFailed) else "no_budget"
+            if isinstance(e, JudgeFailed):
+                return "invalid" if e.invalid else "failed"
+            return "no_budget"
         calls.extend(made)
         return reply
 
