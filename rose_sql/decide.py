@@ -14,6 +14,8 @@
   always asks it; the Refuter's overturn gives 0, otherwise 1;
 - results differ -> the Prover; false gives 0; true -> the Refuter decides (without a gold, or when
   the Refuter is not consulted, the Prover's pass stands);
+- a judge would be asked but the item has no question text -> unscored ``no_question`` (the
+  judges judge whether the SQL answers the question: without one they would guess);
 - a judge that answers but never validly -> unscored ``judge_invalid``; an endpoint that gives no
   usable answer -> unscored ``judge_error``; the budget is spent -> unscored ``budget_exhausted``.
 
@@ -43,6 +45,7 @@ Unscored = Literal[
     "no_gold",
     "gold_error",
     "awaiting_judge",
+    "no_question",
     "judge_error",
     "judge_invalid",
     "budget_exhausted",
@@ -84,6 +87,10 @@ UNSCORED: dict[Unscored, Reason] = {
     "awaiting_judge": Reason(
         "execution cannot settle the item; whether it answers the question needs a judge",
         "rerun with --judge-model (and --resume to keep what is done)",
+    ),
+    "no_question": Reason(
+        "the item has no question text, and the judges judge whether the SQL answers the question",
+        "give the questions: --gold dev.json for Spider and BIRD, or a question field in the input",
     ),
     "judge_error": Reason(
         "the judge's endpoint gave no usable answer: it kept failing, timed out, or answered outside the protocol",
@@ -181,6 +188,8 @@ class Facts:
     """Set when the wall-time guard stopped the evidence search (the judges would read machine-dependent evidence)."""
     consult_refuter: bool = True
     """Whether the Refuter is consulted on a Prover's pass (replay's ``no-refuter`` variant turns it off)."""
+    question: bool = True
+    """Whether the item has question text for the judges to read."""
     db: str = ""
     """The database file (named in the reasons about it)."""
     prover: ProverReply | JudgeOutcome | None = None
@@ -201,6 +210,13 @@ def _judge_problem(value: object, stage: str) -> Decision | None:
 
 def decide(f: Facts) -> Decision | Step:
     """The decision for an item, or the judge to ask next."""
+    step = _table(f)
+    if isinstance(step, str) and not f.question:  # never ask a judge about a question it cannot read
+        return Decision(None, "no_question", None, "the item has no question text for the judges to read")
+    return step
+
+
+def _table(f: Facts) -> Decision | Step:
     if not f.db_found:
         return Decision(None, "db_missing", None, f"the database file does not exist: {f.db}")
     pred, gold = f.pred, f.gold

@@ -1,9 +1,9 @@
 """``rose run --dry-run``: what a judged run would cost, without calling anything or writing records.
 
-Runs the deterministic stages, evidence included, so it knows which items reach which judge; walks
-the decision table (:func:`rose_sql.decide.walk`) along every path the judges' unknown replies could
-take; builds each prompt exactly as a real run would, and prices calls with the run's price table.
-Two figures come out:
+Runs the deterministic stages, evidence included, so it knows which items reach which judge (and
+which have no question a judge could read); walks the decision table (:func:`rose_sql.decide.walk`)
+along every path the judges' unknown replies could take; builds each prompt exactly as a real run
+would, and prices calls with the run's price table. Two figures come out:
 
 - an estimate, from the shortest to the longest paths, no reply re-asked, at about four characters
   a token (the providers' tokenizers are not available offline) and ``ASSUMED_COMPLETION_TOKENS``
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rose_sql.config import Config, JudgeConfig
@@ -56,7 +56,9 @@ class Estimate:
     system: str
     items: int
     decided_without_llm: int
-    """Items no judge will see (execution settles them)."""
+    """Items no judge will see (execution settles them, or they have no question)."""
+    no_question: int
+    """Of those, items a judge would see but that have no question text (unscored ``no_question``)."""
     min_calls: int
     """Calls on the shortest paths, nothing re-asked."""
     likely_max_calls: int
@@ -138,7 +140,7 @@ def estimate(loaded: Sequence[Loaded], db_root: Path, config: Config) -> list[Es
             executed: list[Executed] = list(
                 pool.map(lambda it: execute_item(it, db_root, executor, finder, doubts=True), lf.items)
             )
-            free = 0
+            free = unasked = 0
             low, likely, bound = _Usage(), _Usage(), _Usage()
             low_usd = likely_usd = bound_usd = 0.0
             for ex in executed:
@@ -146,6 +148,7 @@ def estimate(loaded: Sequence[Loaded], db_root: Path, config: Config) -> list[Es
                 paths = judge_paths(facts)
                 if paths == [[]]:
                     free += 1
+                    unasked += not facts.question and judge_paths(replace(facts, question=True)) != [[]]
                     continue
                 assert ex.pred is not None
                 case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence=ex.evidence_text())
@@ -168,6 +171,7 @@ def estimate(loaded: Sequence[Loaded], db_root: Path, config: Config) -> list[Es
                     lf.path.stem,
                     len(lf.items),
                     free,
+                    unasked,
                     low.calls,
                     likely.calls,
                     bound.calls,

@@ -72,6 +72,7 @@ class Executed:
             matched_refuter=matched_refuter,
             evidence_questions_match=judge and questions_match(self.doubts, self.evidence),
             evidence_guard=self.evidence.guard if self.evidence is not None else None,
+            question=bool((self.item.question or "").strip()),
         )
 
     def evidence_text(self) -> str | None:

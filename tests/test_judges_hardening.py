@@ -81,6 +81,48 @@ VARIED = [
 # --------------------------------------------------------------------------- 1. judges never judge blind
 
 
+def test_a_judged_run_without_any_question_is_refused(tmp_path: Path, league: Path) -> None:
+    blind = [{**item(i, "SELECT name FROM player"), "question": ""} for i in range(3)]
+    items = write_items(tmp_path / "items.jsonl", blind)
+    with ScriptedOpenAI(by_content(verdicts)) as srv:
+        for extra in ((), ("--dry-run",)):
+            res = run(items, league, tmp_path / "out", srv, tmp_path, *extra)
+            assert res.exit_code == 2 and "no item of" in res.output and "--gold dev.json" in res.output
+        assert srv.calls == 0
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_spider_example_with_dev_gold_sql_is_refused_naming_dev_json(shared: Path, tmp_path: Path) -> None:
+    spider = shared / "spider"
+    with ScriptedOpenAI(by_content(verdicts)) as srv:
+        res = CliRunner().invoke(
+            main,
+            ["run", str(shared / "preds/spider/c3sql.txt"), "--gold", str(spider / "dev_gold.sql"),
+             "--db-root", str(spider / "database"), "--out", str(tmp_path / "out"),
+             *judge_args(srv, tmp_path, "--dry-run")],
+        )  # fmt: skip
+        assert srv.calls == 0
+    assert res.exit_code == 2 and "dev_gold.sql gives SQL only" in res.output and "--gold dev.json" in res.output
+
+
+def test_an_item_without_a_question_is_unscored_and_never_sent(tmp_path: Path, league: Path) -> None:
+    rows = [item(1, "SELECT name, age FROM player WHERE age > 25"), item(2, "SELECT name FROM player")]
+    rows.append({**item(3, "SELECT name, 3 FROM player WHERE age > 25"), "question": "  "})
+    rows.append({**item(4, "SELECT nam FROM player"), "question": ""})  # fails: execution settles it alone
+    items = write_items(tmp_path / "items.jsonl", rows)
+    with ScriptedOpenAI(by_content(verdicts)) as srv:
+        dry = run(items, league, tmp_path / "dry", srv, tmp_path, "--dry-run")
+        res = run(items, league, tmp_path / "out", srv, tmp_path)
+        sent = [r.user_text for r in srv.requests]
+    assert dry.exit_code == 0 and "1 items have no question text" in dry.output
+    assert res.exit_code == 0 and "unscored 1 no_question" in res.output
+    r = records(tmp_path / "out")
+    assert (r[3]["score"], r[3]["unscored_reason"], r[3]["judges"]) == (None, "no_question", [])
+    assert r[4]["score"] == 0 and r[1]["score"] is not None and r[2]["score"] is not None
+    assert sent and not [s for s in sent if "SELECT name, 3" in s or "no question text" in s]
+    assert not UNSCORED["no_question"].transient
+
+
 # --------------------------------------------------------------------------- 2. a bound that holds, a budget kept
 
 

@@ -17,7 +17,7 @@ from rich.table import Table
 from rose_sql.cli.main import console, err, fail
 from rose_sql.config import MAX_INPUT_BYTES, Config, JudgeConfig, MatchedRefuter, Policy
 from rose_sql.errors import RoseError, UsageError
-from rose_sql.items import FORMATS, load_items
+from rose_sql.items import FORMATS, Loaded, load_items
 from rose_sql.provenance import command_line
 from rose_sql.run import SystemRun, plan, run
 from rose_sql.summary import Summary
@@ -245,6 +245,8 @@ def run_cmd(
         if config.judge is not None:
             _check_budget(config.judge)
         loaded = [load_items(p, gold, fmt, max_bytes=int(max_input_mb * 2**20)) for p in preds]
+        if config.judge is not None:
+            _require_questions(loaded, gold)
         if dry_run and config.judge is not None:
             from rose_sql.estimate import estimate
 
@@ -290,6 +292,19 @@ def _check_budget(judge: JudgeConfig) -> None:
             f"--budget needs the price of {judge.model!r}, which the price table lacks: give it with --prices FILE "
             f'(a JSON object such as {{"{judge.model}": {{"input": 0.5, "output": 1.5}}}}, USD per million tokens)'
         )
+
+
+def _require_questions(loaded: Sequence[Loaded], gold: Path | None) -> None:
+    """Refuse to judge a prediction file none of whose items has a question: the judges would guess it."""
+    for lf in loaded:
+        if lf.items and not any((it.question or "").strip() for it in lf.items):
+            where = f"--gold {gold}" if gold is not None else str(lf.path)
+            raise UsageError(
+                f"the judges decide whether SQL answers the question, and no item of {lf.path} has one "
+                f"({where} gives SQL only). Give the questions: --gold dev.json for Spider and BIRD (it holds "
+                "question and SQL), or a question field in the input; or drop --judge-model to run the "
+                "deterministic stages alone"
+            )
 
 
 def _writable(out: Path) -> None:
@@ -433,6 +448,13 @@ def print_estimate(estimates: Sequence[Estimate], judge: JudgeConfig) -> None:
         f"{judge.max_tokens}: no run can cost more.",
         highlight=False,
     )
+    unasked = sum(e.no_question for e in estimates)
+    if unasked:
+        err.print(
+            f"[yellow]warning:[/] {unasked} items have no question text: no judge will see them (unscored "
+            "no_question); give the questions to have them judged",
+            highlight=False,
+        )
     bound = sum(e.cost_max_usd or 0.0 for e in estimates)
     if judge.budget_usd is not None and bound > judge.budget_usd:
         console.print(
