@@ -41,15 +41,28 @@ class JudgeConfig:
     concurrency: int = 16
     """LLM calls in flight at once."""
     timeout_s: float = 180.0
-    """Seconds one HTTP call may take before it is retried."""
+    """Seconds one HTTP attempt may take, the whole reply included, before it is retried (a deadline,
+    not the SDK's per-read timeout: a reply trickled a byte at a time still stops here)."""
     max_retries: int = 5
     """Retries (with exponential backoff) on 429, 5xx, timeouts and connection errors."""
     temperature: float | None = 0.0
     """Sampling temperature; dropped (and recorded as such) where the model refuses it."""
     seed: int | None = 20260101
     """Sampling seed where the provider accepts one."""
-    max_tokens: int | None = None
-    """Cap on completion tokens (None: the provider's default)."""
+    max_tokens: int = 8192
+    """Cap on completion tokens, reasoning included, sent with every call (``max_tokens``, or
+    ``max_completion_tokens`` where the model wants that name). A judge's JSON verdict takes a few
+    hundred tokens and a reasoning model thinks a few thousand on these items, so 8192 leaves room
+    for both; a reply still growing past it is more likely a loop than a verdict. It is what bounds
+    a call's cost: ``--budget`` reserves it at the output price before each call, and the dry run's
+    upper bound counts it for every call. A reply cut at the cap is invalid and re-asked."""
+    max_reply_bytes: int = 2**20
+    """Bytes of a reply's HTTP body read at most: a larger body is not read further and the call fails
+    (``judge_error``), the beginning of the body kept on it. 1 MiB is over 30 times what 8192 tokens
+    of text take."""
+    retry_invalid: bool = False
+    """Ask again with a fresh call when the cache holds a reply that fails validation (the new reply
+    replaces the cached one); without it, a rerun reads the same invalid reply from the cache."""
     reask: int = 1
     """How many times an invalid reply is re-asked before the item is unscored ``judge_error``."""
     cache_dir: Path | None = field(default_factory=default_cache_dir)

@@ -14,8 +14,10 @@
   always asks it; the Refuter's overturn gives 0, otherwise 1;
 - results differ -> the Prover; false gives 0; true -> the Refuter decides (without a gold, or when
   the Refuter is not consulted, the Prover's pass stands);
-- a judge that gives no valid reply -> unscored ``judge_error``; the budget is spent ->
-  unscored ``budget_exhausted``.
+- a judge would be asked but the item has no question text -> unscored ``no_question`` (the
+  judges judge whether the SQL answers the question: without one they would guess);
+- a judge that answers but never validly -> unscored ``judge_invalid``; an endpoint that gives no
+  usable answer -> unscored ``judge_error``; the budget is spent -> unscored ``budget_exhausted``.
 
 :func:`walk` walks the table, asking for each judge's answer as the table calls for it: evaluation
 answers with the LLM, replay and the import of the ROSE authors' outputs with stored replies, the dry
@@ -43,7 +45,9 @@ Unscored = Literal[
     "no_gold",
     "gold_error",
     "awaiting_judge",
+    "no_question",
     "judge_error",
+    "judge_invalid",
     "budget_exhausted",
     "internal_error",
     "wall_guard",
@@ -84,9 +88,19 @@ UNSCORED: dict[Unscored, Reason] = {
         "execution cannot settle the item; whether it answers the question needs a judge",
         "rerun with --judge-model (and --resume to keep what is done)",
     ),
+    "no_question": Reason(
+        "the item has no question text, and the judges judge whether the SQL answers the question",
+        "give the questions: --gold dev.json for Spider and BIRD, or a question field in the input",
+    ),
     "judge_error": Reason(
-        "a judge gave no valid reply, or its endpoint kept failing",
-        "check the endpoint and model, then --resume",
+        "the judge's endpoint gave no usable answer: it kept failing, timed out, or answered outside the protocol",
+        "check the endpoint and model (the record's calls keep the error and what was received), then --resume",
+        transient=True,
+    ),
+    "judge_invalid": Reason(
+        "a judge answered, but no reply was a valid verdict, re-asks included (the raw replies are kept)",
+        "--resume --retry-invalid asks again with fresh calls (a plain --resume reads the same replies from the "
+        "cache); if it persists, try another model",
         transient=True,
     ),
     "budget_exhausted": Reason(
@@ -118,8 +132,9 @@ DecidedBy = Literal["execution", "prover", "refuter", "imported"]
 """The stage that settled a score (``imported``: taken as published from outputs we could not re-decide)."""
 Step = Literal["prover", "refuter", "refuter_matched"]
 """A judge the table asks for: the Prover, the Refuter on a Prover's pass, or the Refuter on a match."""
-JudgeOutcome = Literal["failed", "no_budget"]
-"""A judge that was asked but gave no usable answer."""
+JudgeOutcome = Literal["failed", "invalid", "no_budget"]
+"""A judge that was asked but gave no usable answer: its endpoint failed, its replies were invalid, or
+the budget forbade the call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +188,8 @@ class Facts:
     """Set when the wall-time guard stopped the evidence search (the judges would read machine-dependent evidence)."""
     consult_refuter: bool = True
     """Whether the Refuter is consulted on a Prover's pass (replay's ``no-refuter`` variant turns it off)."""
+    question: bool = True
+    """Whether the item has question text for the judges to read."""
     db: str = ""
     """The database file (named in the reasons about it)."""
     prover: ProverReply | JudgeOutcome | None = None
@@ -183,7 +200,9 @@ class Facts:
 
 def _judge_problem(value: object, stage: str) -> Decision | None:
     if value == "failed":
-        return Decision(None, "judge_error", None, f"the {stage} gave no valid reply")
+        return Decision(None, "judge_error", None, f"the {stage}'s endpoint gave no usable answer")
+    if value == "invalid":
+        return Decision(None, "judge_invalid", None, f"the {stage} gave no valid reply")
     if value == "no_budget":
         return Decision(None, "budget_exhausted", None, f"the budget ran out before the {stage} could be asked")
     return None
@@ -191,6 +210,13 @@ def _judge_problem(value: object, stage: str) -> Decision | None:
 
 def decide(f: Facts) -> Decision | Step:
     """The decision for an item, or the judge to ask next."""
+    step = _table(f)
+    if isinstance(step, str) and not f.question:  # never ask a judge about a question it cannot read
+        return Decision(None, "no_question", None, "the item has no question text for the judges to read")
+    return step
+
+
+def _table(f: Facts) -> Decision | Step:
     if not f.db_found:
         return Decision(None, "db_missing", None, f"the database file does not exist: {f.db}")
     pred, gold = f.pred, f.gold

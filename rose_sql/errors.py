@@ -12,6 +12,7 @@ on the item; the third belongs to the RL reward::
      +-- UsageError           options that contradict each other or name nothing usable
      |   judge failures: caught by the judge walk, recorded on the item
      +-- ReplyError           a judge's reply holds no valid JSON object of the expected shape
+     +-- EndpointError        the endpoint kept failing, or answered outside the protocol (raw text kept)
      +-- JudgeFailed          no valid reply after the re-asks, or the endpoint kept failing
      +-- BudgetExhausted      the budget forbids the next LLM call
      |   the worker engine: caught by the run, recorded on the items of the unit
@@ -54,13 +55,24 @@ class ReplyError(RoseError):
     """A judge's reply holds no valid JSON object of the expected shape (re-asked; kept as the call's error)."""
 
 
-class JudgeFailed(RoseError):
-    """A judge gave no valid reply after the re-asks, or the endpoint kept failing (item: ``judge_error``)."""
+class EndpointError(RoseError):
+    """The endpoint kept failing, missed the deadline or broke the protocol (item: ``judge_error``)."""
 
-    def __init__(self, message: str, calls: Sequence[Call]) -> None:
+    def __init__(self, message: str, raw: str = "") -> None:
+        super().__init__(message)
+        self.raw = raw
+        """The beginning of what the endpoint sent, when it sent something: it goes on the call."""
+
+
+class JudgeFailed(RoseError):
+    """No valid reply after the re-asks (``judge_invalid``), or the endpoint failed (``judge_error``)."""
+
+    def __init__(self, message: str, calls: Sequence[Call], *, invalid: bool = False) -> None:
         super().__init__(message)
         self.calls = list(calls)
         """The calls made, raw replies included: they go on the item's record."""
+        self.invalid = invalid
+        """True when the judge answered, but never validly; False when the endpoint failed."""
 
 
 class BudgetExhausted(RoseError):

@@ -1,18 +1,24 @@
 """``rose run --dry-run``: what a judged run would cost, without calling anything or writing records.
 
-Runs the deterministic stages, evidence included, so it knows which items reach which judge; walks the
-decision table (:func:`rose_sql.decide.walk`) along every path the judges' unknown replies could take;
-builds each prompt exactly as a real run would, counts tokens locally (about four characters per
-token: the providers' tokenizers are not available offline, so this is an estimate) and prices calls
-with the run's price table. A Prover pass leads to a Refuter call, so items whose results differ need
-one or two calls: both bounds are shown.
+Runs the deterministic stages, evidence included, so it knows which items reach which judge (and
+which have no question a judge could read); walks the decision table (:func:`rose_sql.decide.walk`)
+along every path the judges' unknown replies could take; builds each prompt exactly as a real run
+would, and prices calls with the run's price table. Two figures come out:
+
+- an estimate, from the shortest to the longest paths, no reply re-asked, at about four characters
+  a token (the providers' tokenizers are not available offline) and ``ASSUMED_COMPLETION_TOKENS``
+  a reply;
+- an upper bound that a run cannot exceed (a ``--budget`` of at least it never stops the run): the
+  longest path of every item, every call re-asked ``reask`` times (a re-ask sends the conversation
+  again with the invalid reply in it), prompt tokens bounded as the budget bounds them
+  (:func:`rose_sql.judges.budget.prompt_tokens_bound`) and every reply at the completion cap.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rose_sql.config import Config, JudgeConfig
@@ -21,33 +27,54 @@ from rose_sql.evaluate import Executed, execute_item
 from rose_sql.evidence.finder import Finder
 from rose_sql.execute import Executor
 from rose_sql.items import Loaded
-from rose_sql.judges.ask import Case, prover_messages, refuter_messages
-from rose_sql.judges.context import Schema, Schemas
-from rose_sql.judges.llm import load_prices, price_of
+from rose_sql.judges.ask import REASK_PROBLEM_CHARS, Case, prover_messages, reask_messages, refuter_messages
+from rose_sql.judges.budget import (
+    Message,
+    Price,
+    cost,
+    load_prices,
+    price_of,
+    prompt_tokens_bound,
+    prompt_tokens_estimate,
+)
+from rose_sql.judges.cache import fence_key
+from rose_sql.judges.context import Fences, Schema, Schemas
 from rose_sql.judges.replies import ProverReply, RefuterReply
 
-CHARS_PER_TOKEN = 4
 ASSUMED_COMPLETION_TOKENS = 800
-"""Completion tokens assumed per call (reasoning models may use several times more)."""
+"""Completion tokens a reply is estimated to take (reasoning models may use several times more)."""
+RESENT_REPLY_TOKENS = 64
+"""A reply read back in a prompt (the invalid one in a re-ask, the Prover's in the Refuter's) takes the
+tokens it was generated in, at most the completion cap, plus at most this many: the chat template, and
+the indentation the Prover's reply is shown with."""
 
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
-    """Expected LLM usage of a run."""
+    """Expected LLM usage of a run, and its upper bound."""
 
     system: str
     items: int
     decided_without_llm: int
+    """Items no judge will see (execution settles them, or they have no question)."""
+    no_question: int
+    """Of those, items a judge would see but that have no question text (unscored ``no_question``)."""
     min_calls: int
+    """Calls on the shortest paths, nothing re-asked."""
+    likely_max_calls: int
+    """Calls on the longest paths, nothing re-asked."""
     max_calls: int
+    """At most this many calls: the longest paths, every call re-asked."""
     prompt_tokens_min: int
+    """Estimated prompt tokens on the shortest paths."""
     prompt_tokens_max: int
+    """At most this many prompt tokens."""
     cost_min_usd: float | None
+    """Estimated cost on the shortest paths (None: no price for the model)."""
+    cost_likely_max_usd: float | None
+    """Estimated cost on the longest paths, nothing re-asked."""
     cost_max_usd: float | None
-
-
-def _tokens(messages: list[dict[str, str]]) -> int:
-    return sum(len(m["content"]) for m in messages) // CHARS_PER_TOKEN + 4 * len(messages)
+    """At most this cost: what the run cannot exceed."""
 
 
 _PASS = ProverReply(expected_answer="", sql_behaviour="", reasoning="", answers_question=True)
@@ -79,11 +106,32 @@ def judge_paths(facts: Facts) -> list[list[Step]]:
     return paths
 
 
+@dataclass(frozen=True, slots=True)
+class _Usage:
+    """Calls and tokens along one path."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def __add__(self, other: _Usage) -> _Usage:
+        return _Usage(
+            self.calls + other.calls,
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
+
+    def usd(self, price: Price | None) -> float:
+        return cost(price, self.prompt_tokens, self.completion_tokens) or 0.0
+
+
 def estimate(loaded: Sequence[Loaded], db_root: Path, config: Config) -> list[Estimate]:
-    """Estimate calls, tokens and cost per prediction file (the deterministic stages run, evidence included)."""
+    """Estimate and bound calls, tokens and cost per prediction file (the deterministic stages run,
+    evidence included)."""
     assert config.judge is not None
     judge = config.judge
     price = price_of(judge.model, load_prices(judge.prices_path))
+    fences = Fences(fence_key(judge.cache_dir, create=False))  # markers of the same length as the run's
     schemas = Schemas()
     finder = Finder(config) if config.evidence else None
     out = []
@@ -92,49 +140,83 @@ def estimate(loaded: Sequence[Loaded], db_root: Path, config: Config) -> list[Es
             executed: list[Executed] = list(
                 pool.map(lambda it: execute_item(it, db_root, executor, finder, doubts=True), lf.items)
             )
-            n_free = lo_calls = hi_calls = lo_tok = hi_tok = 0
+            free = unasked = 0
+            low, likely, bound = _Usage(), _Usage(), _Usage()
+            low_usd = likely_usd = bound_usd = 0.0
             for ex in executed:
-                paths = judge_paths(ex.facts(judge=True, matched_refuter=judge.effective_matched_refuter))
+                facts = ex.facts(judge=True, matched_refuter=judge.effective_matched_refuter)
+                paths = judge_paths(facts)
                 if paths == [[]]:
-                    n_free += 1
+                    free += 1
+                    unasked += not facts.question and judge_paths(replace(facts, question=True)) != [[]]
                     continue
                 assert ex.pred is not None
                 case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence=ex.evidence_text())
-                schema = schemas.get(ex.db)
-                costs = [_path_tokens(path, case, schema, judge) for path in paths]
-                lo_calls += min(len(p) for p in paths)
-                hi_calls += max(len(p) for p in paths)
-                lo_tok += min(costs)
-                hi_tok += max(costs)
+                built = _Prompts(case, schemas.get(ex.db), judge, fences)
+                guesses = [built.path(p, bound=False) for p in paths]
+                bounds = [built.path(p, bound=True) for p in paths]
+                shortest = min(guesses, key=lambda u: (u.calls, u.usd(price), u.prompt_tokens))
+                longest = max(guesses, key=lambda u: (u.calls, u.usd(price), u.prompt_tokens))
+                worst = max(bounds, key=lambda u: (u.usd(price), u.calls, u.prompt_tokens))
+                low, likely = low + shortest, likely + longest
+                bound += _Usage(max(u.calls for u in bounds), max(u.prompt_tokens for u in bounds), 0)
+                low_usd, likely_usd = low_usd + shortest.usd(price), likely_usd + longest.usd(price)
+                bound_usd += worst.usd(price)
 
-            def cost(calls: int, tokens: int) -> float | None:
-                if price is None:
-                    return None
-                return round((tokens * price[0] + calls * ASSUMED_COMPLETION_TOKENS * price[1]) / 1e6, 4)
+            def usd(value: float) -> float | None:
+                return None if price is None else round(value, 6)
 
             out.append(
                 Estimate(
                     lf.path.stem,
                     len(lf.items),
-                    n_free,
-                    lo_calls,
-                    hi_calls,
-                    lo_tok,
-                    hi_tok,
-                    cost(lo_calls, lo_tok),
-                    cost(hi_calls, hi_tok),
+                    free,
+                    unasked,
+                    low.calls,
+                    likely.calls,
+                    bound.calls,
+                    low.prompt_tokens,
+                    bound.prompt_tokens,
+                    usd(low_usd),
+                    usd(likely_usd),
+                    None if price is None else round(bound_usd + 5e-7, 6),  # rounded up: a bound
                 )
             )
     return out
 
 
-def _path_tokens(path: list[Step], case: Case, schema: Schema, judge: JudgeConfig) -> int:
-    """Prompt tokens of the calls on one path (a Refuter after a pass also reads the Prover's reply)."""
-    tokens = 0
-    for step in path:
-        if step == "prover":
-            tokens += _tokens(prover_messages(case, schema, judge))
-        else:
-            msgs = refuter_messages(case, schema, None, judge, matched=step == "refuter_matched")
-            tokens += _tokens(msgs) + (ASSUMED_COMPLETION_TOKENS if step == "refuter" else 0)
-    return tokens
+class _Prompts:
+    """The prompts of one item's judges, and what the calls along a path take."""
+
+    def __init__(self, case: Case, schema: Schema, judge: JudgeConfig, fences: Fences) -> None:
+        self.judge = judge
+        self.prover = prover_messages(case, schema, judge, fences)
+        self.refuter = refuter_messages(case, schema, _PASS, judge, fences, matched=False)
+        self.matched = refuter_messages(case, schema, None, judge, fences, matched=True)
+        # what a re-ask adds besides the invalid reply itself: the complaint, with the longest problem
+        self.reask = reask_messages([], "", "\U0010ffff" * REASK_PROBLEM_CHARS)
+
+    def path(self, steps: list[Step], *, bound: bool) -> _Usage:
+        usage = _Usage()
+        for step in steps:
+            usage += self._step(step, bound)
+        return usage
+
+    def _step(self, step: Step, bound: bool) -> _Usage:
+        messages = {"prover": self.prover, "refuter": self.refuter, "refuter_matched": self.matched}[step]
+        if not bound:
+            # the Refuter after a pass reads the Prover's reply: about one reply's worth of tokens
+            read = ASSUMED_COMPLETION_TOKENS if step == "refuter" else 0
+            return _Usage(1, prompt_tokens_estimate(messages) + read, ASSUMED_COMPLETION_TOKENS)
+        cap = self.judge.max_tokens
+        reply = cap + RESENT_REPLY_TOKENS  # a reply read back, at most
+        first = prompt_tokens_bound(messages) + (reply if step == "refuter" else 0)
+        per_reask = reply + _bound_of(self.reask)
+        attempts = 1 + self.judge.reask
+        prompts = sum(first + k * per_reask for k in range(attempts))
+        return _Usage(attempts, prompts, attempts * cap)
+
+
+def _bound_of(messages: list[Message]) -> int:
+    """Tokens these messages add to a prompt, at most (without the prompt's own template tokens)."""
+    return prompt_tokens_bound(messages) - prompt_tokens_bound([])

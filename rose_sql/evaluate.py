@@ -72,6 +72,7 @@ class Executed:
             matched_refuter=matched_refuter,
             evidence_questions_match=judge and questions_match(self.doubts, self.evidence),
             evidence_guard=self.evidence.guard if self.evidence is not None else None,
+            question=bool((self.item.question or "").strip()),
         )
 
     def evidence_text(self) -> str | None:
@@ -180,14 +181,17 @@ async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched
         reply: ProverReply | RefuterReply
         try:
             if step == "prover":
-                passed, made = await ask(llm, step, prover_messages(case, schema, llm.cfg), ProverReply)
+                passed, made = await ask(llm, step, prover_messages(case, schema, llm.cfg, llm.fences), ProverReply)
                 reply = passed
             else:
-                msgs = refuter_messages(case, schema, passed, llm.cfg, matched=step == "refuter_matched")
+                matched = step == "refuter_matched"
+                msgs = refuter_messages(case, schema, passed, llm.cfg, llm.fences, matched=matched)
                 reply, made = await ask(llm, step, msgs, RefuterReply)
         except (JudgeFailed, BudgetExhausted) as e:
             calls.extend(e.calls)
-            return "failed" if isinstance(e, JudgeFailed) else "no_budget"
+            if isinstance(e, JudgeFailed):
+                return "invalid" if e.invalid else "failed"
+            return "no_budget"
         calls.extend(made)
         return reply
 

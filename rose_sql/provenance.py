@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rose_sql.config import Config
+from rose_sql.config import Config, JudgeConfig
 from rose_sql.items import Loaded, db_file
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ JUDGE_OPTIONS = (
     "examples_per_column",
     "result_rows",
     "cell_chars",
+    "fence",
 )
 """Judge settings that can change a score (what the judges are asked, and how): a resume with other
 values is refused."""
@@ -92,6 +93,9 @@ class JudgeInfo:
     """Rows of each result shown."""
     cell_chars: int | None = None
     """Characters of a cell shown."""
+    fence: str | None = None
+    """A digest of the fence secret (``fence.key`` in the cache folder): it decides the markers around
+    everything fenced in the prompts, so runs that must ask the very same prompts share it."""
     provider: str | None = None
     """Where the judgements came from, when not from an endpoint of this run (``imported: ...``)."""
 
@@ -117,7 +121,15 @@ def judge_info(config: Config | None) -> JudgeInfo | None:
         examples_per_column=j.examples_per_column,
         result_rows=j.result_rows,
         cell_chars=j.cell_chars,
+        fence=_fence_digest(j),
     )
+
+
+def _fence_digest(j: JudgeConfig) -> str | None:
+    from rose_sql.judges.cache import fence_key
+
+    key = fence_key(j.cache_dir)  # made here if the run has none yet: the run uses this very one
+    return hashlib.sha256(b"rose-sql fence key" + key).hexdigest()[:16] if j.cache_dir is not None else None
 
 
 @dataclass(frozen=True, slots=True)

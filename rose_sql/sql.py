@@ -260,10 +260,14 @@ def _split(tokens: tuple[Token, ...]) -> list[list[Token]]:
 
 
 def strip_comments(sql: str) -> str:
-    """The SQL without ``--`` and ``/* */`` comments (string literals untouched)."""
+    """The SQL without ``--`` and ``/* */`` comments (string literals untouched).
+
+    Text sqlglot cannot tokenize (a block comment left open at the end, which SQLite accepts) goes
+    through :func:`_strip_comments_lexically` instead: comments never survive because of it.
+    """
     tokens = query(sql).tokens
     if tokens is None:
-        return sql
+        return _strip_comments_lexically(sql)
     out: list[str] = []
     prev_end = -1
     for tok in tokens:
@@ -272,6 +276,35 @@ def strip_comments(sql: str) -> str:
         out.append(sql[tok.start : tok.end + 1])
         prev_end = tok.end
     return "".join(out)
+
+
+_CLOSING_QUOTE = {"'": "'", '"': '"', "`": "`", "[": "]"}
+
+
+def _strip_comments_lexically(sql: str) -> str:
+    """Comments cut out by SQLite's own lexical rules, in one pass: quoted text (``'..'``, ``".."``,
+    ```..```, ``[..]``, a doubled quote escaping itself) is kept whole, a ``--`` comment runs to the
+    end of its line and a ``/*`` comment to its ``*/`` or, left open, to the end of the text. Each
+    comment becomes one space."""
+    kept: list[str] = []
+    start = i = 0
+    n = len(sql)
+    while i < n:
+        c = sql[i]
+        if c in _CLOSING_QUOTE:
+            close = _CLOSING_QUOTE[c]
+            i += 1
+            while (i := sql.find(close, i)) != -1 and close != "]" and sql.startswith(close, i + 1):
+                i += 2  # a doubled quote is the quote itself
+            i = n if i == -1 else i + 1
+        elif sql.startswith("--", i) or sql.startswith("/*", i):
+            end = sql.find("\n", i) if c == "-" else sql.find("*/", i + 2)
+            kept.append(sql[start:i] + " ")
+            i = start = n if end == -1 else end + (0 if c == "-" else 2)
+        else:
+            i += 1
+    kept.append(sql[start:])
+    return "".join(kept)
 
 
 @lru_cache(maxsize=65536)

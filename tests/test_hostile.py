@@ -308,7 +308,7 @@ def test_gate_survives_any_tokenizer_exception(exc: type[Exception], monkeypatch
         cache.cache_clear()
     try:
         assert gate("SELECT 1; SELECT 2") is None  # SQLite decides, and the sandbox holds
-        assert strip_comments("SELECT 1 -- x") == "SELECT 1 -- x"
+        assert strip_comments("SELECT 1 -- x").strip() == "SELECT 1"  # our own lexer, then
         assert has_top_level_order_by("SELECT a FROM t ORDER BY a") is True
         assert rose_sql.sql.tables_read("SELECT a FROM t") == frozenset()
         assert (rose_sql.sql.parse("SELECT 1").error or "").startswith(f"{exc.__name__}: ")

@@ -142,7 +142,7 @@ def test_paper_policy_cascade(tmp_path: Path, league: Path) -> None:
     assert call["model"] == "gpt-4o-mini" and call["cached"] is False
     assert (call["prompt_tokens"], call["completion_tokens"]) == (1000, 200)
     assert call["cost_usd"] == pytest.approx((1000 * 0.15 + 200 * 0.6) / 1e6)
-    assert call["params"] == {"temperature": 0.0, "seed": 20260101}
+    assert call["params"] == {"temperature": 0.0, "seed": 20260101, "max_tokens": 8192}
     assert calls == sum(len(x["judges"]) for x in r.values()) == 7
     summary = json.loads((tmp_path / "out" / "items" / "summary.json").read_text())
     assert summary["llm"]["calls"] == 7 and summary["llm"]["by_stage"]["prover"]["calls"] == 3
@@ -230,7 +230,7 @@ def test_transient_faults_still_score_every_item(tmp_path: Path, league: Path) -
     assert len(r) == 40 and all(v["score"] in (0, 1) for v in r.values())
 
 
-def test_malformed_replies_are_judge_errors_with_raw_kept(tmp_path: Path, league: Path) -> None:
+def test_malformed_replies_are_judge_invalid_with_raw_kept(tmp_path: Path, league: Path) -> None:
     rows = [
         item(i, f"SELECT name, {i} FROM player", question=f"Q{i}" + (" [malformed]" if i % 20 == 0 else ""))
         for i in range(1, 41)
@@ -240,7 +240,7 @@ def test_malformed_replies_are_judge_errors_with_raw_kept(tmp_path: Path, league
         rose(["run", str(items), "--db-root", str(league), "--out", str(tmp_path / "out"), *judge_args(srv, tmp_path)])
     r = records(tmp_path / "out")
     assert len(r) == 40
-    bad = {k for k, v in r.items() if v["unscored_reason"] == "judge_error"}
+    bad = {k for k, v in r.items() if v["unscored_reason"] == "judge_invalid"}
     assert bad == {20, 40}
     for k in bad:
         calls = r[k]["judges"]
@@ -265,7 +265,7 @@ def test_reasoning_content_only_and_refused_temperature(tmp_path: Path, league: 
         rose(["run", str(items), "--db-root", str(league), "--out", str(tmp_path / "out"), *judge_args(srv, tmp_path)])
     r = records(tmp_path / "out")[2]
     assert r["score"] == 1 and state["refused"] == 1
-    assert all(c["params"] == {"seed": 20260101} for c in r["judges"])
+    assert all(c["params"] == {"seed": 20260101, "max_tokens": 8192} for c in r["judges"])
     assert r["judges"][0]["reasoning"].startswith("Let me think")
 
 

@@ -16,6 +16,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from rose_sql.testing import (
     Reply,
     ScriptedOpenAI,
+    at_cap,
     by_content,
     estimate_tokens,
     latency,
@@ -257,6 +258,47 @@ def test_script_repeats_its_last_reply_and_accepts_responders() -> None:
         assert got == ["first", "echo b", "echo c"]
 
 
+# --------------------------------------------------------------------------- protocol faults
+
+
+def test_a_trickled_reply_defeats_a_per_read_timeout() -> None:
+    """Each read returns within the SDK's timeout, so the SDK waits for the whole slow body."""
+    reply = Reply(content="slow " * 20, trickle_s=0.05, trickle_bytes=20)
+    with ScriptedOpenAI(script([reply])) as srv:
+        start = time.monotonic()
+        out = ask(srv, max_retries=0, timeout=0.3)
+        assert out.choices[0].message.content == "slow " * 20
+        assert time.monotonic() - start > 0.6  # well past the 0.3 s "timeout"
+
+
+def test_a_body_that_is_not_json_and_a_huge_body() -> None:
+    replies = script([Reply(body="<html>gateway says hi</html>"), Reply(content="x" * 5_000_000)])
+    with ScriptedOpenAI(replies) as srv, client(srv, max_retries=0) as c:
+        raw = c.chat.completions.with_raw_response.create(model="m", messages=MESSAGES)
+        assert raw.status_code == 200 and raw.text == "<html>gateway says hi</html>"
+        big = c.chat.completions.create(model="m", messages=MESSAGES)
+        assert len(big.choices[0].message.content or "") == 5_000_000
+
+
+def test_usage_of_wrong_types_and_negative_counts_are_sent_as_given() -> None:
+    wrong = {"prompt_tokens": "many", "completion_tokens": [1], "total_tokens": None}
+    negative = {"prompt_tokens": -5_000_000, "completion_tokens": 3, "total_tokens": -4_999_997}
+    replies = script([Reply(content="a", usage=wrong), Reply(content="b", usage=negative)])
+    with ScriptedOpenAI(replies) as srv, client(srv, max_retries=0) as c:
+        first = json.loads(c.chat.completions.with_raw_response.create(model="m", messages=MESSAGES).text)
+        assert first["usage"] == wrong
+        second = c.chat.completions.create(model="m", messages=MESSAGES)
+        assert second.usage is not None and second.usage.prompt_tokens == -5_000_000
+
+
+def test_at_cap_uses_the_whole_completion_cap() -> None:
+    with ScriptedOpenAI(at_cap(script([Reply(content="short")]))) as srv, client(srv) as c:
+        capped = c.chat.completions.create(model="m", messages=MESSAGES, max_tokens=700)
+        newer = c.chat.completions.create(model="m", messages=MESSAGES, max_completion_tokens=900)
+        free = c.chat.completions.create(model="m", messages=MESSAGES)
+        assert [x.usage.completion_tokens for x in (capped, newer, free) if x.usage] == [700, 900, 2]
+
+
 def test_user_text_joins_content_parts() -> None:
     messages: list[ChatCompletionMessageParam] = [
         {"role": "user", "content": [{"type": "text", "text": "one "}, {"type": "text", "text": "two"}]}
@@ -271,6 +313,8 @@ def test_reply_and_fault_arguments_are_validated() -> None:
         Reply(status=200, error="no")
     with pytest.raises(ValueError):
         Reply(delay_s=-1)
+    with pytest.raises(ValueError):
+        Reply(trickle_s=0.1, trickle_bytes=0)
     with pytest.raises(ValueError):
         script([])
     with pytest.raises(ValueError):

@@ -59,8 +59,8 @@ class Workload:
 
 def make_workload(shared: Path, folder: Path, questions: int = 60, superhero: int = 30) -> Workload:
     folder.mkdir(parents=True, exist_ok=True)
-    gold = folder / "gold.sql"
-    gold.write_text("".join((shared / "spider/dev_gold.sql").read_text().splitlines(keepends=True)[:questions]))
+    gold = folder / "gold.json"  # the questions too: the judges are never asked without them
+    gold.write_text(json.dumps(json.loads((shared / "spider/dev.json").read_text())[:questions]))
     spider = []
     for name in SPIDER:
         spider.append(folder / name)
@@ -92,6 +92,9 @@ def different(a: dict[str, Record], b: dict[str, Record]) -> list[str]:
 
 
 def judge(srv: ScriptedOpenAI, cache: Path) -> list[Any]:
+    """The judge options, with a cache of its own that shares the fence secret (the prompts must be the same)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "fence.key").write_text("5e" * 32)
     return ["--judge-model", "m", "--judge-base-url", srv.base_url, "--cache-dir", cache]
 
 
@@ -137,6 +140,7 @@ def test_a_ray_worker_killed_mid_run_has_its_batches_redone(judged: Any, tmp_pat
     from rose_sql.run import plan, run
 
     work, srv, local = judged
+    judge(srv, tmp_path / "cache")  # the same fence secret as the local run's
     config = Config(evidence=True).with_(
         judge=JudgeConfig(model="m", base_url=srv.base_url, api_key="t", cache_dir=tmp_path / "cache")
     )
@@ -208,10 +212,11 @@ def test_judge_calls_share_one_concurrency_limit_and_one_budget(judged: Any, tmp
         assert peak[0] == 2  # reached, never passed, across both workers
         calls = srv.calls
         budget = ["--budget", "0.002", "--cache-dir", tmp_path / "cache-2"]  # about 9 calls of gpt-4o-mini
+        budget += ["--judge-max-tokens", "200"]  # each call reserves its worst case: a prompt's bytes, 200 out
         res = rose("run", *spider, "--out", tmp_path / "out-2", *args, "--concurrency", "2", *budget, "--ray", env=ENV)
         assert res.exit_code == 0, res.output
         made = srv.calls - calls
     cost = (1000 * 0.15 + 100 * 0.6) / 1e6
-    assert 0.002 / cost <= made <= 0.002 / cost + 2  # one budget: it stops at most the calls in flight past it
+    assert made >= 1 and made * cost <= 0.002  # one budget, never passed: two would have spent twice as much
     found = records(tmp_path / "out-2", [p.stem for p in work.spider])
     assert sum(1 for r in found.values() if r.unscored_reason == "budget_exhausted") > 20

@@ -84,3 +84,34 @@ def test_hostile_input_is_read_in_one_pass(text: str, for_judges: str, for_rewar
     # suite's time is the guard, the assertions pin the result.
     assert judges(text) == for_judges
     assert reward(text) == for_reward
+
+
+@pytest.mark.parametrize(
+    "unit", ["```{", '{"a":', "{", '{"a":"', "```json\n{", "{}{", '"{', "\\{"], ids=lambda u: repr(u)
+)
+def test_reply_parsing_is_linear_on_hostile_replies(unit: str) -> None:
+    """The fence pattern and the JSON scan used to rescan to the end from every fence and every brace:
+    quadratic on '```{' * 5000, and a RecursionError (an internal error) on '{"a":' * 2000."""
+    import time
+
+    def best(n: int) -> float:  # CPU time of this process: what other processes do cannot inflate it
+        times = []
+        for _ in range(2):
+            start = time.process_time()
+            with pytest.raises(ReplyError):
+                parse_reply(ProverReply, unit * n)
+            times.append(time.process_time() - start)
+        return min(times)
+
+    small, large = best(20_000), best(80_000)
+    assert large < 2.0 and large < 10 * small + 0.2  # 4x the input: about 4x the time, never 16x
+
+
+def test_the_verdict_is_found_after_prose_braces_and_inside_fences() -> None:
+    body = {"expected_answer": "e", "sql_behaviour": "b", "reasoning": "a } in a string", "answers_question": False}
+    for text in (
+        "I wonder {whether. " + json.dumps(body),
+        "```sql\nSELECT 1\n```\n```json\n" + json.dumps(body) + "\n```",
+        '{"draft": 1} then the answer: ' + json.dumps(body),
+    ):
+        assert parse_reply(ProverReply, text).answers_question is False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import typing
+from dataclasses import replace
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,22 @@ def test_replay_decides_every_policy_as_rose_run_did(league: tuple[Path, Path], 
         assert [replay(r, policy).score for r in ran["always"]] == scores[policy], policy  # type: ignore[arg-type]
         assert [replay(r, policy).score for r in ran[policy]] == scores[policy], policy  # type: ignore[arg-type]
     assert "evidence" in VARIANTS
+
+
+def test_replay_keeps_what_no_judge_could_decide(league: tuple[Path, Path], tmp_path: Path) -> None:
+    """An item without a question and one whose judge never answered validly replay as they ran."""
+    items, db_root = league
+    loaded = load_items(items).items
+    loaded[4] = replace(loaded[4], question="q5 [bad]")  # differing results: the Prover is asked
+    loaded[5] = replace(loaded[5], question="  ")
+
+    def unusable(text: str) -> Reply:
+        return Reply(content="I would rather not say.") if "[bad]" in text else verdict(text)
+
+    with ScriptedOpenAI(by_content(unusable)) as srv:
+        records = evaluate_items(loaded, db_root, Config(workers=1, judge=_judged(srv, tmp_path, "always")))
+    assert [records[4].unscored_reason, records[5].unscored_reason] == ["judge_invalid", "no_question"]
+    assert records[4].judges and not records[5].judges  # asked and kept; never asked
+    for policy in VARIANTS:
+        replayed = [replay(r, policy) for r in records]
+        assert [d.unscored_reason for d in replayed[4:6]] == ["judge_invalid", "no_question"], policy

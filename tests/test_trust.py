@@ -274,6 +274,9 @@ def test_the_same_records_on_an_idle_and_a_saturated_machine(shared: Path, tmp_p
     (tmp_path / "c3.json").write_text(json.dumps(c3[:40]))
     files.append(tmp_path / "c3.json")
     runs = {}
+    for name in ("idle", "loaded"):  # one fence secret: the two runs must build the very same prompts
+        (tmp_path / f"cache-{name}").mkdir()
+        (tmp_path / f"cache-{name}" / "fence.key").write_text("5e" * 32)
     with ScriptedOpenAI(by_content(hashed_verdict)) as srv:
         for name, load in (("idle", 0), ("loaded", os.cpu_count() or 2)):
             busy = _busy(load)

@@ -44,12 +44,15 @@ _KEEP = ("internal_error", "no_score", "absent_from_outputs", "db_missing", "db_
 
 
 def stored_reply(record: Record, stage: str, kind: type[R]) -> R | JudgeOutcome | None:
-    """The last valid reply of a stage in the record; ``failed`` when the stage was asked but never answered."""
+    """The last valid reply of a stage in the record; when the stage was asked but never validly
+    answered, how it failed (``invalid`` replies or a ``failed`` endpoint, as the record says)."""
     calls = [c for c in record.judges if c.stage == stage]
     for c in reversed(calls):
         if isinstance(c.reply, kind):
             return c.reply
-    return "failed" if calls else None
+    if not calls:
+        return None
+    return "invalid" if record.unscored_reason == "judge_invalid" else "failed"
 
 
 def facts_of(record: Record, variant: Variant) -> Facts:
@@ -65,6 +68,7 @@ def facts_of(record: Record, variant: Variant) -> Facts:
         evidence_questions_match=questions_match(record.doubts, record.evidence),
         evidence_guard=record.evidence.guard if record.evidence is not None else None,
         consult_refuter=variant != "no-refuter",
+        question=bool((record.question or "").strip()),
     )
 
 

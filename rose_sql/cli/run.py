@@ -19,7 +19,7 @@ from rose_sql.config import MAX_INPUT_BYTES, Config, JudgeConfig, MatchedRefuter
 from rose_sql.distributed import INSTALL_RAY, ray_address
 from rose_sql.distributed.shard import Shard
 from rose_sql.errors import RoseError, UsageError
-from rose_sql.items import FORMATS, load_items
+from rose_sql.items import FORMATS, Loaded, load_items
 from rose_sql.provenance import command_line
 from rose_sql.run import Backend, SystemRun, plan, run
 from rose_sql.summary import Summary
@@ -146,12 +146,34 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
     show_default=True,
     help="When results match: ask the Refuter always, only on doubtful evidence, never.",
 )
-@click.option("--budget", type=POSITIVE, help="Stop starting LLM calls once this many USD are spent.")
+@click.option(
+    "--budget",
+    type=POSITIVE,
+    help="USD the LLM calls may cost at most: each call's worst case is reserved before it is sent, and a call "
+    "that no longer fits is not made (its item: budget_exhausted). Needs a price for the model.",
+)
 @click.option("--prices", type=click.Path(path_type=Path), help="JSON price table to extend the bundled one.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the LLM cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="LLM cache folder (default: ~/.cache/rose-sql).")
 @click.option(
-    "--judge-timeout", type=POSITIVE, default=JUDGE.timeout_s, show_default=True, help="Seconds per LLM call."
+    "--judge-timeout",
+    type=POSITIVE,
+    default=JUDGE.timeout_s,
+    show_default=True,
+    help="Seconds one LLM request may take, the whole reply included, before it is retried.",
+)
+@click.option(
+    "--judge-max-tokens",
+    type=click.IntRange(min=1),
+    default=JUDGE.max_tokens,
+    show_default=True,
+    help="Completion tokens (reasoning included) a judge may use per call: what bounds each call's cost.",
+)
+@click.option(
+    "--retry-invalid",
+    is_flag=True,
+    help="Ask again, with a fresh call, wherever the LLM cache holds a reply that fails validation (the new "
+    "reply replaces it). With --resume, this is how items unscored judge_invalid get new replies.",
 )
 @click.option(
     "--max-retries", type=click.IntRange(min=0), default=JUDGE.max_retries, show_default=True, help="Retries per call."
@@ -203,6 +225,8 @@ def run_cmd(
     no_cache: bool,
     cache_dir: Path | None,
     judge_timeout: float,
+    judge_max_tokens: int,
+    retry_invalid: bool,
     max_retries: int,
     dry_run: bool,
     shard: str | None,
@@ -244,6 +268,8 @@ def run_cmd(
             budget_usd=budget,
             prices_path=prices,
             timeout_s=judge_timeout,
+            max_tokens=judge_max_tokens,
+            retry_invalid=retry_invalid,
             max_retries=max_retries,
         )
         if no_cache:
@@ -258,13 +284,17 @@ def run_cmd(
             raise UsageError("--dry-run estimates LLM calls and needs --judge-model")
         share = Shard.parse(shard) if shard is not None else None
         address = ray_address(ray) if ray is not None else None
+        if config.judge is not None:
+            _check_budget(config.judge)
         loaded = [load_items(p, gold, fmt, max_bytes=int(max_input_mb * 2**20)) for p in preds]
-        if dry_run:
+        if config.judge is not None:
+            _require_questions(loaded, gold)
+        if dry_run and config.judge is not None:
             from rose_sql.estimate import estimate
 
             if share is not None:  # the estimate of this shard's items
                 loaded = [replace(lf, items=[it for it in lf.items if share.holds(it.id)]) for lf in loaded]
-            print_estimate(estimate(loaded, db_root, config))
+            print_estimate(estimate(loaded, db_root, config), config.judge)
             return
         _writable(out)
         systems = plan(
@@ -313,6 +343,30 @@ def _ray_backend(config: Config, address: str | None, workers: int | None, syste
 
     databases = {d.db_id: d for s in systems for d in s.manifest.databases}
     return RayBackend(config, address=address, workers=workers, databases=list(databases.values()))
+
+
+def _check_budget(judge: JudgeConfig) -> None:
+    """Refuse a --budget that could not be kept: the model has no price, so no call has a known cost."""
+    from rose_sql.judges.budget import load_prices, price_of
+
+    if judge.budget_usd is not None and price_of(judge.model, load_prices(judge.prices_path)) is None:
+        raise UsageError(
+            f"--budget needs the price of {judge.model!r}, which the price table lacks: give it with --prices FILE "
+            f'(a JSON object such as {{"{judge.model}": {{"input": 0.5, "output": 1.5}}}}, USD per million tokens)'
+        )
+
+
+def _require_questions(loaded: Sequence[Loaded], gold: Path | None) -> None:
+    """Refuse to judge a prediction file none of whose items has a question: the judges would guess it."""
+    for lf in loaded:
+        if lf.items and not any((it.question or "").strip() for it in lf.items):
+            where = f"--gold {gold}" if gold is not None else str(lf.path)
+            raise UsageError(
+                f"the judges decide whether SQL answers the question, and no item of {lf.path} has one "
+                f"({where} gives SQL only). Give the questions: --gold dev.json for Spider and BIRD (it holds "
+                "question and SQL), or a question field in the input; or drop --judge-model to run the "
+                "deterministic stages alone"
+            )
 
 
 def _writable(out: Path) -> None:
@@ -405,6 +459,11 @@ def print_summaries(summaries: Sequence[Summary]) -> None:
         other = {k: v for k, v in s.unscored.items() if k != "awaiting_judge"}
         if other:
             console.print(f"{s.system}: unscored " + ", ".join(f"{v} {k}" for k, v in sorted(other.items())))
+    invalid = sum(s.unscored.get("judge_invalid", 0) for s in summaries)
+    if invalid:
+        from rose_sql.decide import UNSCORED
+
+        console.print(f"{invalid} items got no valid judge reply (judge_invalid): {UNSCORED['judge_invalid'].fix}.")
 
 
 @click.command("demo")
@@ -433,25 +492,45 @@ def demo_cmd(out: Path) -> None:
         fail(e)
 
 
-def print_estimate(estimates: Sequence[Estimate]) -> None:
-    """The dry-run table."""
-    from rose_sql.estimate import ASSUMED_COMPLETION_TOKENS, CHARS_PER_TOKEN
+def print_estimate(estimates: Sequence[Estimate], judge: JudgeConfig) -> None:
+    """The dry-run table: the estimate, and the upper bound a run cannot exceed."""
+    from rose_sql.estimate import ASSUMED_COMPLETION_TOKENS
+    from rose_sql.judges.budget import CHARS_PER_TOKEN
 
     table = Table(title="Dry run: expected LLM usage (nothing was called)", title_justify="left")
-    for col in ("system", "items", "no LLM needed", "calls", "prompt tokens (est.)", "cost USD (est.)"):
+    columns = ("system", "items", "no LLM needed", "calls", "prompt tokens", "cost USD (est.)", "cost USD (at most)")
+    for col in columns:
         table.add_column(col, justify="left" if col == "system" else "right")
     for e in estimates:
-        cost = "no price for this model" if e.cost_min_usd is None else f"{e.cost_min_usd:.4f} - {e.cost_max_usd:.4f}"
+        priced = e.cost_min_usd is not None and e.cost_likely_max_usd is not None and e.cost_max_usd is not None
         table.add_row(
             e.system,
             str(e.items),
             str(e.decided_without_llm),
-            f"{e.min_calls} - {e.max_calls}",
-            f"{e.prompt_tokens_min} - {e.prompt_tokens_max}",
-            cost,
+            f"{e.min_calls} - {e.likely_max_calls} (at most {e.max_calls})",
+            f"~{e.prompt_tokens_min} (at most {e.prompt_tokens_max})",
+            f"{e.cost_min_usd:.4f} - {e.cost_likely_max_usd:.4f}" if priced else "no price for this model",
+            f"{e.cost_max_usd:.4f}" if priced else "-",
         )
     console.print(table)
     console.print(
-        f"Tokens are estimated at {CHARS_PER_TOKEN} characters per token; completions at "
-        f"{ASSUMED_COMPLETION_TOKENS} tokens per call (reasoning models can use far more)."
+        f"Estimate: {CHARS_PER_TOKEN} characters per token, {ASSUMED_COMPLETION_TOKENS} completion tokens per call, "
+        "no reply re-asked (reasoning models can use far more). At most: every item's longest path, every call "
+        f"re-asked {judge.reask} time(s), one prompt token per byte, every reply at --judge-max-tokens "
+        f"{judge.max_tokens}: no run can cost more.",
+        highlight=False,
     )
+    unasked = sum(e.no_question for e in estimates)
+    if unasked:
+        err.print(
+            f"[yellow]warning:[/] {unasked} items have no question text: no judge will see them (unscored "
+            "no_question); give the questions to have them judged",
+            highlight=False,
+        )
+    bound = sum(e.cost_max_usd or 0.0 for e in estimates)
+    if judge.budget_usd is not None and bound > judge.budget_usd:
+        console.print(
+            f"--budget {judge.budget_usd:g} USD is below the upper bound ({bound:.4f}): the run may stop "
+            "before every item is judged (those left: budget_exhausted, retried by --resume).",
+            highlight=False,
+        )

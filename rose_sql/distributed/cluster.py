@@ -44,9 +44,10 @@ from typing import Any
 
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.distributed import LOOPBACK, require_ray
-from rose_sql.errors import BudgetExhausted, Lost, UsageError
+from rose_sql.errors import BudgetExhausted, EndpointError, Lost, UsageError
 from rose_sql.evaluate import failed_record
 from rose_sql.items import Item, db_file
+from rose_sql.judges.context import Fences
 from rose_sql.judges.llm import LLM, ChatReply, Ledger, Message
 from rose_sql.provenance import DatabaseId
 from rose_sql.run import Evaluator, Flush, Stage1, Write, _batches
@@ -140,38 +141,34 @@ class _RemoteLLM(LLM):
     """The judges' LLM in an evaluator actor: every call forwarded to the actor that owns the client.
 
     The owner answers with the reply, or with what went wrong, which is raised here as the judges
-    expect it (:class:`BudgetExhausted`, or an ``openai.APIError`` of the same name and message).
+    expect it (:class:`BudgetExhausted` or :class:`EndpointError`).
     """
 
     def __init__(self, cfg: JudgeConfig, owner: Any) -> None:  # no client here: it lives in the owner
+        import ray
+
         self.cfg = cfg
         self.ledger = Ledger(budget_usd=cfg.budget_usd)
         self._owner = owner
+        # the owner's fence secret: every actor, on any node, builds the very messages a local run builds
+        self.fences = Fences(ray.get(owner.fence_key.remote()))
 
-    async def complete(self, messages: list[Message]) -> ChatReply:
+    async def complete(self, messages: list[Message], *, fresh: bool = False) -> ChatReply:
         from ray.exceptions import RayActorError
 
         try:
-            answer = await self._owner.complete.remote(messages)
+            answer = await self._owner.complete.remote(messages, fresh)
         except RayActorError:
-            raise _api_error("APIConnectionError", "the Ray actor owning the LLM client died") from None
+            raise EndpointError("the Ray actor owning the LLM client died") from None
         if answer[0] == "ok":
             reply: ChatReply = answer[1]
             return reply
         if answer[0] == "budget":
             raise BudgetExhausted(answer[1])
-        raise _api_error(answer[1], answer[2])
+        raise EndpointError(answer[1], answer[2])
 
     async def aclose(self) -> None:
         return None
-
-
-def _api_error(name: str, message: str) -> Exception:
-    import openai
-
-    kind: Any = type(name, (openai.APIError,), {})
-    error: Exception = kind(message, None, body=None)  # the request stayed with the owner
-    return error
 
 
 class LLMOwner:
@@ -180,15 +177,17 @@ class LLMOwner:
     def __init__(self, judge: JudgeConfig) -> None:
         self.llm = LLM(judge)
 
-    async def complete(self, messages: list[Message]) -> tuple[Any, ...]:
-        import openai
-
+    async def complete(self, messages: list[Message], fresh: bool = False) -> tuple[Any, ...]:
         try:
-            return ("ok", await self.llm.complete(messages))
+            return ("ok", await self.llm.complete(messages, fresh=fresh))
         except BudgetExhausted as e:
             return ("budget", str(e))
-        except openai.APIError as e:
-            return ("api", type(e).__name__, str(e))
+        except EndpointError as e:
+            return ("endpoint", str(e), e.raw)
+
+    async def fence_key(self) -> bytes:
+        """The secret the judges' fences are keyed by (kept with the driver's cache)."""
+        return self.llm.fences.key
 
     async def totals(self) -> tuple[int, int, float]:
         """Calls made, replies served from the cache, and their cost so far."""

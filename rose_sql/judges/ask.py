@@ -17,16 +17,19 @@ from typing import Literal, TypeVar
 from rose_sql.compare import Comparison
 from rose_sql.config import JudgeConfig
 from rose_sql.decide import Step
-from rose_sql.errors import BudgetExhausted, JudgeFailed, ReplyError
+from rose_sql.errors import BudgetExhausted, EndpointError, JudgeFailed, ReplyError
 from rose_sql.execute import Execution
 from rose_sql.items import Item
-from rose_sql.judges.context import Schema, fence, render_result
+from rose_sql.judges.context import Fences, Schema, render_result
 from rose_sql.judges.llm import LLM, ChatReply, Message
 from rose_sql.judges.replies import ProverReply, RefuterReply, parse_reply
 from rose_sql.record import JudgeCall as Call
 from rose_sql.sql import strip_comments, tables_read
 
 RecordStage = Literal["prover", "refuter"]
+REASK_PROBLEM_CHARS = 300
+"""Characters of a validation problem quoted back to the judge when re-asking (the problem may quote the
+reply itself)."""
 R = TypeVar("R", ProverReply, RefuterReply)
 Reply = ProverReply | RefuterReply
 
@@ -62,7 +65,7 @@ def prompt_hashes() -> dict[str, str]:
     return {n: hashlib.sha256(prompt(n).encode()).hexdigest()[:16] for n in ("prover", "refuter", "refuter_matched")}
 
 
-def _question_blocks(case: Case, schema: Schema, cfg: JudgeConfig) -> list[str]:
+def _question_blocks(case: Case, schema: Schema, cfg: JudgeConfig, fence: Fences) -> list[str]:
     it = case.item
     blocks = [
         "## Database schema (with column descriptions and example values)\n"
@@ -78,9 +81,9 @@ def _sql(sql: str | None) -> str:
     return strip_comments(sql or "").strip()
 
 
-def prover_messages(case: Case, schema: Schema, cfg: JudgeConfig) -> list[Message]:
-    """The Prover's messages: no gold anywhere."""
-    blocks = _question_blocks(case, schema, cfg)
+def prover_messages(case: Case, schema: Schema, cfg: JudgeConfig, fence: Fences) -> list[Message]:
+    """The Prover's messages: no gold anywhere (``fence``: the markers of the untrusted blocks)."""
+    blocks = _question_blocks(case, schema, cfg, fence)
     blocks.append("## Predicted SQL\n" + fence("predicted_sql", _sql(case.item.pred_sql)))
     blocks.append("## Its result on the database\n" + fence("predicted_result", render_result(case.pred, cfg)))
     blocks.append("Judge the predicted SQL now. Reply with the JSON object only.")
@@ -88,10 +91,10 @@ def prover_messages(case: Case, schema: Schema, cfg: JudgeConfig) -> list[Messag
 
 
 def refuter_messages(
-    case: Case, schema: Schema, prover: ProverReply | None, cfg: JudgeConfig, *, matched: bool
+    case: Case, schema: Schema, prover: ProverReply | None, cfg: JudgeConfig, fence: Fences, *, matched: bool
 ) -> list[Message]:
     """The Refuter's messages: the gold as counter-evidence, the Prover's reasoning when it ran."""
-    blocks = _question_blocks(case, schema, cfg)
+    blocks = _question_blocks(case, schema, cfg, fence)
     blocks.append("## Predicted SQL\n" + fence("predicted_sql", _sql(case.item.pred_sql)))
     blocks.append("## Reference SQL (noisy)\n" + fence("reference_sql", _sql(case.item.gold_sql)))
     if matched:
@@ -118,14 +121,20 @@ def _shape(e: Execution) -> str:
 
 
 def _call(
-    stage: RecordStage, llm: LLM, messages: list[Message], c: ChatReply | None, reply: Reply | None, error: str | None
+    stage: RecordStage,
+    llm: LLM,
+    messages: list[Message],
+    c: ChatReply | None,
+    reply: Reply | None,
+    error: str | None,
+    raw: str = "",
 ) -> Call:
     digest = hashlib.sha256(messages[0]["content"].encode()).hexdigest()[:16]
     return Call(
         stage=stage,
         model=llm.cfg.model,
         reply=reply,
-        raw=c.content if c else "",
+        raw=c.content if c else raw,
         reasoning=c.reasoning if c else None,
         cached=c.cached if c else False,
         prompt_tokens=c.prompt_tokens if c else 0,
@@ -142,37 +151,50 @@ def _call(
 async def ask(llm: LLM, stage: Step, messages: list[Message], kind: type[R]) -> tuple[R, list[Call]]:
     """Call a judge and validate its reply; re-ask once (by default) when the reply is invalid.
 
-    Raises :class:`JudgeFailed` (with the calls made, raw replies included) when no valid reply
-    came, and :class:`~rose_sql.errors.BudgetExhausted` (with the calls made) when the budget forbids
-    the call.
+    With ``retry_invalid``, a cached reply that fails validation is asked again with a fresh call
+    (which replaces it in the cache) before any re-ask. Raises :class:`JudgeFailed` (with the calls
+    made, raw replies included) when no valid reply came (``invalid``) or the endpoint failed, and
+    :class:`~rose_sql.errors.BudgetExhausted` (with the calls made) when the budget forbids a call.
     """
-    import openai
-
     record_stage: RecordStage = "refuter" if stage == "refuter_matched" else stage
     calls: list[Call] = []
     convo: list[Message] = list(messages)
     for _attempt in range(1 + llm.cfg.reask):
         try:
             c = await llm.complete(convo)
+            reply, problem = _validated(kind, c)
+            if problem is not None and c.cached and llm.cfg.retry_invalid:
+                c = await llm.complete(convo, fresh=True)
+                reply, problem = _validated(kind, c)
         except BudgetExhausted as e:
             raise BudgetExhausted(str(e), calls) from None
-        except openai.APIError as e:
-            calls.append(_call(record_stage, llm, convo, None, None, f"{type(e).__name__}: {e}"))
-            raise JudgeFailed(f"the endpoint failed after retries: {type(e).__name__}: {e}", calls) from None
-        try:
-            reply = parse_reply(kind, c.content, c.reasoning)
-        except ReplyError as e:
-            calls.append(_call(record_stage, llm, convo, c, None, str(e)))
-            convo = [
-                *convo,
-                {"role": "assistant", "content": c.content},
-                {
-                    "role": "user",
-                    "content": f"That reply could not be used: {e}. Reply again with only "
-                    "the JSON object, with every field present and JSON true/false for the booleans.",
-                },
-            ]
-            continue
-        calls.append(_call(record_stage, llm, convo, c, reply, None))
-        return reply, calls
-    raise JudgeFailed(f"no valid {record_stage} reply after {1 + llm.cfg.reask} attempts: {calls[-1].error}", calls)
+        except EndpointError as e:
+            calls.append(_call(record_stage, llm, convo, None, None, str(e), raw=e.raw))
+            raise JudgeFailed(f"the endpoint failed: {e}", calls) from None
+        calls.append(_call(record_stage, llm, convo, c, reply, problem))
+        if reply is not None:
+            return reply, calls
+        convo = reask_messages(convo, c.content, problem or "")
+    last = calls[-1].error
+    raise JudgeFailed(f"no valid {record_stage} reply after {1 + llm.cfg.reask} attempts: {last}", calls, invalid=True)
+
+
+def reask_messages(convo: list[Message], reply: str, problem: str) -> list[Message]:
+    """The conversation of a re-ask: what was asked, the invalid reply, and what was wrong with it."""
+    return [
+        *convo,
+        {"role": "assistant", "content": reply},
+        {
+            "role": "user",
+            "content": f"That reply could not be used: {problem[:REASK_PROBLEM_CHARS]}. Reply again with only "
+            "the JSON object, with every field present and JSON true/false for the booleans.",
+        },
+    ]
+
+
+def _validated(kind: type[R], c: ChatReply) -> tuple[R | None, str | None]:
+    """The reply validated as ``kind``, or why it cannot be used."""
+    try:
+        return parse_reply(kind, c.content, c.reasoning), None
+    except ReplyError as e:
+        return None, str(e)

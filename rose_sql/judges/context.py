@@ -4,19 +4,22 @@ Faithful and bounded: the whole schema for small databases, else the tables the 
 their foreign-key neighbours; BIRD column descriptions where the database folder has them; a few
 example values per column; SQL with comments stripped; results with column names, the total row
 count, the first rows with long cells cut, and an explicit note of what was left out. Everything
-that comes from a prediction or from the data is fenced as data, so it cannot pose as instructions.
+that comes from a prediction or from the data is fenced as data, between markers keyed by a secret
+(:class:`Fences`), so it cannot pose as instructions nor close its own fence.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import hmac
+import itertools
 import json
 import sqlite3
 import threading
 import time
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +28,40 @@ from rose_sql.engines.sqlite import connect_read_only
 from rose_sql.execute import Execution
 from rose_sql.sql import quote_identifier
 
+NONCE_HEX = 16
+"""Hex digits of a fence marker's nonce (64 bits)."""
 
-def fence(name: str, text: str) -> str:
-    """Wrap untrusted text in markers it cannot forge (their nonce is a hash of the text itself)."""
-    nonce = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
-    return f"<<<DATA {name} {nonce}>>>\n{text}\n<<<END {name} {nonce}>>>"
+
+def fence(name: str, text: str, key: bytes) -> str:
+    """Wrap untrusted text in markers it cannot forge.
+
+    The nonce is an HMAC of the block's name and text under ``key``, a secret the text never sees
+    (:func:`rose_sql.judges.cache.fence_key`): the same text gets the same markers on every rerun
+    (so the judge cache and the providers' prefix caching keep working), yet no text can predict
+    its own closing marker. Should the text contain the nonce anyway, the next one is taken.
+    """
+    data = f"{name}\0{text}".encode("utf-8", "surrogatepass")
+    for attempt in itertools.count():
+        nonce = _nonce(key, data, attempt)
+        if nonce not in text:
+            return f"<<<DATA {name} {nonce}>>>\n{text}\n<<<END {name} {nonce}>>>"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _nonce(key: bytes, data: bytes, attempt: int) -> str:
+    salt = b"" if attempt == 0 else attempt.to_bytes(4, "big")
+    return hmac.new(key, salt + data, hashlib.sha256).hexdigest()[:NONCE_HEX]
+
+
+@dataclass(frozen=True, slots=True)
+class Fences:
+    """:func:`fence` under one secret: what builds a judge's messages is given one."""
+
+    key: bytes = field(repr=False)
+    """The secret (never written anywhere but the cache folder's ``fence.key``)."""
+
+    def __call__(self, name: str, text: str) -> str:
+        return fence(name, text, self.key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,33 +57,71 @@ class RefuterReply(_Reply):
 R = TypeVar("R", bound=_Reply)
 
 
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(\{.*?\})\s*```", re.DOTALL)
+_MAX_NESTING = 8
+"""Objects nested deeper than this are never candidates (a verdict nests two levels deep). Each character
+then lies in at most this many candidates, so a reply of any shape is read in linear time."""
+_MAX_CANDIDATES = 64
+"""JSON objects tried at most per text, the likeliest first: a verdict is one of the first few."""
+_SPECIAL = re.compile(r'\\.|[{}"]', re.DOTALL)
+
+
+def _load(text: str) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _fenced(text: str) -> list[dict[str, Any]]:
+    """Objects that make up a whole code fence (one opens at three backticks and closes at the next three)."""
+    found = []
+    start = text.find("```")
+    while start != -1 and (end := text.find("```", start + 3)) != -1:
+        body = text[start + 3 : end].strip()
+        if body[:4] in ("json", "JSON"):
+            body = body[4:].lstrip()
+        if body.startswith("{") and body.endswith("}") and (obj := _load(body)) is not None:
+            found.append(obj)
+        start = text.find("```", end + 3)
+    return found
+
+
+def _balanced(text: str) -> list[tuple[int, int]]:
+    """Spans of balanced braces nested at most ``_MAX_NESTING`` deep, by start (an enclosing span first).
+
+    One pass; quotes count only inside braces (prose outside may hold any), where they delimit JSON
+    strings, whose braces do not count."""
+    spans: list[tuple[int, int]] = []
+    open_: list[list[int]] = []  # [start, height of what it holds so far]
+    in_string = False
+    for m in _SPECIAL.finditer(text):
+        c = m.group()
+        if in_string:
+            in_string = c != '"'
+        elif c == '"':
+            in_string = bool(open_)
+        elif c == "{":
+            open_.append([m.start(), 0])
+        elif c == "}" and open_:
+            start, height = open_.pop()
+            if height < _MAX_NESTING:
+                spans.append((start, m.end()))
+            if open_:
+                open_[-1][1] = max(open_[-1][1], height + 1)
+    return sorted(spans)
 
 
 def _candidates(text: str) -> list[dict[str, Any]]:
     """JSON objects found in text, most likely first (fenced blocks, then the last top-level object)."""
     text = strip_reasoning(text, drop_unclosed=False)  # the verdict may follow an unclosed <think>
-    found: list[dict[str, Any]] = []
-    for m in _FENCE.finditer(text):
-        try:
-            obj = json.loads(m.group(1))
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            found.append(obj)
-    decoder = json.JSONDecoder()
     loose: list[dict[str, Any]] = []
-    i = text.find("{")
-    while i != -1:
-        try:
-            obj, end = decoder.raw_decode(text, i)
-        except json.JSONDecodeError:
-            i = text.find("{", i + 1)
-            continue
-        if isinstance(obj, dict):
+    covered = 0  # objects inside one already found are its fields, not candidates
+    for start, end in _balanced(text):
+        if start >= covered and (obj := _load(text[start:end])) is not None:
             loose.append(obj)
-        i = text.find("{", end)
-    return found + loose[::-1]  # the final answer usually comes last
+            covered = end
+    return (_fenced(text) + loose[::-1])[:_MAX_CANDIDATES]  # the final answer usually comes last
 
 
 def parse_reply(kind: type[R], content: str, reasoning: str | None = None) -> R:
@@ -94,7 +132,8 @@ def parse_reply(kind: type[R], content: str, reasoning: str | None = None) -> R:
             try:
                 return kind.model_validate(obj)
             except ValidationError as e:
-                errors.append("; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()))
+                if not errors:  # the first problem is the one reported
+                    errors.append("; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()))
     if not content.strip() and not (reasoning or "").strip():
         raise ReplyError("the reply is empty")
     if errors:

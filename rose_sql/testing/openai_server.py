@@ -10,9 +10,14 @@ over real sockets; only the model is replaced by a *responder*::
 
 ``request`` is the parsed JSON body, ``index`` the 0-based arrival number of the request at
 the server. Helpers build responders: :func:`script` (replies in order), :func:`by_content`
-(decide from the user text, whatever the arrival order), :func:`latency` (add a delay) and
+(decide from the user text, whatever the arrival order), :func:`latency` (add a delay),
 :func:`with_faults` (deterministic transient 429/5xx/timeout/dropped-connection faults that a
-client with bounded retries always gets through).
+client with bounded retries always gets through) and :func:`at_cap` (every reply uses all the
+completion tokens the request allows: the worst case a budget must cover).
+
+A :class:`Reply` can also break the protocol the way real endpoints and proxies do: a body
+trickled a few bytes at a time (``trickle_s``), a body that is not JSON (``body``), a usage
+object with wrong types or negative counts (``usage``), or a huge body (a long ``content``).
 
 Example::
 
@@ -47,10 +52,12 @@ __all__ = [
     "Reply",
     "Responder",
     "ScriptedOpenAI",
+    "at_cap",
     "by_content",
     "default_responder",
     "estimate_tokens",
     "latency",
+    "request_cap",
     "request_key",
     "script",
     "user_text",
@@ -78,6 +85,12 @@ class Reply:
     message. ``delay_s`` waits before answering; ``drop`` closes the connection without
     answering (after the delay). Token counts left as ``None`` are estimated from the text
     (about 4 characters a token), so accounting tests see plausible, non-zero numbers.
+
+    Faults of the protocol itself: ``body`` is sent verbatim instead of the JSON the other fields
+    make (a 200 that is not JSON, a cut body); ``usage`` is sent as the usage object as it is
+    (wrong types, negative counts), the token fields then unused; ``trickle_s`` sends the body
+    ``trickle_bytes`` at a time, that many seconds apart (every read returns soon, the whole
+    reply late).
     """
 
     content: str | None = ""
@@ -91,14 +104,20 @@ class Reply:
     completion_tokens: int | None = None
     reasoning_tokens: int | None = None
     finish_reason: str = "stop"
+    body: str | bytes | None = None
+    usage: Mapping[str, Any] | None = None
+    trickle_s: float = 0.0
+    trickle_bytes: int = 16
 
     def __post_init__(self) -> None:
         if not 200 <= self.status <= 599:
             raise ValueError(f"Reply.status must be an HTTP status in 200..599, got {self.status}")
         if self.ok and self.error is not None:
             raise ValueError("Reply.error is only for non-2xx statuses")
-        if self.delay_s < 0:
-            raise ValueError(f"Reply.delay_s must be >= 0, got {self.delay_s}")
+        if self.delay_s < 0 or self.trickle_s < 0:
+            raise ValueError(f"Reply.delay_s and trickle_s must be >= 0, got {self.delay_s}, {self.trickle_s}")
+        if self.trickle_bytes < 1:
+            raise ValueError(f"Reply.trickle_bytes must be >= 1, got {self.trickle_bytes}")
         for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -224,6 +243,28 @@ def by_content(fn: Callable[[str], Reply]) -> Responder:
         return fn(user_text(request))
 
     return responder
+
+
+def request_cap(request: Mapping[str, Any]) -> int | None:
+    """The completion-token cap a request sets (``max_completion_tokens``, else ``max_tokens``), if any."""
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = request.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def at_cap(responder: Responder) -> Responder:
+    """Wrap ``responder`` so every successful reply reports the request's whole completion cap as
+    used (``completion_tokens`` = the cap; unchanged when the request sets none): what a budget
+    must be ready to pay for each call."""
+
+    def greedy(request: dict[str, Any], index: int) -> Reply:
+        reply = responder(request, index)
+        cap = request_cap(request)
+        return replace(reply, completion_tokens=cap) if reply.ok and cap is not None else reply
+
+    return greedy
 
 
 def latency(responder: Responder, seconds: float) -> Responder:
@@ -393,7 +434,7 @@ def _completion_body(reply: Reply, request: Mapping[str, Any], fingerprint: str)
         "model": request.get("model"),
         "system_fingerprint": fingerprint,
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finish_reason}],
-        "usage": _usage(reply, request),
+        "usage": dict(reply.usage) if reply.usage is not None else _usage(reply, request),
     }
 
 
@@ -538,11 +579,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._drop()
             return
         extra = dict(reply.headers)
-        if reply.ok:
-            self._send_json(reply.status, _completion_body(reply, body, self.owner.system_fingerprint), extra)
+        payload: Mapping[str, Any] | bytes
+        if reply.body is not None:
+            payload = reply.body.encode("utf-8") if isinstance(reply.body, str) else reply.body
+        elif reply.ok:
+            payload = _completion_body(reply, body, self.owner.system_fingerprint)
         else:
-            message = reply.error or HTTPStatus(reply.status).phrase
-            self._send_json(reply.status, _error_body(reply.status, message), extra)
+            payload = _error_body(reply.status, reply.error or HTTPStatus(reply.status).phrase)
+        self._send_json(reply.status, payload, extra, trickle=(reply.trickle_s, reply.trickle_bytes))
 
     def _models(self, path: str) -> dict[str, Any]:
         cards = {
@@ -621,8 +665,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.owner._count_rejected()
         self._send_json(problem.status, problem.body)
 
-    def _send_json(self, status: int, payload: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> None:
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    def _send_json(
+        self,
+        status: int,
+        payload: Mapping[str, Any] | bytes,
+        headers: Mapping[str, str] | None = None,
+        *,
+        trickle: tuple[float, int] = (0.0, 1),
+    ) -> None:
+        """Answer ``payload`` (JSON, or bytes sent as they are); ``trickle``: (seconds between pieces,
+        bytes a piece) to send the body slowly."""
+        data = payload if isinstance(payload, bytes) else json.dumps(payload, ensure_ascii=False).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -633,8 +686,17 @@ class _Handler(BaseHTTPRequestHandler):
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
+        pause, size = trickle
+        if not pause:
+            self.wfile.write(data)
+            self.wfile.flush()
+            return
+        for start in range(0, len(data), size):
+            self.wfile.write(data[start : start + size])
+            self.wfile.flush()
+            if self.owner._stopping.wait(pause):
+                self.close_connection = True
+                return
 
     def _drop(self) -> None:
         """Close the connection without a byte of answer."""
