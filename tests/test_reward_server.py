@@ -47,7 +47,7 @@ def db_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(db_root: Path) -> Iterator[RewardServer]:
-    srv, _ = serve_in_thread(ServeConfig(db_root, port=0, reward=RewardConfig(timeout_s=1.0, workers=4)))
+    srv, _ = serve_in_thread(ServeConfig(db_root, port=0, reward=RewardConfig(max_steps=20_000_000, workers=4)))
     yield srv
     srv.close()
 
@@ -201,7 +201,7 @@ def test_runaway_completion_through_the_server(server: RewardServer) -> None:
 
 
 def test_deadline_answers_on_time_with_an_error(db_root: Path) -> None:
-    cfg = ServeConfig(db_root, port=0, deadline_s=0.3, reward=RewardConfig(timeout_s=3.0, workers=2))
+    cfg = ServeConfig(db_root, port=0, deadline_s=0.3, reward=RewardConfig(workers=2))
     srv, _ = serve_in_thread(cfg)
     try:
         start = time.monotonic()
