@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from rose_sql.config import Config
+from rose_sql.errors import UsageError
 from rose_sql.execute import run_query
 from rose_sql.reward import (
     Reward,
@@ -688,7 +689,8 @@ def test_trl_reward_function(shared: Path) -> None:
     assert execution(prompts=None, completions=completions, **columns) == [1.0, 0.0, -1.0, None]
     labels = {"label": [f"{SINGERS}\tconcert_singer"] * 4}
     assert total(completions=completions, **labels)[0] == pytest.approx(1.0)
-    assert total(completions=["SELECT 1"]) == [None]  # no gold column: unscored, not a crash
+    with pytest.raises(UsageError, match="gold_sql column"):  # no gold column: the whole batch is unusable
+        total(completions=["SELECT 1"])
     with pytest.raises(ValueError):
         trl_reward(root, component="bogus")
 

@@ -7,6 +7,7 @@ targets. The measured times are printed (``pytest -s``).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,7 +18,7 @@ from conftest import build_db
 
 from rose_sql.config import MAX_QUERY_THREADS, RewardConfig
 from rose_sql.execute import GUARD_MARGIN_S, Execution, ResultSet
-from rose_sql.reward import RewardItem, RewardScorer, execution_outcome
+from rose_sql.reward import RewardItem, RewardScorer, compute_score, execution_outcome
 from rose_sql.reward.execution import _alignments
 from rose_sql.reward.lanes import FairQueue
 from rose_sql.workers import SLOTS_PER_WORKER
@@ -89,6 +90,16 @@ def test_a_wall_guard_stop_is_unscored_never_the_timeout_reward(db: Path) -> Non
     with RewardScorer(RewardConfig(max_steps=5_000_000, processes=1)) as scorer:
         budget = scorer.score(RewardItem(RUNAWAY, GOLD, db))
     assert (budget.status, budget.execution) == ("timeout", -0.5) and "5,000,000 steps" in budget.detail
+
+
+def test_the_adapters_run_queries_where_the_guard_can_stop_them(db: Path) -> None:
+    start = time.monotonic()
+    label = {"gold_sql": GOLD, "db_path": str(db)}
+    r = compute_score("x", INSTR, json.dumps(label), None, timeout_s=1.0, processes=1)
+    elapsed = time.monotonic() - start
+    print(f"verl compute_score on instr: {elapsed:.2f} s")
+    assert elapsed < 1.0 + GUARD_MARGIN_S + RESTART_MARGIN_S
+    assert r["status"] == "wall_guard" and r["scored"] is False and "wall-time guard" in r["error"]
 
 
 def test_a_deadline_answers_the_slow_items_and_scores_the_others(db: Path) -> None:

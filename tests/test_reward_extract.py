@@ -1,15 +1,18 @@
-"""SQL extraction on hostile completions: linear on a megabyte, and no completion makes it raise
-(a seeded fuzz test)."""
+"""SQL extraction on hostile completions: linear on a megabyte, and no completion makes it (or an
+adapter) raise (a seeded fuzz test)."""
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import build_db
 
-from rose_sql.reward import extract_sql
+from rose_sql.reward import RewardConfig, compute_score_batch, extract_sql, trl_reward
 
 MB = 1_000_000
 BOUND_S = 5.0
@@ -101,3 +104,29 @@ def test_no_completion_makes_extraction_raise() -> None:
         assert got is None or (isinstance(got, str) and got == got.strip() and got)
         n += 1
     assert n > 1000
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("fuzz")
+    build_db(folder / "t" / "t.sqlite", "CREATE TABLE t (a INTEGER, b TEXT); INSERT INTO t VALUES (1, 'x'), (2, 'y');")
+    return folder
+
+
+def test_no_completion_makes_an_adapter_raise(root: Path) -> None:
+    rng = random.Random(7)
+    cfg = RewardConfig(processes=1, max_steps=1_000_000)
+    trl: Callable[..., list[float | None]] = trl_reward(root, cfg)
+    start, batches = time.monotonic(), 0
+    while time.monotonic() - start < 4.0:
+        n = rng.randrange(1, 12)
+        completions = [_completion(rng) for _ in range(n)]
+        golds = [rng.choice(["SELECT a FROM t", "SELECT b FROM t WHERE a = 1", _text(rng)]) for _ in range(n)]
+        truths = [rng.choice([g, f"{g}\tt", '{"gold_sql": "SELECT 1", "db_id": "t"}', "{broken", 5]) for g in golds]
+        texts = [c if isinstance(c, str) else str(c) for c in completions]
+        verl = compute_score_batch(["x"] * n, texts, truths, [{"db_id": "t"}] * n, db_root=str(root), config=cfg)
+        assert len(verl) == n and all(isinstance(r["score"], float) and isinstance(r["error"], str) for r in verl)
+        out = trl(prompts=None, completions=completions, gold_sql=golds, db_id=["t"] * n)
+        assert len(out) == n and all(x is None or isinstance(x, float) for x in out)
+        batches += 1
+    assert batches > 5
