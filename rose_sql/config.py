@@ -271,7 +271,7 @@ class RewardConfig:
 
 @dataclass(frozen=True, slots=True)
 class ServeConfig:
-    """How the reward server (``rose serve-reward``) listens and answers."""
+    """How the reward server (``rose serve-reward``) listens and answers, and every bound it keeps."""
 
     db_root: Path
     """Folder holding ``<db_id>/<db_id>.sqlite``; labels cannot name files outside it."""
@@ -280,15 +280,42 @@ class ServeConfig:
     port: int = 5000
     """TCP port (0 picks a free one)."""
     deadline_s: float = 30.0
-    """Every request is answered within this; items not scored by then get ``unscored`` and an error."""
-    batch_window_s: float = 0.005
-    """How long the batcher waits for more requests to score together."""
-    max_batch: int = 4096
-    """Completions scored in one batch at most."""
-    max_body_bytes: int = 64 * 2**20
-    """Larger request bodies are refused (413)."""
+    """Every request is answered within this after its body arrived; an item not scored by then is
+    unscored (``wall_guard``) with the reason, the others of the request are scored. No chunk of a
+    request starts queries for more than half of it, and both wall guards of ``reward`` are capped at
+    half of it, so a request that comes later waits for a worker at most about that long."""
+    header_timeout_s: float = 10.0
+    """A request's head (request line and headers) must arrive within this, counted from when the server
+    starts waiting for it; a kept-alive connection idle that long is closed."""
+    body_timeout_s: float = 60.0
+    """A request's whole body must arrive within this after its head, whatever the pace (408 past it);
+    the answer must be taken by the client within it too."""
+    max_head_bytes: int = 16 * 2**10
+    """Larger request heads are refused (431)."""
+    max_body_bytes: int = 32 * 2**20
+    """Larger request bodies are refused (413), before they are read."""
+    max_items: int = 4096
+    """Completions one request may hold (413 beyond)."""
+    max_json_values: int = 500_000
+    """JSON values (strings, numbers, arrays, objects) one body may hold, counted before it is decoded
+    (413 beyond): bounds the memory decoding takes (a tiny value costs 50-100 bytes once decoded)."""
+    max_pending_bytes: int = 128 * 2**20
+    """Request bodies held at once, from their head until their answer (503 with ``Retry-After``
+    beyond): bounds the memory of many bodies streamed in slowly."""
+    max_connections: int = 256
+    """Open connections at once. Past it a new connection has 1 s to send its head and is answered 503
+    with ``Retry-After`` (a health check still gets its answer), then closed; past five times it, a
+    connection is answered 503 and closed unread."""
     reward: RewardConfig = field(default_factory=RewardConfig)
     """The reward itself."""
+
+    def __post_init__(self) -> None:
+        if min(self.deadline_s, self.header_timeout_s, self.body_timeout_s) <= 0:
+            raise ValueError("deadline_s, header_timeout_s and body_timeout_s must be positive")
+        if min(self.max_head_bytes, self.max_body_bytes, self.max_items, self.max_json_values) < 1:
+            raise ValueError("max_head_bytes, max_body_bytes, max_items and max_json_values must be positive")
+        if self.max_pending_bytes < self.max_body_bytes or self.max_connections < 1:
+            raise ValueError("max_pending_bytes must hold at least one body of max_body_bytes; max_connections >= 1")
 
 
 MAX_INPUT_BYTES = 256 * 2**20

@@ -87,7 +87,7 @@ def test_openrlhf_shape(server: RewardServer) -> None:
     assert body["status"] == ["match", "partial", "error"]
     assert body["rewards"][0] == pytest.approx(1.0) and body["rewards"][0] > body["rewards"][1] > body["rewards"][2]
     assert body["scores"] == [1.0, 0.0, 0.0]
-    assert body["errors"] == [None, None, None]
+    assert body["errors"][:2] == [None, None] and "no such column: nme" in body["errors"][2]  # why it failed
     assert set(body["extra_logs"]) == {"execution", "syntax", "clause", "scored"}
     assert body["extra_logs"]["execution"] == [1.0, 0.5, -1.0]
     assert all(len(v) == 3 for v in body["extra_logs"].values())
@@ -109,7 +109,8 @@ def test_item_errors_become_rewards_with_an_error(server: RewardServer) -> None:
         json.dumps({"gold_sql": "SELECT 1", "db_path": "/etc/hosts"}),
         label("SELECT * FROM no_such_table"),
         label(),
-    ]  # one label short
+        None,
+    ]
     status, body = post(server.url, {"query": queries, "labels": labels})
     assert status == 200
     assert body["status"] == ["invalid", "invalid", "invalid", "gold_error", "invalid", "invalid"]
