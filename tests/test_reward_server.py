@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import click
 import pytest
 from click.testing import CliRunner
 from conftest import build_db
@@ -221,6 +222,18 @@ def test_cli_help_documents_serve_reward() -> None:
     result = CliRunner().invoke(main, ["serve-reward", "--help"])
     assert result.exit_code == 0
     assert "OpenRLHF" in result.output and "--db-root" in result.output
+
+
+def test_cli_speaks_one_vocabulary_and_documents_every_option() -> None:
+    from rose_sql.cli.reward import serve_reward_cmd
+
+    options = {p.name: p for p in serve_reward_cmd.params if isinstance(p, click.Option)}
+    assert all(o.help for o in options.values()), [n for n, o in options.items() if not o.help]
+    assert "processes" in (options["workers"].help or "") and options["workers"].default == RewardConfig().processes
+    assert "Threads" in (options["query_threads"].help or "") and "processes" not in options
+    result = CliRunner().invoke(main, ["serve-reward", "--help"], terminal_width=200)
+    assert "Example:" in result.output and "rose serve-reward --db-root" in result.output
+    assert "--query-threads" in result.output and "--max-body-mb" in result.output
 
 
 def test_cli_refuses_a_missing_db_root(tmp_path: Path) -> None:
