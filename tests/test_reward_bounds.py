@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import build_db
+from reward_cases import GOLD, INSTR, OTHER_GOLD, RUNAWAY, SCRIPT
 
 from rose_sql.config import MAX_QUERY_THREADS, RewardConfig
 from rose_sql.execute import GUARD_MARGIN_S, Execution, ResultSet
@@ -23,17 +24,6 @@ from rose_sql.reward.execution import _alignments
 from rose_sql.reward.lanes import FairQueue
 from rose_sql.workers import SLOTS_PER_WORKER
 
-SCRIPT = """
-CREATE TABLE singer (id INTEGER PRIMARY KEY, name TEXT, country TEXT, age INTEGER);
-INSERT INTO singer VALUES (1, 'Ann', 'France', 52), (2, 'Bo', 'France', 43), (3, 'Cy', 'Peru', 41);
-CREATE TABLE stadium (id INTEGER PRIMARY KEY, name TEXT);
-INSERT INTO stadium VALUES (1, 'Big'), (2, 'Small');
-"""
-GOLD = "SELECT name FROM singer WHERE country = 'France'"
-OTHER_GOLD = "SELECT count(*) FROM stadium"
-INSTR = "SELECT instr(printf('%.*c', 8000000, 'a'), printf('%.*c', 1000000, 'a') || 'b')"
-"""A call SQLite cannot interrupt: about 7e12 bytes compared, hours of one core."""
-RUNAWAY = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r"
 RESTART_MARGIN_S = 20.0
 """Stopping a worker, starting its replacement and sending its chunk again, on a loaded machine."""
 

@@ -25,19 +25,10 @@ from typing import Any
 
 import pytest
 from conftest import build_db
+from reward_cases import GOLD, INSTR, OTHER_GOLD, RUNAWAY, SCRIPT
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the server's /proc")
 
-SCRIPT = """
-CREATE TABLE singer (id INTEGER PRIMARY KEY, name TEXT, country TEXT, age INTEGER);
-INSERT INTO singer VALUES (1, 'Ann', 'France', 52), (2, 'Bo', 'France', 43), (3, 'Cy', 'Peru', 41);
-CREATE TABLE stadium (id INTEGER PRIMARY KEY, name TEXT);
-INSERT INTO stadium VALUES (1, 'Big'), (2, 'Small');
-"""
-GOLD = "SELECT name FROM singer WHERE country = 'France'"
-OTHER = "SELECT count(*) FROM stadium"
-RUNAWAY = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r"
-INSTR = "SELECT instr(printf('%.*c', 8000000, 'a'), printf('%.*c', 1000000, 'a') || 'b')"
 HEALTH_S = 1.0
 MAX_THREADS = 16
 """The server's threads whatever the clients do (event loop, decoder, scorer queue, pool supervisor...)."""
@@ -146,7 +137,7 @@ def serving(root: Path, **kw: Any) -> Iterator[Server]:
         match = re.search(r":(\d+)/get_reward", url)
         assert match, url
         server = Server(proc, int(match.group(1)))
-        server.request("POST", body={"query": [GOLD, OTHER], "labels": [label(), label(OTHER)]})  # workers up
+        server.request("POST", body={"query": [GOLD, OTHER_GOLD], "labels": [label(), label(OTHER_GOLD)]})  # workers up
         yield server
     finally:
         proc.terminate()
@@ -383,9 +374,8 @@ def test_slow_completions_do_not_take_the_time_of_later_requests(server: Server)
         for t in slow:
             t.start()
         time.sleep(0.3)  # both workers busy with a runaway query
-        innocent = [
-            threading.Thread(target=send, args=(f"ok{k}", [GOLD, OTHER], [label(), label(OTHER)])) for k in range(4)
-        ]
+        pair = ([GOLD, OTHER_GOLD], [label(), label(OTHER_GOLD)])
+        innocent = [threading.Thread(target=send, args=(f"ok{k}", *pair)) for k in range(4)]
         for t in innocent:
             t.start()
         for t in slow + innocent:
@@ -408,8 +398,8 @@ def test_an_item_past_the_deadline_is_answered_and_the_others_scored(server: Ser
     status, _, body = server.request(
         "POST",
         body={
-            "query": [INSTR, OTHER, "```sql\nDELETE FROM singer\n```"],
-            "labels": [label(), label(OTHER)] * 1 + [label()],
+            "query": [INSTR, OTHER_GOLD, "```sql\nDELETE FROM singer\n```"],
+            "labels": [label(), label(OTHER_GOLD)] * 1 + [label()],
         },
     )
     elapsed = time.monotonic() - start
