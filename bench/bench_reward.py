@@ -15,9 +15,9 @@ method starting cold (no cache from an earlier method), with the same per-query 
 
 - ``ROSE-SQL full reward``: :class:`rose_sql.reward.RewardScorer` ``score_batch`` computing the
   whole reward (execution against the gold under our comparator with partial credit, syntax reward
-  with tree edit distance and clause scores, the schedule), in two modes: ``threads`` (the default,
-  queries on query threads that join only while queries are slow, comparisons and syntax in the
-  calling thread) and ``processes`` (``RewardConfig(processes=cores)``: a batch's distinct
+  with tree edit distance and clause scores, the schedule), in two modes: ``1 process`` (one worker
+  process, its queries on query threads that join only while queries are slow, comparisons and
+  syntax in its main thread) and ``processes`` (``RewardConfig(processes=cores)``: a batch's distinct
   completions go in balanced chunks, a question's together, to one worker process per core, each
   with its own caches; their start-up is included), to see whether processes help;
   and ``processes, started``: the same with the workers started before the clock starts (on a
@@ -80,6 +80,7 @@ from urllib.parse import urlsplit
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from rose_sql.config import steps_for  # noqa: E402
 from rose_sql.items import load_items  # noqa: E402
 from rose_sql.reward import RewardConfig, RewardItem, RewardScorer  # noqa: E402
 
@@ -141,7 +142,7 @@ def run_rose(
     rollouts: Sequence[Rollout], args: argparse.Namespace, processes: int, syntax: bool, warm: bool = False
 ) -> tuple[float, int]:
     """ROSE-SQL's reward, batch after batch, from cold caches; worker start-up included unless ``warm``."""
-    config = RewardConfig(timeout_s=args.timeout, processes=processes, syntax=syntax)
+    config = RewardConfig(max_steps=steps_for(args.timeout), processes=processes, syntax=syntax)
     matches = 0
     start = time.perf_counter()
     with RewardScorer(config) as scorer:
@@ -433,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     methods: list[tuple[str, Callable[[Sequence[Rollout], argparse.Namespace], tuple[float, int]]]] = []
     for label, syntax in (("full reward", True), ("execution reward", False)):
-        methods.append((f"ROSE-SQL {label}, threads", rose_method(0, syntax)))
+        methods.append((f"ROSE-SQL {label}, 1 process", rose_method(1, syntax)))
         if "processes" not in args.skip:
             methods.append((f"ROSE-SQL {label}, {cores} processes", rose_method(cores, syntax)))
             methods.append((f"ROSE-SQL {label}, {cores} processes, started", rose_method(cores, syntax, True)))

@@ -100,13 +100,21 @@ def steps_for(seconds: float) -> int:
 
 
 def default_workers(per_core: int = 1, *, at_least: int = 1) -> int:
-    """``per_core`` workers for each core, and at least ``at_least``.
-
-    Two uses: a run's deterministic stages take one process per core (``Config.workers``, the
-    defaults); the reward's query threads are two per core and at least two
-    (``RewardConfig.workers``), since SQLite releases the GIL while a query runs.
-    """
+    """``per_core`` workers for each core, and at least ``at_least``: a run's deterministic stages take
+    one process per core (``Config.workers``, the defaults)."""
     return max(at_least, per_core * (os.cpu_count() or 1))
+
+
+MAX_REWARD_PROCESSES = 8
+"""The reward's default worker processes are one per core up to this many (each keeps its own caches)."""
+MAX_QUERY_THREADS = 16
+"""Query threads of one reward worker process at most: each takes one slot of its process's
+wall-time guard (``rose_sql.workers.SLOTS_PER_WORKER``)."""
+
+
+def default_reward_processes() -> int:
+    """One reward worker process per core, at most :data:`MAX_REWARD_PROCESSES`."""
+    return min(MAX_REWARD_PROCESSES, default_workers())
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +188,7 @@ class RewardConfig:
     error: float = -1.0
     """Execution reward for a query that fails, is rejected by the sandbox, or when no SQL is found."""
     timeout: float = -0.5
-    """Execution reward for a query interrupted at ``timeout_s``."""
+    """Execution reward for a predicted query stopped at its step budget (``max_steps``)."""
     partial_max_ratio: float = 4.0
     """Partial credit only when the larger row count is at most this times the smaller one: dropping a
     filter and returning the whole table is a superset of almost any gold."""
@@ -215,25 +223,34 @@ class RewardConfig:
     """The clause part of the total may be at most this share of the total (none when the rest is <= 0)."""
     unscored: float = 0.0
     """What adapters that need a number (verl, OpenRLHF) give an unscored item; TRL gets None."""
-    timeout_s: float = 2.0
-    """Wall-clock limit of one predicted query, enforced inside SQLite."""
-    gold_timeout_s: float = 30.0
-    """Wall-clock limit of one gold query (run once, then cached); past it the item is ``gold_error``."""
+    max_steps: int = 200_000_000
+    """SQLite virtual-machine steps one predicted query may take; past them it is stopped and gets the
+    ``timeout`` reward. Deterministic: the same on every machine and at any load (about 1-10 s of one
+    core on a typical machine)."""
+    gold_max_steps: int = 3_000_000_000
+    """The same for a gold query (run once, then cached); past it the item is ``gold_error``."""
+    timeout_s: float = 15.0
+    """Wall-clock guard of one predicted query, far behind its step budget: past it the query is stopped
+    inside SQLite, or, inside a call SQLite cannot interrupt, by stopping its worker process 5 s later
+    (``rose_sql.execute.GUARD_MARGIN_S``). Its item is unscored ``wall_guard``: wall time never decides
+    a reward."""
+    gold_timeout_s: float = 150.0
+    """The same guard for a gold query; its items are unscored ``wall_guard``."""
     max_rows: int = 20_000
     """Rows kept per result; a gold past it is ``undecidable``, a prediction past it is ``wrong``."""
     max_sql_chars: int = 20_000
     """Longer extracted SQL is rejected (reward ``error``)."""
     float_digits: int = 12
     """Numbers compare after rounding to this many significant digits."""
-    workers: int = field(default_factory=lambda: default_workers(2, at_least=2))
-    """Threads running a batch's queries at most; SQLite releases the GIL while a query runs."""
+    processes: int = field(default_factory=default_reward_processes)
+    """Worker processes running the queries, comparisons and syntax scores (at least 1: a query can only
+    be stopped for sure in a process of its own). A batch goes to them in balanced chunks, a question's
+    completions together, and each keeps its own caches. One per core by default, at most 8."""
+    workers: int = 2
+    """Query threads of each worker process at most (1 to 16); SQLite releases the GIL while a query runs."""
     slow_query_s: float = 0.02
-    """One thread runs a batch's queries in turn; when every running query has taken this long,
+    """One thread runs a chunk's queries in turn; when every running query has taken this long,
     another thread joins (up to ``workers``), so slow queries overlap and fast ones do not contend."""
-    processes: int = 0
-    """Worker processes sharing a batch's executions, comparisons and syntax scores (0: all in this
-    process): a batch goes to them in balanced chunks, a question's completions together. Use the
-    number of cores when cores are free; each worker keeps its own caches."""
     memo_size: int = 50_000
     """Parses, (prediction, gold) syntax scores and clause-tree distances kept, each (LRU), so
     repeated completions cost nothing (0: none kept)."""
@@ -247,8 +264,18 @@ class RewardConfig:
             raise ValueError("clause_mix must be in [0, 1]")
         if self.schedule not in get_args(Schedule):
             raise ValueError(f"unknown schedule {self.schedule!r}")
-        if self.total_steps <= 0 or self.workers <= 0 or self.processes < 0 or self.slow_query_s < 0:
-            raise ValueError("total_steps and workers must be positive, processes and slow_query_s not negative")
+        if self.total_steps <= 0 or self.slow_query_s < 0:
+            raise ValueError("total_steps must be positive and slow_query_s not negative")
+        if self.processes < 1:
+            raise ValueError(
+                "processes must be at least 1: queries run in worker processes, where a guard can stop them"
+            )
+        if not 1 <= self.workers <= MAX_QUERY_THREADS:
+            raise ValueError(f"workers (query threads per process) must be between 1 and {MAX_QUERY_THREADS}")
+        if min(self.max_steps, self.gold_max_steps) < 1000 or min(self.timeout_s, self.gold_timeout_s) <= 0:
+            raise ValueError(
+                "max_steps and gold_max_steps must be at least 1000, timeout_s and gold_timeout_s positive"
+            )
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RewardConfig:
@@ -262,7 +289,7 @@ class RewardConfig:
 
 @dataclass(frozen=True, slots=True)
 class ServeConfig:
-    """How the reward server (``rose serve-reward``) listens and answers."""
+    """How the reward server (``rose serve-reward``) listens and answers, and every bound it keeps."""
 
     db_root: Path
     """Folder holding ``<db_id>/<db_id>.sqlite``; labels cannot name files outside it."""
@@ -271,15 +298,42 @@ class ServeConfig:
     port: int = 5000
     """TCP port (0 picks a free one)."""
     deadline_s: float = 30.0
-    """Every request is answered within this; items not scored by then get ``unscored`` and an error."""
-    batch_window_s: float = 0.005
-    """How long the batcher waits for more requests to score together."""
-    max_batch: int = 4096
-    """Completions scored in one batch at most."""
-    max_body_bytes: int = 64 * 2**20
-    """Larger request bodies are refused (413)."""
+    """Every request is answered within this after its body arrived; an item not scored by then is
+    unscored (``wall_guard``) with the reason, the others of the request are scored. No chunk of a
+    request starts queries for more than half of it, and both wall guards of ``reward`` are capped at
+    half of it, so a request that comes later waits for a worker at most about that long."""
+    header_timeout_s: float = 10.0
+    """A request's head (request line and headers) must arrive within this, counted from when the server
+    starts waiting for it; a kept-alive connection idle that long is closed."""
+    body_timeout_s: float = 60.0
+    """A request's whole body must arrive within this after its head, whatever the pace (408 past it);
+    the answer must be taken by the client within it too."""
+    max_head_bytes: int = 16 * 2**10
+    """Larger request heads are refused (431)."""
+    max_body_bytes: int = 32 * 2**20
+    """Larger request bodies are refused (413), before they are read."""
+    max_items: int = 4096
+    """Completions one request may hold (413 beyond)."""
+    max_json_values: int = 500_000
+    """JSON values (strings, numbers, arrays, objects) one body may hold, counted before it is decoded
+    (413 beyond): bounds the memory decoding takes (a tiny value costs 50-100 bytes once decoded)."""
+    max_pending_bytes: int = 128 * 2**20
+    """Request bodies held at once, from their head until their answer (503 with ``Retry-After``
+    beyond): bounds the memory of many bodies streamed in slowly."""
+    max_connections: int = 256
+    """Open connections at once. Past it a new connection has 1 s to send its head and is answered 503
+    with ``Retry-After`` (a health check still gets its answer), then closed; past five times it, a
+    connection is answered 503 and closed unread."""
     reward: RewardConfig = field(default_factory=RewardConfig)
     """The reward itself."""
+
+    def __post_init__(self) -> None:
+        if min(self.deadline_s, self.header_timeout_s, self.body_timeout_s) <= 0:
+            raise ValueError("deadline_s, header_timeout_s and body_timeout_s must be positive")
+        if min(self.max_head_bytes, self.max_body_bytes, self.max_items, self.max_json_values) < 1:
+            raise ValueError("max_head_bytes, max_body_bytes, max_items and max_json_values must be positive")
+        if self.max_pending_bytes < self.max_body_bytes or self.max_connections < 1:
+            raise ValueError("max_pending_bytes must hold at least one body of max_body_bytes; max_connections >= 1")
 
 
 MAX_INPUT_BYTES = 256 * 2**20

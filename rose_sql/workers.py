@@ -15,7 +15,11 @@ reason (killed, out of memory) has its unit sent again once; a second death of t
 reported as such.
 
 Workers start by ``fork`` while the parent has a single thread (they begin with everything imported);
-otherwise, and for every replacement, by ``spawn``. Workers leave when the parent dies.
+otherwise, and for every replacement, by ``spawn``, which runs the caller's main module again in the
+worker: a script must keep its work under ``if __name__ == "__main__":``, as multiprocessing requires.
+One that does not is stopped with a :class:`~rose_sql.errors.UsageError` saying so as soon as the
+worker's run of it reaches ROSE-SQL (a pool or a reward scorer), not left to run its work twice.
+Workers leave when the parent dies.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Generic, TypeVar
 
-from rose_sql.errors import Lost
+from rose_sql.errors import Lost, UsageError
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -148,6 +152,16 @@ def can_fork() -> bool:
     return sys.platform == "linux" and threading.active_count() == 1
 
 
+def refuse_unguarded_main() -> None:
+    """Raise :class:`UsageError` in a spawned process that is still importing its parent's main module:
+    the caller's script has no ``if __name__ == "__main__":`` guard, and is being run again here."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise UsageError(
+            "ROSE-SQL runs queries in worker processes, and a worker started by spawn runs the caller's script "
+            'again: keep the script\'s work under `if __name__ == "__main__":` (multiprocessing requires it)'
+        )
+
+
 @dataclass
 class _Unit(Generic[R]):
     fn: Callable[[Any, Any], R]
@@ -195,8 +209,8 @@ class Pool(Generic[S]):
         self._next_unit = 0
         self._closed = False
         self.stats = Stats()
-        method = "fork" if can_fork() else "spawn"
-        self._workers = [self._start(i, method) for i in range(self.size)]
+        refuse_unguarded_main()
+        self._workers = [self._start(i, "fork" if can_fork() else "spawn") for i in range(self.size)]
         self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)
         self._supervisor = threading.Thread(target=self._supervise, name="rose-workers", daemon=True)
         self._supervisor.start()
@@ -274,7 +288,7 @@ class Pool(Generic[S]):
                 if w.conn in ready:
                     self._receive(i)
                 elif w.process.sentinel in ready and not w.process.is_alive():
-                    self._died(i, f"the worker process died (exit code {w.process.exitcode})")
+                    self._died(i)
             self._check_guards()
 
     def _dispatch(self) -> None:
@@ -292,7 +306,7 @@ class Pool(Generic[S]):
         try:
             uid, ok, value = w.conn.recv()
         except (EOFError, OSError):
-            self._died(i, f"the worker process died (exit code {w.process.exitcode})")
+            self._died(i)
             return
         with self._lock:
             if w.units and w.units[0] == uid:
@@ -318,9 +332,11 @@ class Pool(Generic[S]):
                     self._replace(i, poison=key)
                     break
 
-    def _died(self, i: int, why: str) -> None:
+    def _died(self, i: int) -> None:
         self.stats.deaths += 1
-        self._replace(i, death=why)
+        process = self._workers[i].process
+        process.join(timeout=5)  # its exit status (a fork server reports it a moment after the pipe closes)
+        self._replace(i, death=f"the worker process died (exit code {process.exitcode})")
 
     def _replace(self, i: int, *, poison: bytes | None = None, death: str | None = None) -> None:
         """Stop worker ``i``, start a fresh one, and send its unit again (poisoned, or counted as a death)."""

@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from rose_sql.config import Config, steps_for
+from rose_sql.config import Config
+from rose_sql.errors import UsageError
 from rose_sql.execute import run_query
 from rose_sql.reward import (
     Reward,
@@ -46,8 +47,10 @@ from rose_sql.reward import (
     trl_reward,
     weights,
 )
-from rose_sql.reward import scorer as scorer_module
+from rose_sql.reward import worker as worker_module
 from rose_sql.reward.lanes import balanced, run_in_lanes
+from rose_sql.reward.schedule import finish
+from rose_sql.reward.worker import Worker
 
 HANG_GUARD_S = 15.0  # only catches a hang; not a performance assertion
 RUNAWAY = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r"
@@ -176,7 +179,7 @@ def test_partial_ratio_is_a_parameter(spider_db: Path) -> None:
 
 
 def test_runaway_completion_returns_the_timeout_reward(spider_db: Path) -> None:
-    with RewardScorer(RewardConfig(timeout_s=0.5, workers=2)) as s:
+    with RewardScorer(RewardConfig(max_steps=5_000_000, workers=2)) as s:
         start = time.monotonic()
         r = score(s, f"<answer>{RUNAWAY}</answer>", SINGERS, spider_db)
         elapsed = time.monotonic() - start
@@ -185,7 +188,7 @@ def test_runaway_completion_returns_the_timeout_reward(spider_db: Path) -> None:
 
 
 def test_default_timeout_is_short_and_stops_the_query(spider_db: Path, scorer: RewardScorer) -> None:
-    assert scorer.config.timeout_s == 2.0
+    assert (scorer.config.max_steps, scorer.config.timeout_s) == (200_000_000, 15.0)  # steps decide, wall time guards
     start = time.monotonic()
     rows_forever = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT x FROM r WHERE x < 0"
     r = score(scorer, rows_forever, SINGERS, spider_db)
@@ -202,7 +205,7 @@ def test_failing_gold_is_reported_never_a_match(spider_db: Path, scorer: RewardS
 
 
 def test_gold_timeout_is_reported(spider_db: Path) -> None:
-    with RewardScorer(RewardConfig(gold_timeout_s=0.3, workers=2)) as s:
+    with RewardScorer(RewardConfig(gold_max_steps=5_000_000, workers=2)) as s:
         r = score(s, RUNAWAY, RUNAWAY, spider_db)
     assert r.status == "gold_error" and r.total is None and "timed out" in r.detail
 
@@ -236,13 +239,16 @@ def test_batch_equals_one_by_one_and_scores_duplicates_once(shared: Path, scorer
 
 def test_gold_runs_once_and_repeated_completions_once(spider_db: Path) -> None:
     completions = ["SELECT name FROM singer", f"<answer>{SINGERS}</answer>"] * 20
-    with RewardScorer(RewardConfig(workers=4)) as s:
-        first = s.score_batch([RewardItem(c, SINGERS, spider_db) for c in completions])
-        again = s.score_batch([RewardItem(c, SINGERS, spider_db) for c in completions[:3]])
-        executed = (s._gold.executed, s._pred.executed)
-    assert executed == (1, 2)  # one gold, two distinct predictions, whatever the batches
-    assert [r.status for r in first] == ["partial", "match"] * 20
-    assert [r.status for r in again] == ["partial", "match", "partial"]
+    worker = Worker(RewardConfig(workers=4))  # what each worker process runs, here
+    try:
+        first = worker.score([(c, SINGERS, spider_db) for c in completions])
+        again = worker.score([(c, SINGERS, spider_db) for c in completions[:3]])
+        executed = (worker.gold.executed, worker.pred.executed)
+    finally:
+        worker.close()
+    assert executed == (1, 2)  # one gold, two distinct predictions, whatever the chunks
+    assert [o.status for o in first] == ["partial", "match"] * 20
+    assert [o.status for o in again] == ["partial", "match", "partial"]
 
 
 def test_public_surface_is_pinned() -> None:
@@ -260,8 +266,18 @@ def test_worker_processes_agree_with_threads(shared: Path, scorer: RewardScorer)
     with RewardScorer(RewardConfig(processes=2, workers=2)) as pooled:
         in_processes = pooled.score_batch(items, step=3)
         again = pooled.score_batch(items, step=3)  # the same workers, warm caches
+    with RewardScorer(RewardConfig(processes=1, workers=1)) as alone:
+        one_process = alone.score_batch(items, step=3)
     here = scorer.score_batch(items, step=3)
-    assert [r.as_dict() for r in in_processes] == [r.as_dict() for r in here] == [r.as_dict() for r in again]
+    worker = Worker(RewardConfig(workers=4))  # a worker's threads, in this process
+    try:
+        outcomes = worker.score([(it.completion, it.gold_sql, it.db) for it in items])  # type: ignore[misc]
+    finally:
+        worker.close()
+    in_threads = [finish(o.status, o.detail, o.sql, o.structure, scorer.config, 3) for o in outcomes]
+    expected = [r.as_dict() for r in in_threads]
+    assert [r.as_dict() for r in in_processes] == expected == [r.as_dict() for r in here]
+    assert [r.as_dict() for r in again] == expected == [r.as_dict() for r in one_process]
 
 
 def test_execution_only_reward(spider_db: Path) -> None:
@@ -280,8 +296,8 @@ def _plain(item: RewardItem, config: RewardConfig, step: int | None) -> tuple[An
     sql = extract_sql(item.completion, item.prompt)
     assert sql is not None
     sandbox = Config(max_rows=config.max_rows, float_digits=config.float_digits, count_past_cap_steps=0)
-    gold = run_query(item.db, item.gold_sql, replace(sandbox, max_steps=steps_for(config.gold_timeout_s)))
-    pred = run_query(item.db, sql, replace(sandbox, max_steps=steps_for(config.timeout_s)))
+    gold = run_query(item.db, item.gold_sql, replace(sandbox, max_steps=config.gold_max_steps))
+    pred = run_query(item.db, sql, replace(sandbox, max_steps=config.max_steps))
     status, detail = execution_outcome(pred, gold, item.gold_sql, config)
     structure = syntax_score(parse(sql, config), parse(item.gold_sql, config), config)
     execution = {"match": 1.0, "partial": 0.5, "wrong": 0.0, "error": -1.0, "timeout": -0.5}[status]
@@ -316,11 +332,15 @@ def test_each_distinct_sql_is_parsed_once(shared: Path, monkeypatch: pytest.Monk
         calls[sql] += 1
         return parse(sql, config)
 
-    monkeypatch.setattr(scorer_module, "parse", counting)
+    monkeypatch.setattr(worker_module, "parse", counting)
     items = _rollouts(shared)
-    with RewardScorer(RewardConfig(workers=2)) as s:
-        s.score_batch(items[: len(items) // 2])
-        s.score_batch(items)
+    worker = Worker(RewardConfig(workers=2))  # the parses of one worker process, here
+    try:
+        jobs = [(str(it.completion), it.gold_sql, it.db) for it in items]
+        worker.score(jobs[: len(jobs) // 2])
+        worker.score(jobs)
+    finally:
+        worker.close()
     assert calls and max(calls.values()) == 1
     assert set(calls) == {extract_sql(it.completion) for it in items} | {it.gold_sql for it in items}
 
@@ -669,7 +689,8 @@ def test_trl_reward_function(shared: Path) -> None:
     assert execution(prompts=None, completions=completions, **columns) == [1.0, 0.0, -1.0, None]
     labels = {"label": [f"{SINGERS}\tconcert_singer"] * 4}
     assert total(completions=completions, **labels)[0] == pytest.approx(1.0)
-    assert total(completions=["SELECT 1"]) == [None]  # no gold column: unscored, not a crash
+    with pytest.raises(UsageError, match="gold_sql column"):  # no gold column: the whole batch is unusable
+        total(completions=["SELECT 1"])
     with pytest.raises(ValueError):
         trl_reward(root, component="bogus")
 

@@ -109,3 +109,35 @@ def test_outside_a_worker_the_watch_does_nothing() -> None:
     w.arm(statement_key("x"), 0.0)
     w.disarm()
     assert w.poisoned == frozenset()
+
+
+TRAINER = """\
+import operator, sys, threading, time
+from rose_sql.reward import RewardScorer
+from rose_sql.workers import Pool
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # threads: workers are spawned
+def main():
+    scorer = RewardScorer()
+    with open(sys.argv[1], "a") as f:
+        f.write("trained\\n")  # the work that must not run twice
+    with Pool(1, operator.is_, None) as pool:
+        print(pool.submit(operator.add, [1, 2]).result(timeout=60))
+"""
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_a_script_without_a_main_guard_stops_in_its_worker_before_its_work(tmp_path: Path, guard: bool) -> None:
+    """Spawn runs the caller's script again in the worker: without a main guard, the worker's run of
+    it stops where it first reaches ROSE-SQL, saying why, and the script's work runs once."""
+    import subprocess
+    import sys
+
+    script, marker = tmp_path / "train.py", tmp_path / "trained.txt"
+    script.write_text(TRAINER + ('if __name__ == "__main__":\n    main()\n' if guard else "main()\n"))
+    done = subprocess.run([sys.executable, str(script), str(marker)], capture_output=True, text=True, timeout=120)
+    assert marker.read_text() == "trained\n"  # once: no worker ran the script's work
+    if guard:
+        assert done.returncode == 0 and done.stdout.strip() == "[1, 2]", done.stderr
+    else:
+        assert done.returncode != 0 and "Lost" in done.stderr  # the parent: its unit's worker kept dying
+        assert "UsageError" in done.stderr and 'if __name__ == "__main__":' in done.stderr  # each worker: why

@@ -27,6 +27,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from rose_sql.config import RewardConfig
@@ -63,8 +64,8 @@ class RewardWorker:
     """A Ray actor: one long-lived scorer (its connections, caches and memos live as long as it does)."""
 
     def __init__(self, config: RewardConfig) -> None:
-        self.config = config
-        self.scorer = RewardScorer(config)
+        self.config = replace(config, processes=1)  # the actor holds one CPU: one worker process
+        self.scorer = RewardScorer(self.config)
 
     def ready(self) -> int:
         """This actor's process id (it has started)."""
@@ -75,7 +76,7 @@ class RewardWorker:
 
     def compute_score_batch(self, args: tuple[list[Any], ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
         """:func:`rose_sql.reward.compute_score_batch` on this actor's part (its scorer per config is kept)."""
-        return compute_score_batch(*args, **kwargs)
+        return compute_score_batch(*args, **{"processes": 1, **kwargs})  # one CPU, one worker process
 
 
 class RateLimiter:

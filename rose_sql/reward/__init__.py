@@ -9,7 +9,8 @@ one completion through them):
 2. :func:`execution_outcome` (``execution``) compares the prediction's result with the gold's under
    our comparator (:func:`rose_sql.compare.compare`): ``match`` (1), ``partial`` (0.5), ``wrong``
    (0), ``error`` (-1: SQLite raised, the sandbox rejected it, or no SQL was found), ``timeout``
-   (-0.5). A gold that fails is ``gold_error`` and the reward is ``None``: never a match, never a 0.
+   (-0.5: past its step budget). A gold that fails is ``gold_error`` and a query a wall-clock guard
+   stopped ``wall_guard``: the reward is ``None``, never a match, never a 0.
 3. :func:`syntax_score` (``syntax``, over ``clauses`` and ``trees``): 0 when the prediction does not
    parse (sqlglot, SQLite dialect); otherwise a mix of the normalised tree-edit-distance similarity
    of the two ASTs (Zhang–Shasha) and weighted per-clause similarities (SELECT and FROM weigh most).
@@ -17,10 +18,11 @@ one completion through them):
    alpha`` moving from syntax-heavy to execution-heavy over training steps; the clause part may make
    up at most ``clause_cap`` (30 %) of the total.
 
-:class:`RewardScorer` (``scorer``, on the threads and processes of ``lanes``) runs this for batches
-concurrently, computing each execution, comparison, parse and distance once;
+:class:`RewardScorer` (``scorer``) runs this for batches in worker processes (``worker``, fed
+fairly by ``lanes``), where a guard can stop any query, computing each execution, comparison, parse
+and distance once; the server (``server``, ``payload``) serves it over HTTP;
 :func:`compute_score`, :func:`compute_score_batch` and :func:`trl_reward` (``adapters``) adapt it to
-verl and TRL, reading labels with :func:`parse_label` (``labels``). Every constant is a field of
+verl and TRL, reading labels with :func:`parse_label` (``gold``). Every constant is a field of
 :class:`RewardConfig` (in :mod:`rose_sql.config`, with every other default). See ``docs/rewards.md``
 for the definitions with examples.
 """

@@ -3,31 +3,62 @@ TRL reward functions. The OpenRLHF-style HTTP server is :mod:`rose_sql.reward.se
 
 from __future__ import annotations
 
+import atexit
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
 from rose_sql.config import RewardConfig
-from rose_sql.errors import LabelError
+from rose_sql.errors import LabelError, UsageError
 from rose_sql.reward.gold import Gold, parse_label, resolve_db
 from rose_sql.reward.schedule import Reward, invalid
 from rose_sql.reward.scorer import RewardItem, RewardScorer
 
+_SCORERS: dict[RewardConfig, RewardScorer] = {}
+"""The function-style adapters' scorers, one per config (their worker processes and caches persist)."""
+_MAX_SCORERS = 8
+_LOCK = threading.Lock()
 
-@lru_cache(maxsize=8)
+
 def _shared_scorer(config: RewardConfig) -> RewardScorer:
-    """One long-lived scorer per config for function-style adapters (verl, TRL): its caches persist."""
-    return RewardScorer(config)
+    """One long-lived scorer per config for function-style adapters (verl, TRL); past eight configs the
+    oldest is closed, and all are at exit (their worker processes stop cleanly)."""
+    with _LOCK:
+        scorer = _SCORERS.get(config)
+        if scorer is None:
+            if len(_SCORERS) >= _MAX_SCORERS:
+                _SCORERS.pop(next(iter(_SCORERS))).close()
+            scorer = _SCORERS[config] = RewardScorer(config)
+        return scorer
+
+
+@atexit.register
+def _close_scorers() -> None:
+    with _LOCK:
+        scorers = list(_SCORERS.values())
+        _SCORERS.clear()
+    for scorer in scorers:
+        scorer.close()
 
 
 def _config_from(kwargs: Mapping[str, Any], config: RewardConfig | None = None) -> RewardConfig:
     return config if config is not None else RewardConfig.from_mapping(kwargs)
 
 
+def _root(root: str | Path | None, where: str) -> str | Path | None:
+    """``root``, checked: a db_root that is not a folder makes every item unusable, so it is an error."""
+    if root is not None and not Path(root).is_dir():
+        raise UsageError(f"db_root {str(root)!r} ({where}) is not a folder: it must hold <db_id>/<db_id>.sqlite")
+    return root
+
+
 def _verl_dict(r: Reward, config: RewardConfig) -> dict[str, Any]:
-    """verl's result: ``score`` plus the same keys for every item (verl stacks them per key)."""
+    """verl's result: ``score`` plus the same keys for every item (verl stacks them per key); ``error``
+    says why an item is unscored or failed (empty otherwise). The position names the item: the same
+    result wherever it is scored (a pool scores parts of a batch)."""
     return {
         "score": r.total if r.total is not None else config.unscored,
         "execution": r.execution if r.execution is not None else config.unscored,
@@ -35,7 +66,22 @@ def _verl_dict(r: Reward, config: RewardConfig) -> dict[str, Any]:
         "clause": r.clause_part,
         "scored": r.total is not None,
         "status": r.status,
+        "error": _error(r),
     }
+
+
+def _error(r: Reward) -> str:
+    """Why an item is unscored or failed; empty when it ran and was compared."""
+    if r.status in ("match", "partial", "wrong"):
+        return ""
+    if r.total is not None:
+        return f"{r.status}: {r.detail}"
+    return f"{r.status}, unscored: {r.detail}"
+
+
+_NO_ROOT = (
+    "set +custom_reward_function.reward_kwargs.db_root=DIR (the folder holding <db_id>/<db_id>.sqlite) or $ROSE_DB_ROOT"
+)
 
 
 def _verl_items(
@@ -46,17 +92,21 @@ def _verl_items(
 ) -> tuple[list[RewardItem | str], int | None]:
     out: list[RewardItem | str] = []
     step: int | None = None
-    for solution, truth, extra in zip(solution_strs, ground_truths, extra_infos, strict=True):
-        info = extra or {}
-        step = info.get("step", info.get("global_step", step))
+    for i, (solution, truth, extra) in enumerate(zip(solution_strs, ground_truths, extra_infos, strict=True)):
+        info = extra if isinstance(extra, Mapping) else {}
+        value = info.get("step", info.get("global_step", step))
+        step = int(value) if isinstance(value, Integral) and not isinstance(value, bool) else step
+        root = info.get("db_root", db_root)
         try:
             if isinstance(truth, str) and not truth.lstrip().startswith("{") and "\t" not in truth:
-                gold = Gold(truth, resolve_db(info.get("db_id"), info.get("db_path"), info.get("db_root", db_root)))
+                gold = Gold(truth, resolve_db(info.get("db_id"), info.get("db_path"), root))
             else:
-                gold = parse_label(truth, info.get("db_root", db_root))
+                gold = parse_label(truth, root)
             out.append(RewardItem(solution, gold.sql, gold.db))
         except LabelError as e:
-            out.append(str(e))
+            out.append(f"{e} (ground_truth and extra_info of item {i})")
+        except UsageError as e:
+            raise UsageError(f"verl compute_score, item {i}: {e}; {_NO_ROOT}") from None
     return out, step
 
 
@@ -82,7 +132,10 @@ def compute_score(
     (:func:`parse_label`). ``db_root`` comes from verl's ``custom_reward_function.reward_kwargs``,
     ``extra_info["db_root"]`` or ``$ROSE_DB_ROOT``; other reward_kwargs set :class:`RewardConfig`
     fields. ``extra_info["step"]`` (if present) drives the schedule. Unscored items get
-    ``config.unscored`` with ``scored: False``.
+    ``config.unscored`` with ``scored: False``; ``error`` says why (and what to do), naming the item.
+
+    Raises :class:`~rose_sql.errors.UsageError` at the first call when no item can be scored: no
+    db_root while an item names a ``db_id``, or a db_root that is not a folder.
     """
     return compute_score_batch(
         [data_source], [solution_str], [ground_truth], [extra_info], db_root=db_root, config=config, **kwargs
@@ -101,9 +154,10 @@ def compute_score_batch(
 ) -> list[dict[str, Any]]:
     """verl's batch form (``reward_manager=batch``): the same for a whole batch, scored concurrently."""
     cfg = _config_from(kwargs, config)
-    root = db_root or os.environ.get("ROSE_DB_ROOT")
+    where = "reward_kwargs.db_root" if db_root else "$ROSE_DB_ROOT"
+    root = _root(db_root or os.environ.get("ROSE_DB_ROOT") or None, where)
     infos = [None] * len(solution_strs) if extra_infos is None else extra_infos  # verl passes numpy arrays
-    items, step = _verl_items(solution_strs, ground_truths, infos, root)
+    items, step = _verl_items(solution_strs, ground_truths, infos, None if root is None else str(root))
     return [_verl_dict(r, cfg) for r in _score_mixed(_shared_scorer(cfg), items, step)]
 
 
@@ -121,17 +175,25 @@ def trl_reward(
     or lists of chat messages. The schedule follows ``trainer_state.global_step`` when TRL passes
     it. ``component`` picks ``total``, ``execution`` or ``syntax``; the function's ``__name__`` is
     ``rose_sql_<component>`` (TRL logs each reward under it). Unscored items are None.
+
+    What makes a whole batch unusable raises :class:`~rose_sql.errors.UsageError`: a db_root that is
+    not a folder (here), and, at the first call, no ``gold_sql`` or ``label`` column, ``gold_sql``
+    without ``db_id`` or ``db_path``, a column shorter than the completions, or ``db_id`` without a
+    db_root. A problem of one item (an empty gold, a bad label, a missing database) leaves that item
+    None.
     """
     if component not in _COMPONENTS:
         raise ValueError(f"component must be one of {_COMPONENTS}")
     cfg = config or RewardConfig()
-    root = db_root or os.environ.get("ROSE_DB_ROOT")
+    where = "trl_reward(db_root)" if db_root else "$ROSE_DB_ROOT"
+    root = _root(db_root or os.environ.get("ROSE_DB_ROOT") or None, where)
 
     def reward(
         prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **columns: Any
     ) -> list[float | None]:
         state = columns.get("trainer_state")
         step = getattr(state, "global_step", None)
+        _check_columns(columns, len(completions))
         items = [_trl_item(c, i, columns, root) for i, c in enumerate(completions)]
         rewards = _score_mixed(_shared_scorer(cfg), items, step)
         return [_pick(r, component) for r in rewards]
@@ -140,10 +202,29 @@ def trl_reward(
     return reward
 
 
+def _check_columns(columns: Mapping[str, Any], n: int) -> None:
+    """Raise :class:`UsageError` when the dataset's columns cannot say what any completion is checked against."""
+    if not n:
+        return
+    given = sorted(k for k in columns if k != "trainer_state")
+    if "label" not in columns and "gold_sql" not in columns:
+        raise UsageError(
+            f"the TRL dataset needs a gold_sql column (with db_id or db_path) or a label column; it has {given}"
+        )
+    if "label" not in columns and "db_id" not in columns and "db_path" not in columns:
+        raise UsageError(
+            f"the TRL dataset has gold_sql but no db_id or db_path column to name each database; it has {given}"
+        )
+    for name in ("label", "gold_sql", "db_id", "db_path"):
+        values = columns.get(name)
+        if values is not None and (not isinstance(values, Sequence) or isinstance(values, str) or len(values) < n):
+            raise UsageError(f"the TRL column {name!r} must hold one value per completion ({n})")
+
+
 def _trl_item(completion: Any, i: int, columns: Mapping[str, Any], root: str | Path | None) -> RewardItem | str:
     def col(name: str) -> Any:
         values = columns.get(name)
-        return values[i] if isinstance(values, Sequence) and not isinstance(values, str) and i < len(values) else None
+        return values[i] if values is not None else None
 
     try:
         if col("label") is not None:
@@ -151,10 +232,14 @@ def _trl_item(completion: Any, i: int, columns: Mapping[str, Any], root: str | P
         else:
             sql = col("gold_sql")
             if not isinstance(sql, str) or not sql.strip():
-                raise LabelError("no gold_sql column (or label column) for this completion")
+                raise LabelError(f"completion {i} has no gold_sql (or label)")
             gold = Gold(sql, resolve_db(col("db_id"), col("db_path"), root))
     except LabelError as e:
         return str(e)
+    except UsageError as e:
+        raise UsageError(
+            f"TRL reward, completion {i}: {e}: pass trl_reward(db_root=DIR) or set $ROSE_DB_ROOT"
+        ) from None
     return RewardItem(completion, gold.sql, gold.db)
 
 

@@ -12,8 +12,12 @@ from rose_sql.config import RewardConfig
 from rose_sql.execute import Execution
 from rose_sql.sql import has_top_level_order_by
 
-RewardStatus = Literal["match", "partial", "wrong", "error", "timeout", "gold_error", "undecidable", "invalid"]
-"""What decided the execution reward. The last three leave the reward unscored (``None``)."""
+RewardStatus = Literal[
+    "match", "partial", "wrong", "error", "timeout", "gold_error", "undecidable", "invalid", "wall_guard"
+]
+"""What decided the execution reward. The last four leave the reward unscored (``None``)."""
+UNSCORED: frozenset[RewardStatus] = frozenset({"gold_error", "undecidable", "invalid", "wall_guard"})
+"""The statuses whose reward is ``None``."""
 
 
 def execution_outcome(
@@ -21,8 +25,11 @@ def execution_outcome(
 ) -> tuple[RewardStatus, str]:
     """Classify a prediction's execution against the gold's.
 
-    - ``gold_error``: the gold failed or timed out (the reward is None, never a match);
-    - ``timeout`` / ``error``: the prediction was interrupted / failed or was rejected;
+    - ``wall_guard``: a wall-clock guard stopped the gold or the prediction (or a deadline left it
+      unrun): what happened depends on the machine and its load, so the reward is None, never the
+      deterministic ``timeout``;
+    - ``gold_error``: the gold failed or ran out of steps (the reward is None, never a match);
+    - ``timeout`` / ``error``: the prediction ran out of steps / failed or was rejected;
     - ``undecidable``: the gold's result was cut at ``max_rows``;
     - ``match``: equal under our comparator (row multiset; order when the gold's outermost query
       orders; columns matched as whole vectors in any order; numbers by value);
@@ -32,13 +39,17 @@ def execution_outcome(
       non-empty and the larger at most ``partial_max_ratio`` times the smaller;
     - ``wrong``: anything else that ran (including a prediction cut at ``max_rows``).
     """
-    if not gold.ok or gold.result is None:
-        return "gold_error", f"the gold query {status_text(gold)}"
+    failed = gold_outcome(gold)
+    if failed is not None:
+        return failed
+    if pred.status == "guard":
+        return "wall_guard", f"the query was {pred.error or 'stopped by the wall-time guard'}"
     if pred.status == "timeout":
         return "timeout", pred.error or "timed out"
     if not pred.ok or pred.result is None:
         return "error", pred.error or pred.status
     p, g = pred.result, gold.result
+    assert g is not None  # gold_outcome: a gold that ran has a result
     if g.truncated:
         return "undecidable", "the gold's result was cut at the row cap"
     if p.truncated:
@@ -54,6 +65,15 @@ def execution_outcome(
     if containment is not None:
         return "partial", containment
     return "wrong", c.reason
+
+
+def gold_outcome(gold: Execution) -> tuple[RewardStatus, str] | None:
+    """``wall_guard`` or ``gold_error`` when the gold did not run to a result, else None."""
+    if gold.status == "guard":
+        return "wall_guard", f"the gold query was {gold.error or 'stopped by the wall-time guard'}"
+    if not gold.ok or gold.result is None:
+        return "gold_error", f"the gold query {status_text(gold)}"
+    return None
 
 
 def status_text(e: Execution) -> str:

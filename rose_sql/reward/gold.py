@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rose_sql.errors import LabelError
+from rose_sql.errors import LabelError, UsageError
 from rose_sql.items import db_file
 
 
@@ -32,7 +32,8 @@ def parse_label(label: Any, db_root: Path | str | None = None, *, confine: bool 
     The tab form takes either order (Spider's ``dev_gold.sql`` lines are ``SQL<TAB>db_id``): the
     part that is a bare name is the db_id. ``db_id`` resolves to ``<db_root>/<db_id>/<db_id>.sqlite``;
     a relative ``db_path`` to ``<db_root>/<db_path>``. With ``confine``, the file must lie under
-    ``db_root`` (the server's rule: clients cannot name arbitrary files). Raises :class:`LabelError`.
+    ``db_root`` (the server's rule: clients cannot name arbitrary files). Raises :class:`LabelError`,
+    or :class:`UsageError` for a ``db_id`` without a ``db_root`` (the caller's setup, not the label).
     """
     if isinstance(label, str) and label.lstrip().startswith("{"):
         try:
@@ -63,13 +64,13 @@ def _split_tab(label: str) -> tuple[str, str]:
 
 
 def resolve_db(db_id: Any, db_path: Any, db_root: Path | str | None, *, confine: bool = False) -> Path:
-    """The database file named by ``db_path`` or by ``db_id`` under ``db_root``."""
+    """The database file named by ``db_path`` or by ``db_id`` under ``db_root`` (see :func:`parse_label`)."""
     root = Path(db_root) if db_root is not None else None
     if isinstance(db_path, str | Path) and str(db_path):
         path = Path(db_path) if root is None or Path(db_path).is_absolute() else root / db_path
     elif isinstance(db_id, str) and _DB_ID.match(db_id) and db_id not in (".", ".."):
         if root is None:
-            raise LabelError(f"db_id {db_id!r} needs a db_root (the folder holding <db_id>/<db_id>.sqlite)")
+            raise UsageError(f"db_id {db_id!r} needs a db_root (the folder holding <db_id>/<db_id>.sqlite)")
         path = db_file(root, db_id)
     else:
         raise LabelError("label names no database: give db_id (a bare name) or db_path")

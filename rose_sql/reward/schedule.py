@@ -24,7 +24,8 @@ def weights(config: RewardConfig, step: int | None = None) -> tuple[float, float
     if config.schedule == "constant":
         alpha = config.alpha_start
     else:
-        progress = 1.0 if step is None else min(max(step / config.total_steps, 0.0), 1.0)
+        # compared before dividing: a step of any size (10**4000) is past the end, never an overflow
+        progress = 1.0 if step is None or step >= config.total_steps else max(step, 0) / config.total_steps
         if config.schedule == "cosine":
             progress = (1.0 - math.cos(math.pi * progress)) / 2.0
         alpha = config.alpha_start + (config.alpha_end - config.alpha_start) * progress
