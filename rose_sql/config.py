@@ -12,7 +12,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal, Self, get_args
+from typing import TYPE_CHECKING, Any, Literal, Self, get_args
+
+if TYPE_CHECKING:
+    from rose_sql.engines.source import Source
 
 MatchedRefuter = Literal["always", "evidence", "never"]
 Policy = Literal["rose", "paper"]
@@ -130,6 +133,10 @@ class Config:
     """Wall-clock guard for one query: a query still running after it is stopped (inside SQLite, or by
     stopping its worker process when SQLite cannot interrupt the call), and its item is unscored
     ``wall_guard``, never scored: retried by ``--resume``. A guard against runaways, never a verdict."""
+    server_timeout_s: float | None = None
+    """Wall-clock limit of one query on PostgreSQL, MySQL/MariaDB and DuckDB, enforced by the engine
+    (``statement_timeout``, ``max_statement_time``, an interrupt): they have no step counter, so a query
+    stopped by it leaves its item unscored (``wall_guard``, retried by ``--resume``), never 0. None: ``timeout_s``."""
     max_rows: int = 100_000
     """Rows kept per result; past it the result is marked ``truncated`` (rows are still counted)."""
     max_result_bytes: int = 64 * 2**20
@@ -291,8 +298,9 @@ class RewardConfig:
 class ServeConfig:
     """How the reward server (``rose serve-reward``) listens and answers, and every bound it keeps."""
 
-    db_root: Path
-    """Folder holding ``<db_id>/<db_id>.sqlite``; labels cannot name files outside it."""
+    db_root: Path | Source
+    """Folder holding ``<db_id>/<db_id>.sqlite`` (labels cannot name files outside it), or the URL of
+    another engine's databases (labels name a db_id)."""
     host: str = "127.0.0.1"
     """Address to bind (loopback by default)."""
     port: int = 5000

@@ -75,8 +75,9 @@ UNSCORED: dict[Unscored, Reason] = {
         "the item's database file does not exist", "check --db-root: it must hold <db_id>/<db_id>.sqlite"
     ),
     "db_unreadable": Reason(
-        "the item's database could not be read (not a database, corrupt, locked, or an I/O error)",
-        "check the file (the record's why names it and SQLite's message), then --resume",
+        "the item's database could not be read (not a database, corrupt, locked, or an I/O error; on a "
+        "server: unreachable, or gone away during the run)",
+        "check the file or the server (the record's why names it and the engine's message), then --resume",
         transient=True,
     ),
     "no_gold": Reason("the item has no gold SQL and no judge is configured", "give --gold, or configure a judge"),
@@ -114,7 +115,8 @@ UNSCORED: dict[Unscored, Reason] = {
         True,
     ),
     "wall_guard": Reason(
-        "a query ran far past its time limit inside one call SQLite cannot interrupt, and its worker was stopped",
+        "a query ran far past its time limit inside one call SQLite cannot interrupt, and its worker was stopped; "
+        "or, on PostgreSQL, MySQL or DuckDB (no step counter), it reached the wall-clock --timeout",
         "--resume retries it (on a less loaded machine, or with a larger --timeout)",
         transient=True,
     ),

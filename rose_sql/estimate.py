@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.decide import Facts, Step, walk
+from rose_sql.engines.source import Source
 from rose_sql.evaluate import Executed, execute_item
 from rose_sql.evidence.finder import Finder
 from rose_sql.execute import Executor
@@ -125,7 +126,7 @@ class _Usage:
         return cost(price, self.prompt_tokens, self.completion_tokens) or 0.0
 
 
-def estimate(loaded: Sequence[Loaded], db_root: Path, config: Config) -> list[Estimate]:
+def estimate(loaded: Sequence[Loaded], db_root: Path | Source, config: Config) -> list[Estimate]:
     """Estimate and bound calls, tokens and cost per prediction file (the deterministic stages run,
     evidence included)."""
     assert config.judge is not None

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from rose_sql.compare import Comparison, compare
 from rose_sql.config import Config, MatchedRefuter
 from rose_sql.decide import Decision, Facts, JudgeOutcome, Step, decide, walk
+from rose_sql.engines.source import Remote, Source
 from rose_sql.evidence.findings import Evidence, questions_match, render
 from rose_sql.execute import Execution, Executor, ResultSet
 from rose_sql.items import Item, db_file
@@ -36,10 +37,10 @@ class Executed:
 
     item: Item
     """The item."""
-    db: Path
-    """Its database file."""
+    db: Path | Remote
+    """Its database: a SQLite file, or a database of another engine."""
     db_found: bool
-    """Whether the file exists."""
+    """Whether the file (the database) exists."""
     gold: Execution | None = None
     """The gold's execution (None without gold SQL)."""
     pred: Execution | None = None
@@ -52,6 +53,13 @@ class Executed:
     """What the evidence stage found, when it ran."""
     doubts: list[str] | None = None
     """Cheap reasons to doubt a match; computed when a judge is configured."""
+    server: str | None = None
+    """The engine and its version, on engines other than SQLite (None on SQLite)."""
+
+    @property
+    def dialect(self) -> str | None:
+        """sqlglot's dialect of the engine, on engines other than SQLite (None on SQLite)."""
+        return self.db.dialect if isinstance(self.db, Remote) else None
 
     def for_item(self, item: Item) -> Executed:
         """These stages' outcome for another item with the same database, gold and prediction (one
@@ -81,14 +89,24 @@ class Executed:
 
 
 def execute_item(
-    item: Item, db_root: Path, executor: Executor, finder: Finder | None = None, *, doubts: bool = False
+    item: Item, db_root: Path | Source, executor: Executor, finder: Finder | None = None, *, doubts: bool = False
 ) -> Executed:
     """Run gold and prediction, compare them, compute the official readings and gather evidence.
 
+    ``db_root``: a folder of SQLite databases, or the URL of another engine's (:mod:`rose_sql.engines.source`),
+    where the readings are the official mini-dev script's in that dialect (the test suite's are not defined).
     ``doubts``: also note the cheap reasons to doubt a match (a judge will read them)."""
-    db = db_file(db_root, item.db_id)
-    if not _a_name(item.db_id) or not db.is_file():  # a db_id is a folder's name, never a path out of db_root
-        return Executed(item, db, db_found=False)
+    server = None
+    db: Path | Remote
+    if isinstance(db_root, Path):
+        db = db_file(db_root, item.db_id)
+        if not _a_name(item.db_id) or not db.is_file():  # a db_id is a folder's name, never a path out of db_root
+            return Executed(item, db, db_found=False)
+    else:
+        db = db_root.locate(item.db_id)
+        if not _a_name(item.db_id) or not executor.exists(db):
+            return Executed(item, db, db_found=False)
+        server = executor.server(db)
     gold = executor.run(db, item.gold_sql, role="gold") if item.gold_sql is not None else None
     pred = executor.run(db, item.pred_sql, role="pred")
     comparison = None
@@ -96,7 +114,9 @@ def execute_item(
         ordered = has_top_level_order_by(item.gold_sql or "")
         comparison = compare(pred.result, gold.result, ordered=ordered, digits=executor.config.float_digits)
     readable = pred.status != "unreadable"
-    readings = _readings(item, db, gold, pred, executor) if gold is not None and gold.ok and readable else Readings()
+    readings = Readings()
+    if gold is not None and gold.ok and readable:
+        readings = _readings(item, db, gold, pred, executor) if isinstance(db, Path) else _bird_readings(gold, pred)
     evidence = None
     if finder is not None and gold is not None and gold.ok and pred.ok and item.gold_sql is not None:
         evidence = finder.gather(db, item.gold_sql, item.pred_sql, gold, pred, comparison)
@@ -105,7 +125,22 @@ def execute_item(
         from rose_sql.evidence.doubts import match_doubts
 
         found_doubts = match_doubts(item.pred_sql, item.gold_sql, gold, comparison)
-    return Executed(item, db, True, gold, pred, comparison, readings, evidence, found_doubts)
+    return Executed(item, db, True, gold, pred, comparison, readings, evidence, found_doubts, server)
+
+
+def _bird_readings(gold: Execution, pred: Execution) -> Readings:
+    """``bird_ex`` and Soft-F1 as mini-dev's script computes them on a server: the prediction and the
+    gold fetched, ``set()`` of rows compared with Python's ``==`` (a failure, or a result ``set()``
+    cannot hash, is 0). The test suite's readings are not defined on these engines (None)."""
+    g, p = gold.result, pred.result
+    assert g is not None
+    if p is None:
+        return Readings(bird_ex=0, soft_f1=0.0)
+    if g.truncated or p.truncated:
+        return Readings()
+    if g.unhashable or p.unhashable:
+        return Readings(bird_ex=0, soft_f1=0.0)
+    return Readings(bird_ex=bird_ex(p.rows, g.rows), soft_f1=soft_f1(p.rows, g.rows))
 
 
 def _a_name(db_id: str) -> bool:
@@ -231,6 +266,8 @@ def to_record(ex: Executed, judged: Judged) -> Record:
         judges=list(judged.calls),
         evidence=ex.evidence,
         doubts=ex.doubts,
+        dialect=ex.dialect,
+        server=ex.server,
         llm_calls=len(made),
         cost_usd=round(sum((c.cost_usd or 0.0 for c in made), 0.0), 8),
     )
@@ -250,7 +287,7 @@ def unjudged_record(ex: Executed) -> Record:
     return to_record(ex, Judged(decision))
 
 
-def evaluate_item(item: Item, db_root: Path, executor: Executor) -> Record:
+def evaluate_item(item: Item, db_root: Path | Source, executor: Executor) -> Record:
     """Execute, compare and decide one item without judges. Never raises: a failure is data on the record."""
     try:
         return unjudged_record(execute_item(item, db_root, executor))
@@ -258,7 +295,7 @@ def evaluate_item(item: Item, db_root: Path, executor: Executor) -> Record:
         return failed_record(item, e)
 
 
-def evaluate_items(items: Sequence[Item], db_root: Path, config: Config | None = None) -> list[Record]:
+def evaluate_items(items: Sequence[Item], db_root: Path | Source, config: Config | None = None) -> list[Record]:
     """Evaluate items in this process, judges and evidence as ``config`` says: the records, in order.
 
     The library's whole path for scripts and notebooks (``rose run`` adds worker processes, resume and
@@ -267,7 +304,7 @@ def evaluate_items(items: Sequence[Item], db_root: Path, config: Config | None =
     return asyncio.run(_evaluate_items(items, db_root, config or Config()))
 
 
-async def _evaluate_items(items: Sequence[Item], db_root: Path, config: Config) -> list[Record]:
+async def _evaluate_items(items: Sequence[Item], db_root: Path | Source, config: Config) -> list[Record]:
     llm: LLM | None = None
     schemas: Schemas | None = None
     finder: Finder | None = None

@@ -29,12 +29,16 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rose_sql.config import Config
+from rose_sql.engines.source import Remote, Source
 from rose_sql.engines.sqlite import Authorizer, connect_read_only, sidecars
 from rose_sql.sql import gate
 from rose_sql.workers import Watch, statement_key
+
+if TYPE_CHECKING:  # the other engines are loaded when a URL names one
+    from rose_sql.engines.base import Engine
 
 Status = Literal["ok", "error", "timeout", "rejected", "guard", "unreadable"]
 Limit = Literal["steps", "memory", "wall", "process"]
@@ -81,6 +85,9 @@ class ResultSet:
     """False when counting the rows past the cap ran out of time."""
     decode_errors: bool = False
     """True when some text was not valid UTF-8 and was decoded ignoring the bad bytes."""
+    unhashable: bool = False
+    """True when an engine other than SQLite returned a list or a mapping (kept as a tuple or JSON text):
+    the official scripts' ``set()`` of rows raises on such a result."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,15 +208,17 @@ class Executor:
         self._cache_cells = 0
         self._cache_bytes = 0
         self._inflight: dict[tuple[DbKey, str], Future[Execution]] = {}
+        self._engines: dict[Source, Engine] = {}
         self.executed = 0
         """Number of executions that actually ran (cache misses)."""
 
     # ------------------------------------------------------------------ public
 
-    def run(self, db: Path, sql: str, *, role: str = "pred") -> Execution:
-        """Execute ``sql`` on database file ``db`` on the connection of ``role``. Never raises on bad SQL."""
+    def run(self, db: Path | Remote, sql: str, *, role: str = "pred") -> Execution:
+        """Execute ``sql`` on database ``db`` (a SQLite file, or a database of another engine) on the
+        connection of ``role``. Never raises on bad SQL."""
         try:
-            dbk = db_key(db)
+            dbk = db_key(db) if isinstance(db, Path) else db.key
         except OSError as e:
             return Execution("unreadable", 0.0, error=f"{UNREADABLE}: {e.strerror or e}")
         key = (dbk, sql)
@@ -225,7 +234,10 @@ class Executor:
         if not owner:
             return replace(fut.result(), cached=True)
         try:
-            execution, nbytes = self._execute(db, dbk, sql, role)
+            if isinstance(db, Path):
+                execution, nbytes = self._execute(db, dbk, sql, role)
+            else:
+                execution, nbytes = self._execute_on(db, sql, role)
         except BaseException as e:  # never leave waiters hanging
             with self._lock:
                 self._inflight.pop(key, None)
@@ -243,8 +255,36 @@ class Executor:
         """Close every connection this executor opened."""
         with self._lock:
             conns, self._all = self._all, set()
+            engines, self._engines = list(self._engines.values()), {}
         for c in conns:
             c.close()
+        for engine in engines:
+            engine.close()
+
+    def engine(self, source: Source) -> Engine:
+        """This executor's engine for a URL's databases (made on first use, with this executor's limits)."""
+        with self._lock:
+            engine = self._engines.get(source)
+            if engine is None:
+                from rose_sql.engines.base import engine_for
+
+                engine = self._engines[source] = engine_for(source.kind, self.config)
+            return engine
+
+    def exists(self, db: Remote) -> bool:
+        """Whether a database of another engine exists (an unreachable server counts as existing: its
+        statements are then ``unreadable``, a transient reason)."""
+        try:
+            return self.engine(db.source).exists(db)
+        except Exception:
+            return True
+
+    def server(self, db: Remote) -> str | None:
+        """The name and version of the engine serving ``db`` (None when it cannot be reached)."""
+        try:
+            return self.engine(db.source).version(db)
+        except Exception:
+            return None
 
     def __enter__(self) -> Executor:
         return self
@@ -327,6 +367,18 @@ class Executor:
             return Execution("guard", time.monotonic() - start, error=self._guard_text(), limit="wall"), 0
         return Execution("ok", time.monotonic() - start, result=result), nbytes
 
+    def _execute_on(self, db: Remote, sql: str, role: str) -> tuple[Execution, int]:
+        """A statement on another engine's database, under the worker's guard (see :mod:`rose_sql.engines`)."""
+        key = statement_key(db.key[0], sql)
+        if key in self.watch.poisoned:
+            return Execution("guard", 0.0, error=GUARD_STOPPED, limit="process"), 0
+        engine = self.engine(db.source)
+        self.watch.arm(key, engine_timeout(self.config) + GUARD_MARGIN_S)
+        try:
+            return engine.run(db, sql, role)
+        finally:
+            self.watch.disarm()
+
     def _guard_text(self) -> str:
         return f"stopped by the wall-time guard after {self.config.timeout_s:g} s (--timeout), before its step budget"
 
@@ -393,6 +445,11 @@ class Executor:
             return counted, False
         finally:
             c.conn.text_factory = factory
+
+
+def engine_timeout(config: Config) -> float:
+    """The wall-clock limit other engines enforce themselves."""
+    return config.server_timeout_s if config.server_timeout_s is not None else config.timeout_s
 
 
 def run_query(db: Path, sql: str, config: Config | None = None) -> Execution:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rose_sql.config import Config, JudgeConfig
+from rose_sql.engines.source import Source
 from rose_sql.items import Loaded, db_file
 
 if TYPE_CHECKING:
@@ -241,6 +242,10 @@ class Manifest:
     """The options that can change a score (:data:`SCORE_OPTIONS`)."""
     judge: JudgeInfo | None = None
     """The judge: model, endpoint, parameters, prompt hashes and what it is shown (None without one)."""
+    dialect: str = "sqlite"
+    """sqlglot's dialect of the engine the databases are on (``sqlite``, ``postgres``, ``mysql``, ``duckdb``)."""
+    server: str | None = None
+    """The engine and its version when it is not SQLite (``PostgreSQL 15.20``...); None when unreachable."""
     finished: str | None = None
     """When the run ended (None while it runs, or if it was interrupted)."""
     complete: bool = False
@@ -281,11 +286,12 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def build(loaded: Loaded, gold: Path | None, db_root: Path, config: Config, *, command: list[str]) -> Manifest:
+def build(loaded: Loaded, gold: Path | None, db_root: Path | Source, config: Config, *, command: list[str]) -> Manifest:
     """The manifest of one prediction file's run."""
     from rose_sql import __version__
 
     db_ids = sorted({it.db_id for it in loaded.items})
+    where = _files(db_root, db_ids, config) if isinstance(db_root, Path) else _engine(db_root, db_ids, config)
     return Manifest(
         rose_sql=__version__,
         sqlite=sqlite3.sqlite_version,
@@ -296,11 +302,35 @@ def build(loaded: Loaded, gold: Path | None, db_root: Path, config: Config, *, c
         format=loaded.format,
         predictions=FileId.of(loaded.path),
         gold=FileId.of(gold) if gold is not None else None,
-        db_root=str(db_root.resolve()),
-        databases=[DatabaseId.of(d, db_file(db_root, d)) for d in db_ids],
-        options={name: getattr(config, name) for name in SCORE_OPTIONS},
         judge=judge_info(config),
+        **where,
     )
+
+
+def _files(db_root: Path, db_ids: list[str], config: Config) -> dict[str, Any]:
+    """Where SQLite databases are: the folder, each file's identity, the options."""
+    return {
+        "db_root": str(db_root.resolve()),
+        "databases": [DatabaseId.of(d, db_file(db_root, d)) for d in db_ids],
+        "options": {name: getattr(config, name) for name in SCORE_OPTIONS},
+    }
+
+
+def _engine(source: Source, db_ids: list[str], config: Config) -> dict[str, Any]:
+    """Where another engine's databases are: its URL (no password), dialect and version; a database's
+    identity is whether it exists (a server's data has no file to digest)."""
+    from rose_sql.execute import Executor
+
+    with Executor(config.with_(workers=1)) as ex:
+        found = {d: ex.exists(source.locate(d)) for d in db_ids}
+        server = next((v for v in (ex.server(source.locate(d)) for d in db_ids[:1]) if v), None)
+    return {
+        "db_root": source.shown,
+        "databases": [DatabaseId(d, source.locate(d).shown, found[d]) for d in db_ids],
+        "options": {name: getattr(config, name) for name in (*SCORE_OPTIONS, "server_timeout_s")},
+        "dialect": source.dialect,
+        "server": server,
+    }
 
 
 def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
@@ -342,7 +372,9 @@ def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
                 refuse.append(f"judge {key} differs ({a!r} then, {b!r} now)")
         if old.judge.base_url != new.judge.base_url:
             warn.append(f"judge endpoint differs ({old.judge.base_url} then, {new.judge.base_url} now)")
-    for name in ("rose_sql", "sqlite"):
+    if old.dialect != new.dialect:
+        refuse.append(f"the engine differs ({old.dialect} then, {new.dialect} now)")
+    for name in ("rose_sql", "sqlite", "server"):
         if getattr(old, name) != getattr(new, name):
             warn.append(f"{name} version differs ({getattr(old, name)} then, {getattr(new, name)} now)")
     return refuse, warn

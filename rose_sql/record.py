@@ -12,7 +12,9 @@ Layout versions (``schema``):
 - 1: the first layout;
 - 2: ``labels`` always carries all five GoldX/AmbQ fields; ``doubts`` (cheap reasons to doubt a match,
   recorded when a judge is configured), ``evidence.guard`` and an execution's ``limit`` are new; judge
-  calls may carry ``imported_from``.
+  calls may carry ``imported_from``. Items evaluated on PostgreSQL, MySQL/MariaDB or DuckDB carry
+  ``dialect`` and ``server``; a record without them was evaluated on SQLite (written only when set, so
+  SQLite records are unchanged, and readers of this layout that predate them ignore them).
 """
 
 from __future__ import annotations
@@ -208,6 +210,10 @@ class Record:
     """Cheap deterministic reasons to doubt a match (both results empty, other tables read); recorded
     when a judge is configured, None otherwise. With the evidence, they decide whether the matched-results
     policy ``evidence`` asks the Refuter."""
+    dialect: str | None = None
+    """sqlglot's dialect of the engine the item ran on (``postgres``, ``mysql``, ``duckdb``); None: SQLite."""
+    server: str | None = None
+    """The engine and its version (``PostgreSQL 15.20``, ``MariaDB 10.11.19``...); None: SQLite."""
     schema: int = SCHEMA_VERSION
     """Version of this record's layout."""
 
@@ -221,6 +227,8 @@ class Record:
         data["labels"] = _plain(self.labels, _LABEL_FIELDS)
         data["judges"] = [c.to_dict() for c in self.judges]
         data["evidence"] = self.evidence.to_dict() if self.evidence is not None else None
+        if self.dialect is None and self.server is None:  # SQLite: the layout as it always was
+            del data["dialect"], data["server"]
         return data
 
     def to_json(self) -> str:

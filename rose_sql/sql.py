@@ -212,8 +212,9 @@ def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def gate(sql: str, *, max_chars: int = 200_000) -> str | None:
-    """Why this SQL may not run (None: it may). Accepts exactly one SELECT / WITH / VALUES statement."""
+def gate(sql: str, *, max_chars: int = 200_000, dialect: str = DEFAULT_DIALECT) -> str | None:
+    """Why this SQL may not run (None: it may). Accepts exactly one SELECT / WITH / VALUES statement,
+    read in ``dialect``."""
     if not sql.strip():
         return EMPTY
     if "\x00" in sql:
@@ -226,7 +227,7 @@ def gate(sql: str, *, max_chars: int = 200_000) -> str | None:
         return f"SQL is not valid Unicode text (lone surrogate {sql[e.start]!r} at {e.start})"
     if _plainly_one_select(sql):
         return None
-    tokens = query(sql).tokens
+    tokens = query(sql, dialect).tokens
     if tokens is None:
         return None  # let SQLite report the syntax error in its own words
     if not tokens:

@@ -1,55 +1,274 @@
-"""Every opening of a user's SQLite file is read-only and leaves the file and its folder as they were."""
+"""The engines other than SQLite: URLs, values, time limits, servers that go away, roles, records,
+judges' schema, rewards. Tests that need a server skip, naming it, when it cannot be reached."""
 
 from __future__ import annotations
 
-import sqlite3
+import builtins
+import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from rose_sql.engines.sqlite import connect_read_only, read_only_uri, readable_path
-from rose_sql.evidence.workspace import Workspace
+import pytest
+from click.testing import CliRunner
+from servers import MYSQL_ADMIN, PG_ADMIN, SUPERHERO, reachable, superhero_fixture  # noqa: F401
+
+from rose_sql.cli.main import main
+from rose_sql.compare import compare
+from rose_sql.config import Config, JudgeConfig, RewardConfig
+from rose_sql.engines.base import engine_for, writable_warning
+from rose_sql.engines.source import Remote, Source, parse, redact
+from rose_sql.errors import UsageError
+from rose_sql.evaluate import evaluate_item
 from rose_sql.execute import Executor
-from rose_sql.judges.context import read_schema
+from rose_sql.items import Item
 
-SCRIPT = "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO t VALUES (1, 'a'), (2, 'b');"
-
-
-def test_a_wal_database_is_read_without_side_files_by_every_reader(make_db: Callable[..., Path]) -> None:
-    db = make_db("PRAGMA journal_mode = wal;" + SCRIPT)  # closed cleanly: no -wal file remains
-    assert db.read_bytes()[18:20] == b"\x02\x02"  # precondition: a WAL-mode database
-    assert sorted(p.name for p in db.parent.iterdir()) == [db.name]
-    before = db.read_bytes()
-    assert "t" in read_schema(db).tables
-    ws = Workspace(db)
-    try:
-        counted = ws.run("SELECT count(*) FROM t")
-        assert counted is not None and counted.rows == ((2,),)
-    finally:
-        ws.close()
-    with Executor() as ex:
-        assert ex.run(db, "SELECT count(*) FROM t").ok
-    assert sorted(p.name for p in db.parent.iterdir()) == [db.name]
-    assert db.read_bytes() == before
+KINDS = ("postgresql", "mysql", "duckdb")
 
 
-def test_a_database_with_a_journal_beside_it_is_read_from_a_private_copy(make_db: Callable[..., Path]) -> None:
-    db = make_db(SCRIPT)
-    assert readable_path(db) == db and read_only_uri(db).endswith("?mode=ro&immutable=1")
-    db.with_name(db.name + "-wal").write_bytes(b"")
-    copy = readable_path(db)
-    assert copy != db and copy.name == db.name and copy.parent.name.startswith("rose-sqlite-")
-    assert readable_path(db) == copy  # made once while the files stay as they are
+# --------------------------------------------------------------------------- URLs (no server)
 
 
-def test_the_read_only_connection_cannot_write(make_db: Callable[..., Path]) -> None:
-    db = make_db(SCRIPT)
-    conn = connect_read_only(db)
-    try:
-        try:
-            conn.execute("DELETE FROM t")
-        except sqlite3.OperationalError as e:
-            assert "readonly" in str(e) or "read-only" in str(e)
-        else:
-            raise AssertionError("a write went through")
-    finally:
-        conn.close()
+def test_a_folder_stays_a_path_and_urls_name_engines(tmp_path: Path) -> None:
+    assert parse(str(tmp_path)) == tmp_path
+    assert parse(f"sqlite://{tmp_path}") == tmp_path
+    pg = parse("postgresql://u:secret@h:5432/bird")
+    assert isinstance(pg, Source) and pg.kind == "postgresql" and pg.dialect == "postgres" and not pg.per_db
+    assert pg.locate("superhero").target == "postgresql://u:secret@h:5432/bird"
+    assert "secret" not in pg.shown and "secret" not in pg.locate("x").shown and "db_id x" in pg.locate("x").shown
+    my = parse("mariadb://root@h/{db_id}")
+    assert isinstance(my, Source) and my.kind == "mysql" and my.per_db
+    assert my.locate("a b").target == "mariadb://root@h/a%20b"
+    (tmp_path / "dd").mkdir()
+    folder = parse(f"duckdb://{tmp_path / 'dd'}")
+    assert isinstance(folder, Source) and folder.per_db
+    assert folder.locate("x").target == str(tmp_path / "dd" / "x.duckdb")
+    one = parse(f"duckdb://{tmp_path / 'one.duckdb'}")
+    assert isinstance(one, Source) and not one.per_db and one.locate("x").target == str(tmp_path / "one.duckdb")
+    assert redact("mysql://root:pw@h:1/db") == "mysql://root:***@h:1/db"
+    with pytest.raises(UsageError, match="unknown scheme"):
+        parse("oracle://h/db")
+
+
+def test_a_missing_client_library_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = builtins.__import__
+
+    def no_psycopg(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "psycopg":
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_psycopg)
+    with pytest.raises(UsageError, match=r"pip install 'rose-sql\[postgres\]'"):
+        engine_for("postgresql", Config())
+
+
+def test_a_server_that_is_absent_is_named_in_the_skip_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    import servers
+
+    monkeypatch.setattr(servers, "PG_ADMIN", "postgresql://nobody@127.0.0.1:1/none")
+    why = servers.reachable("postgresql")
+    assert why is not None and "postgresql" in why and "127.0.0.1:1" in why
+
+
+def test_sqlite_records_keep_their_layout(make_db: Callable[..., Path]) -> None:
+    db = make_db("CREATE TABLE t (a INT); INSERT INTO t VALUES (1);")
+    with Executor(Config(workers=1)) as ex:
+        record = evaluate_item(Item(1, "t", "SELECT a FROM t", "SELECT a FROM t"), db.parent.parent, ex)
+    data = record.to_dict()
+    assert "dialect" not in data and "server" not in data and data["schema"] == 2
+
+
+# --------------------------------------------------------------------------- on each engine
+
+
+def _db(superhero_on: Callable[[str], tuple[str, str]], kind: str, *, admin: bool = False) -> Remote:
+    urls = superhero_on(kind)
+    source = parse(urls[0] if admin else urls[1])
+    assert isinstance(source, Source)
+    return source.locate("superhero")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_values_of_every_driver_compare_by_value(kind: str, superhero_on: Callable[[str], tuple[str, str]]) -> None:
+    typed = {
+        "postgresql": "SELECT CAST(2.50 AS numeric(5,2)), CAST(1 AS double precision), DATE '2020-01-02', true, "
+        "AVG(height_cm) * 0 + 1 FROM superhero",
+        "mysql": "SELECT CAST(2.50 AS DECIMAL(5,2)), CAST(1 AS DOUBLE), DATE '2020-01-02', TRUE, "
+        "AVG(height_cm) * 0 + 1 FROM superhero",
+        "duckdb": "SELECT CAST(2.50 AS DECIMAL(5,2)), CAST(1 AS DOUBLE), DATE '2020-01-02', true, "
+        "AVG(height_cm) * 0 + 1 FROM superhero",
+    }[kind]
+    plain = {
+        "postgresql": "SELECT 2.5::float8, 1, DATE '2020-01-02', true, 1",
+        "mysql": "SELECT 2.5e0, 1, DATE '2020-01-02', 1, 1",
+        "duckdb": "SELECT 2.5::DOUBLE, 1, DATE '2020-01-02', true, 1",
+    }[kind]
+    with Executor(Config(workers=1)) as ex:
+        db = _db(superhero_on, kind)
+        a, b = ex.run(db, typed), ex.run(db, plain)
+    assert a.result is not None and b.result is not None, (a.error, b.error)
+    assert compare(a.result, b.result, ordered=False).equal
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_query_past_the_time_limit_is_unscored_never_zero(
+    kind: str, superhero_on: Callable[[str], tuple[str, str]]
+) -> None:
+    slow = {
+        "postgresql": "SELECT count(*) FROM generate_series(1, 100000000000)",
+        "mysql": "SELECT count(*) FROM superhero a, superhero b, superhero c, superhero d, superhero e",
+        "duckdb": "SELECT count(*) FROM range(100000000000)",
+    }[kind]
+    source = parse(superhero_on(kind)[1])
+    assert isinstance(source, Source)
+    with Executor(Config(timeout_s=0.5, workers=1)) as ex:
+        record = evaluate_item(Item(1, "superhero", slow, "SELECT count(*) FROM superhero"), source, ex)
+    assert record.pred.status == "guard" and "time limit" in (record.pred.error or "")
+    assert record.score is None and record.unscored_reason == "wall_guard"
+    assert record.dialect == source.dialect and record.server
+
+
+def test_a_server_that_goes_away_mid_run_is_transient_then_reconnects(
+    superhero_on: Callable[[str], tuple[str, str]],
+) -> None:
+    import psycopg
+
+    admin, reader = superhero_on("postgresql")
+    source = parse(reader)
+    assert isinstance(source, Source)
+    with Executor(Config(workers=1)) as ex:
+        item = Item(1, "superhero", "SELECT count(*) FROM superhero", "SELECT count(*) FROM colour")
+        assert evaluate_item(item, source, ex).pred.status == "ok"
+        with psycopg.connect(admin, autocommit=True) as c:  # the server drops the reader's sessions
+            c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'rose_test_reader'")
+        gone = evaluate_item(Item(2, "superhero", "SELECT 1 FROM superhero", "SELECT 2 FROM colour"), source, ex)
+        assert gone.score is None and gone.unscored_reason == "db_unreadable"
+        again = evaluate_item(Item(3, "superhero", "SELECT 3 FROM superhero", "SELECT 4 FROM colour"), source, ex)
+        assert again.pred.status == "ok" and again.gold.status == "ok"
+    unreachable = parse("postgresql://nobody@127.0.0.1:1/none")
+    assert isinstance(unreachable, Source)
+    with Executor(Config(workers=1)) as ex:
+        record = evaluate_item(item, unreachable, ex)
+    assert record.unscored_reason == "db_unreadable"
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+def test_the_reader_cannot_write_and_the_admin_is_warned_about(
+    kind: str, superhero_on: Callable[[str], tuple[str, str]]
+) -> None:
+    admin, reader = superhero_on(kind)
+    admin_source, reader_source = parse(admin), parse(reader)
+    assert isinstance(admin_source, Source) and isinstance(reader_source, Source)
+    warning = writable_warning(admin_source, "superhero", Config())
+    assert warning is not None and "rose db reader" in warning
+    assert writable_warning(reader_source, "superhero", Config()) is None
+    if kind == "postgresql":
+        import psycopg
+
+        with psycopg.connect(reader, autocommit=True) as c, pytest.raises(psycopg.Error):
+            c.execute("BEGIN READ WRITE; DELETE FROM colour")
+    else:
+        import pymysql
+
+        from rose_sql.engines.mysql import connect_args
+
+        with pymysql.connect(**connect_args(reader)) as c, c.cursor() as cur, pytest.raises(pymysql.err.MySQLError):
+            cur.execute("DELETE FROM colour")
+
+
+def test_a_database_that_does_not_exist_is_missing(superhero_on: Callable[[str], tuple[str, str]]) -> None:
+    _, reader = superhero_on("postgresql")
+    source = parse(reader.rsplit("/", 1)[0] + "/{db_id}")
+    assert isinstance(source, Source)
+    with Executor(Config(workers=1)) as ex:
+        record = evaluate_item(Item(1, "rose_no_such_db", "SELECT 1", "SELECT 1"), source, ex)
+    assert record.unscored_reason == "db_missing"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_judges_see_the_engine_and_its_schema(kind: str, superhero_on: Callable[[str], tuple[str, str]]) -> None:
+    from rose_sql.judges.context import Schemas
+
+    schema = Schemas().get(_db(superhero_on, kind))
+    text = schema.render(frozenset({"superhero"}), JudgeConfig(model="x"))
+    assert text.startswith("-- Engine: ") and "integer / integer" in text
+    assert "CREATE TABLE" in text and "superhero_name" in text and "e.g." in text
+    assert "FOREIGN KEY" in schema.tables["superhero"].ddl
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_rewards_on_every_engine(kind: str, superhero_on: Callable[[str], tuple[str, str]]) -> None:
+    from rose_sql.reward import RewardItem, RewardScorer
+    from rose_sql.reward.gold import parse_label
+
+    url = superhero_on(kind)[1]
+    gold = parse_label({"gold_sql": "SELECT count(*) FROM superhero", "db_id": "superhero"}, url)
+    assert isinstance(gold.db, Remote)
+    with RewardScorer(RewardConfig(workers=2)) as scorer:
+        good, bad = scorer.score_batch(
+            [
+                RewardItem("```sql\nSELECT COUNT(id) FROM superhero\n```", gold.sql, gold.db),
+                RewardItem("SELECT count(*) FROM colour", gold.sql, gold.db),
+            ]
+        )
+    assert good.status == "match" and bad.status == "wrong"
+
+
+def test_rose_run_records_the_engine_in_the_manifest(
+    superhero_on: Callable[[str], tuple[str, str]], tmp_path: Path
+) -> None:
+    _, reader = superhero_on("postgresql")
+    items = tmp_path / "items.jsonl"
+    items.write_text(
+        json.dumps({"id": 1, "db_id": "superhero", "gold_sql": "SELECT 1", "pred_sql": "SELECT 1.0"}) + "\n"
+    )
+    result = CliRunner().invoke(
+        main, ["run", str(items), "--db", reader, "--out", str(tmp_path / "out"), "--workers", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "out" / "items" / "manifest.json").read_text())
+    assert manifest["dialect"] == "postgres" and manifest["server"].startswith("PostgreSQL")
+    assert manifest["complete"] and manifest["databases"][0]["found"]
+    record = json.loads((tmp_path / "out" / "items" / "records.jsonl").read_text())
+    assert record["dialect"] == "postgres" and record["readings"]["bird_ex"] == 1
+
+
+def test_rose_db_copy_checks_the_golds_on_both_sides(tmp_path: Path, shared: Path) -> None:
+    pytest.importorskip("duckdb")
+    url = f"duckdb://{tmp_path / 'superhero.duckdb'}"
+    gold = shared / "bird" / "mini_dev_sqlite.json"
+    result = CliRunner().invoke(main, ["db", "copy", str(SUPERHERO), url, "--check", str(gold)])
+    assert result.exit_code == 0, result.output
+    assert "copied 10 tables, 10614 rows" in result.output
+    assert "golds of superhero: 45 of 52 return the same results" in result.output
+    again = CliRunner().invoke(main, ["db", "copy", str(SUPERHERO), url])
+    assert again.exit_code == 2 and "--replace" in again.output
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gold_smells_and_distinguishing_rows_on_every_engine(
+    kind: str, superhero_on: Callable[[str], tuple[str, str]]
+) -> None:
+    from rose_sql.evaluate import execute_item
+    from rose_sql.evidence.finder import Finder
+
+    source = parse(superhero_on(kind)[1])
+    assert isinstance(source, Source)
+    tie = (
+        "SELECT T1.superhero_name FROM superhero AS T1 INNER JOIN hero_attribute AS T2 ON T1.id = T2.hero_id "
+        "INNER JOIN attribute AS T3 ON T2.attribute_id = T3.id WHERE T3.attribute_name = 'Intelligence' "
+        "ORDER BY T2.attribute_value LIMIT 1"
+    )
+    absent = "SELECT COUNT(id) FROM superhero WHERE superhero_name = 'Iron man'"
+    config = Config(workers=1)
+    with Executor(config) as ex:
+        finder = Finder(config)
+        found = {}
+        for gold in (tie, absent):
+            item = Item(1, "superhero", "SELECT superhero_name FROM superhero WHERE id < 3", gold)
+            evidence = execute_item(item, source, ex, finder).evidence
+            assert evidence is not None and evidence.diff is not None and evidence.witness is None
+            assert evidence.skipped is not None and "witness search" in evidence.skipped
+            found[gold] = {s.name for s in evidence.gold_smells}
+    assert found == {tie: {"limit_tie"}, absent: {"literal_absent"}}

@@ -4,7 +4,7 @@ so ``rose run`` starts fast; the consoles and the one way errors become messages
 Modules, one per command group: :mod:`~rose_sql.cli.run` (run, demo), :mod:`~rose_sql.cli.calibration`
 (agree, import-rose, replay, judge-card, judge-compare), :mod:`~rose_sql.cli.analysis` (compare, report,
 audit), :mod:`~rose_sql.cli.reward` (serve-reward), :mod:`~rose_sql.cli.review` (review),
-:mod:`~rose_sql.cli.merge` (merge).
+:mod:`~rose_sql.cli.merge` (merge), :mod:`~rose_sql.cli.db` (db copy, db reader).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ COMMANDS = {
     "serve-reward": "rose_sql.cli.reward:serve_reward_cmd",
     "review": "rose_sql.cli.review:review_cmd",
     "merge": "rose_sql.cli.merge:merge_cmd",
+    "db": "rose_sql.cli.db:db_cmd",
 }
 """Every command, and where it is defined."""
 

@@ -9,8 +9,8 @@ from typing import get_args
 import click
 
 from rose_sql.cli.main import err, fail
-from rose_sql.config import MAX_QUERY_THREADS, Schedule, ServeConfig
-from rose_sql.errors import UsageError
+from rose_sql.config import MAX_QUERY_THREADS, Config, Schedule, ServeConfig
+from rose_sql.errors import RoseError, UsageError
 
 _SERVE = ServeConfig(db_root=Path())
 """Read for its defaults only (``--db-root`` has none)."""
@@ -21,7 +21,11 @@ MB = 2**20
 
 @click.command("serve-reward")
 @click.option(
-    "--db-root", required=True, type=click.Path(path_type=Path), help="Folder holding <db_id>/<db_id>.sqlite."
+    "--db",
+    "--db-root",
+    "db_root",
+    required=True,
+    help="Folder holding <db_id>/<db_id>.sqlite, or a URL (postgresql://, mysql://, duckdb://; see rose run --db).",
 )
 @click.option("--host", default=_SERVE.host, show_default=True, help="Address to bind (loopback by default).")
 @click.option("--port", type=int, default=_SERVE.port, show_default=True, help="TCP port (0: any free one).")
@@ -112,7 +116,7 @@ MB = 2**20
 )
 @click.option("--verbose", is_flag=True, help="Log every request to stderr.")
 def serve_reward_cmd(
-    db_root: Path,
+    db_root: str,
     host: str,
     port: int,
     max_steps: int,
@@ -145,11 +149,13 @@ def serve_reward_cmd(
         curl -s http://127.0.0.1:5000/get_reward -d '{"query": ["SELECT count(*) FROM singer"],
              "labels": ["SELECT count(*) FROM singer\\tconcert_singer"]}'
     """
+    from rose_sql.cli.run import databases
     from rose_sql.reward.server import RewardServer
 
-    if not db_root.is_dir():
-        fail(UsageError(f"--db-root {db_root} is not a folder"))
-        return
+    try:
+        root = databases(db_root, Config(), option="--db")
+    except RoseError as e:
+        fail(e)
     try:
         reward = replace(
             _REWARD,
@@ -164,7 +170,7 @@ def serve_reward_cmd(
         )
         served = replace(
             _SERVE,
-            db_root=db_root,
+            db_root=root,
             host=host,
             port=port,
             deadline_s=deadline,
@@ -180,7 +186,7 @@ def serve_reward_cmd(
     except (OSError, ValueError) as e:
         fail(UsageError(f"cannot start the reward server: {e}"))
         return
-    err.print(f"rose reward server on {server.url} (databases under {db_root}); Ctrl-C stops it", highlight=False)
+    err.print(f"rose reward server on {server.url} (databases: {root}); Ctrl-C stops it", highlight=False)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -18,6 +18,8 @@ from rose_sql.cli.main import console, err, fail
 from rose_sql.config import MAX_INPUT_BYTES, Config, JudgeConfig, MatchedRefuter, Policy
 from rose_sql.distributed import INSTALL_RAY, ray_address
 from rose_sql.distributed.shard import Shard
+from rose_sql.engines.source import Source
+from rose_sql.engines.source import parse as parse_source
 from rose_sql.errors import RoseError, UsageError
 from rose_sql.items import FORMATS, Loaded, load_items
 from rose_sql.provenance import command_line
@@ -47,7 +49,12 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.argument("preds", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--gold", type=click.Path(path_type=Path), help="Gold file: BIRD/Spider dev.json or dev_gold.sql.")
 @click.option(
-    "--db-root", required=True, type=click.Path(path_type=Path), help="Folder holding <db_id>/<db_id>.sqlite."
+    "--db",
+    "--db-root",
+    "db_root",
+    required=True,
+    help="Folder holding <db_id>/<db_id>.sqlite, or a URL: postgresql://..., mysql://... (MySQL, MariaDB), "
+    "duckdb:///file-or-folder; {db_id} in a URL names one database per db_id, else all share it.",
 )
 @click.option(
     "--out",
@@ -88,7 +95,8 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
     default=DEFAULTS.timeout_s,
     show_default=True,
     help="Wall-clock guard, in seconds, for one query: past it the query is stopped and the item left unscored "
-    "(wall_guard, retried by --resume), never scored.",
+    "(wall_guard, retried by --resume), never scored. On PostgreSQL, MySQL and DuckDB (no step counter) it is "
+    "the engine's own time limit.",
 )
 @click.option(
     "--workers",
@@ -202,7 +210,7 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
 def run_cmd(
     preds: tuple[Path, ...],
     gold: Path | None,
-    db_root: Path,
+    db_root: str,
     out: Path,
     fmt: str | None,
     max_input_mb: float,
@@ -278,8 +286,9 @@ def run_cmd(
             judge = replace(judge, cache_dir=cache_dir)
         config = config.with_(judge=judge)
     try:
-        if not db_root.is_dir():
-            raise UsageError(f"--db-root {db_root} is not a folder")
+        root = databases(db_root, config, option="--db")
+        if ray is not None and isinstance(root, Source):
+            raise UsageError("--ray evaluates folders of SQLite files; with a URL, run rose run --shard on each node")
         if dry_run and config.judge is None:
             raise UsageError("--dry-run estimates LLM calls and needs --judge-model")
         share = Shard.parse(shard) if shard is not None else None
@@ -289,18 +298,19 @@ def run_cmd(
         loaded = [load_items(p, gold, fmt, max_bytes=int(max_input_mb * 2**20)) for p in preds]
         if config.judge is not None:
             _require_questions(loaded, gold)
+        warn_writable(root, next((it.db_id for lf in loaded for it in lf.items), None), config)
         if dry_run and config.judge is not None:
             from rose_sql.estimate import estimate
 
             if share is not None:  # the estimate of this shard's items
                 loaded = [replace(lf, items=[it for it in lf.items if share.holds(it.id)]) for lf in loaded]
-            print_estimate(estimate(loaded, db_root, config), config.judge)
+            print_estimate(estimate(loaded, root, config), config.judge)
             return
         _writable(out)
         systems = plan(
             loaded,
             out,
-            db_root=db_root,
+            db_root=root,
             config=config,
             gold=gold,
             resume=resume,
@@ -320,7 +330,7 @@ def run_cmd(
             again = f", {s.retried} left unscored for a transient reason evaluated again" if s.retried else ""
             console.print(f"{s.name}: resuming: {s.resumed} items kept{again}, {len(s.todo)} to go", highlight=False)
     try:
-        summaries = _run_with_progress(systems, db_root, config, backend)
+        summaries = _run_with_progress(systems, root, config, backend)
     except RoseError as e:
         err.print(f"records written so far are kept under {out}; to continue:\n  {resume_command()}", highlight=False)
         fail(e)
@@ -335,7 +345,32 @@ def run_cmd(
         sys.exit(130)
     print_summaries(summaries)
     console.print(f"records: {', '.join(str(s.out_dir / 'records.jsonl') for s in systems)}", highlight=False)
-    _exit_if_nothing_could_run(systems, summaries, db_root)
+    _exit_if_nothing_could_run(systems, summaries, root)
+
+
+def databases(text: str, config: Config, *, option: str) -> Path | Source:
+    """The databases a ``--db`` value names: a folder of SQLite files, or an engine's URL (whose client
+    library must be installed)."""
+    root = parse_source(text)
+    if isinstance(root, Path):
+        if not root.is_dir():
+            raise UsageError(f"{option} {root} is not a folder")
+        return root
+    from rose_sql.engines.base import engine_for
+
+    engine_for(root.kind, config).close()  # UsageError naming the extra when the driver is missing
+    return root
+
+
+def warn_writable(root: Path | Source, db_id: str | None, config: Config) -> None:
+    """Warn when a URL's role could change its database (and say how to make a read-only one)."""
+    if isinstance(root, Path) or db_id is None:
+        return
+    from rose_sql.engines.base import writable_warning
+
+    warning = writable_warning(root, db_id, config)
+    if warning:
+        err.print(f"[yellow]warning:[/] {warning}", highlight=False)
 
 
 def _ray_backend(config: Config, address: str | None, workers: int | None, systems: Sequence[SystemRun]) -> Backend:
@@ -389,7 +424,9 @@ def resume_command() -> str:
 _INFRASTRUCTURE = ("db_missing", "db_unreadable")
 
 
-def _exit_if_nothing_could_run(systems: Sequence[SystemRun], summaries: Sequence[Summary], db_root: Path) -> None:
+def _exit_if_nothing_could_run(
+    systems: Sequence[SystemRun], summaries: Sequence[Summary], db_root: Path | Source
+) -> None:
     """Exit 2 when no item of the run could be evaluated because no database could be read."""
     n = sum(s.n for s in summaries)
     blocked = sum(s.unscored.get(r, 0) for s in summaries for r in _INFRASTRUCTURE)
@@ -397,6 +434,8 @@ def _exit_if_nothing_could_run(systems: Sequence[SystemRun], summaries: Sequence
         return
     tried = sorted({d.path for s in systems for d in s.manifest.databases})
     shown = ", ".join(tried[:5]) + (f" and {len(tried) - 5} more" if len(tried) > 5 else "")
+    if isinstance(db_root, Source):
+        fail(UsageError(f"no item could be evaluated: no database of --db {db_root} could be read (tried {shown})."))
     fail(
         UsageError(
             f"no item could be evaluated: no database under --db-root {db_root} could be read "
@@ -406,7 +445,7 @@ def _exit_if_nothing_could_run(systems: Sequence[SystemRun], summaries: Sequence
 
 
 def _run_with_progress(
-    systems: Sequence[SystemRun], db_root: Path, config: Config, backend: Backend | None = None
+    systems: Sequence[SystemRun], db_root: Path | Source, config: Config, backend: Backend | None = None
 ) -> list[Summary]:
     total = sum(len(s.todo) for s in systems)
     columns = (

@@ -44,6 +44,7 @@ from typing import Any
 
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.distributed import LOOPBACK, require_ray
+from rose_sql.engines.source import Source
 from rose_sql.errors import BudgetExhausted, EndpointError, Lost, UsageError
 from rose_sql.evaluate import failed_record
 from rose_sql.items import Item, db_file
@@ -304,7 +305,9 @@ class RayBackend:
     def ledger(self) -> Ledger | None:
         return self._ledger
 
-    async def evaluate(self, queue: list[tuple[str, Item]], db_root: Path, write: Write, flush: Flush) -> None:
+    async def evaluate(self, queue: list[tuple[str, Item]], db_root: Path | Source, write: Write, flush: Flush) -> None:
+        if not isinstance(db_root, Path):  # the actors check and place databases by their files
+            raise UsageError(f"--ray evaluates folders of SQLite files; {db_root} is a URL: use --shard on each node")
         placement = Placement(batches_by_database(queue), len(self.actors), self.stats)
         feeders = [a for a in range(len(self.actors)) for _ in range(DEPTH)]
         tasks = [asyncio.create_task(self._feed(a, placement, db_root, write, flush)) for a in feeders]

@@ -1,4 +1,5 @@
-"""Gathers an item's evidence: witness, distinguishing rows and gold smells, on a private copy.
+"""Gathers an item's evidence: witness, distinguishing rows and gold smells, on a private copy
+(on another engine: the gold smells read the database through its sandbox, and no witness is searched).
 
 :class:`Finder` keeps one private in-memory copy of each database per thread and, for an item whose
 gold ran, gathers: when the results match, a *witness* (a schema-valid change of the database on
@@ -14,9 +15,11 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rose_sql.compare import Comparison
 from rose_sql.config import Config
+from rose_sql.engines.source import Remote
 from rose_sql.evidence.diff import describe
 from rose_sql.evidence.features import features
 from rose_sql.evidence.findings import Evidence, SearchInfo
@@ -26,6 +29,9 @@ from rose_sql.evidence.workspace import Workspace
 from rose_sql.execute import GUARD_MARGIN_S, GUARD_STOPPED, Execution, ResultSet
 from rose_sql.sql import has_top_level_order_by
 from rose_sql.workers import Watch, statement_key
+
+if TYPE_CHECKING:
+    from rose_sql.evidence.probe import EngineProbe
 
 STATEMENT_STEPS = 50_000_000
 """Steps one statement of the evidence search may take (the queries under test run on a copy many times)."""
@@ -54,7 +60,13 @@ class Finder:
         return spaces[db]
 
     def gather(
-        self, db: Path, gold_sql: str, pred_sql: str, gold: Execution, pred: Execution, comparison: Comparison | None
+        self,
+        db: Path | Remote,
+        gold_sql: str,
+        pred_sql: str,
+        gold: Execution,
+        pred: Execution,
+        comparison: Comparison | None,
     ) -> Evidence:
         """Evidence for one item whose gold ran (never raises for a problem of the item)."""
         start = time.monotonic()
@@ -62,6 +74,8 @@ class Finder:
         g, p = gold.result, pred.result
         if g is None or g.truncated:
             return Evidence(skipped="the gold has no complete result")
+        if not isinstance(db, Path):
+            return self._on_engine(db, gold_sql, g, p, comparison, start)
         if db.stat().st_size > cfg.evidence_max_db_bytes:
             return Evidence(skipped=f"database larger than {cfg.evidence_max_db_bytes // 2**20} MiB")
         key = statement_key("evidence", str(db), gold_sql, pred_sql)
@@ -83,6 +97,45 @@ class Finder:
             guard = f"the evidence search was stopped by the wall-time guard after {cfg.evidence_budget_s:g} s"
             return replace(found, guard=guard)
         return found
+
+    def _on_engine(
+        self, db: Remote, gold_sql: str, g: ResultSet, p: ResultSet | None, comparison: Comparison | None, start: float
+    ) -> Evidence:
+        """On another engine: the gold smells, probing the database read-only through the engine's
+        sandbox, and the distinguishing rows. The witness search changes a private copy of the database,
+        which exists on SQLite only."""
+        cfg = self.config
+        key = statement_key("evidence", db.key[0], gold_sql)
+        if key in self.watch.poisoned:
+            return Evidence(skipped="stopped", guard=f"the evidence search was {GUARD_STOPPED}")
+        self.watch.arm(key, cfg.evidence_budget_s + GUARD_MARGIN_S)
+        try:
+            probe = self._probe(db)
+            tables = features(gold_sql).tables
+            smells = gold_smells(
+                probe, gold_sql, g, tables, ordered=has_top_level_order_by(gold_sql), digits=cfg.float_digits
+            )
+        except Exception as e:  # the item's, never the run's (a server gone away, a catalogue unreadable)
+            return Evidence(skipped=f"the gold smells failed on {db.kind}: {type(e).__name__}: {e}")
+        finally:
+            self.watch.disarm()
+        diff = None
+        if comparison is not None and p is not None and comparison.equal is False:
+            diff = describe(p, g, comparison, cfg.float_digits)
+        note = f"on {db.kind}: the witness search needs a private copy of the database to change (SQLite only)"
+        return Evidence(None, diff, smells, None, round(time.monotonic() - start, 4), skipped=note)
+
+    def _probe(self, db: Remote) -> EngineProbe:
+        from rose_sql.engines.base import engine_for
+        from rose_sql.evidence.probe import EngineProbe
+
+        probes: dict[Remote, EngineProbe] | None = getattr(self._local, "probes", None)
+        if probes is None:
+            probes = self._local.probes = {}
+        if db not in probes:
+            limits = self.config.with_(server_timeout_s=self.config.evidence_budget_s)
+            probes[db] = EngineProbe(engine_for(db.kind, limits), db)
+        return probes[db]
 
     def _gather(
         self,

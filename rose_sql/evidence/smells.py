@@ -14,7 +14,7 @@ and each is a heuristic reported with its details, never a verdict:
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
@@ -25,14 +25,19 @@ from rose_sql.execute import ResultSet
 from rose_sql.sql import query
 from rose_sql.sql import quote_identifier as _q
 
+if TYPE_CHECKING:  # the engines' probe, loaded only where a URL names another engine
+    from rose_sql.evidence.probe import EngineProbe
+
+    Probed = Workspace | EngineProbe
+
 _NUMBER = re.compile(r"^\s*-?\d+(\.\d+)?\s*$")
 
 
-def _sql(tree: exp.Expr) -> str:
-    return tree.sql(dialect="sqlite")
+def _sql(tree: exp.Expr, dialect: str = "sqlite") -> str:
+    return tree.sql(dialect=dialect)
 
 
-def _columns_named(ws: Workspace, tables: set[str], name: str) -> list[tuple[str, str]]:
+def _columns_named(ws: Probed, tables: set[str], name: str) -> list[tuple[str, str]]:
     out = []
     for t in ws.tables.values():
         if t.name.lower() in tables:
@@ -40,7 +45,7 @@ def _columns_named(ws: Workspace, tables: set[str], name: str) -> list[tuple[str
     return out
 
 
-def _limit_and_nulls(ws: Workspace, tree: exp.Select) -> list[Smell]:
+def _limit_and_nulls(ws: Probed, tree: exp.Select) -> list[Smell]:
     order, limit = tree.args.get("order"), tree.args.get("limit")
     if order is None or limit is None:
         return []
@@ -53,7 +58,7 @@ def _limit_and_nulls(ws: Workspace, tree: exp.Select) -> list[Smell]:
     probe.set("limit", None)
     probe.set("offset", None)
     probe.set("expressions", [*[exp.alias_(key, f"__k{i}") for i, key in enumerate(keys)], *tree.expressions])
-    probe_sql = _sql(probe)
+    probe_sql = _sql(probe, ws.dialect)
     res = ws.run(probe_sql)
     if res is None:
         return []
@@ -80,7 +85,7 @@ def _limit_and_nulls(ws: Workspace, tree: exp.Select) -> list[Smell]:
     return smells
 
 
-def _numeric_text(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell]:
+def _numeric_text(ws: Probed, tree: exp.Expr, tables: set[str]) -> list[Smell]:
     targets: set[str] = set()
     order = tree.args.get("order")
     if order is not None:
@@ -91,10 +96,16 @@ def _numeric_text(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell
     smells = []
     for name in sorted(targets):
         for table, col in _columns_named(ws, tables, name):
-            rows = (
-                ws.query(f"SELECT typeof({_q(col)}), {_q(col)} FROM {_q(table)} WHERE {_q(col)} IS NOT NULL LIMIT 200")
-                or []
-            )
+            if isinstance(ws, Workspace):
+                rows = (
+                    ws.query(
+                        f"SELECT typeof({_q(col)}), {_q(col)} FROM {_q(table)} WHERE {_q(col)} IS NOT NULL LIMIT 200"
+                    )
+                    or []
+                )
+            else:  # a column's type is its own there: text is what the driver gives as str
+                sample = ws.query(f"SELECT {_q(col)} FROM {_q(table)} WHERE {_q(col)} IS NOT NULL LIMIT 200") or []
+                rows = [("text" if isinstance(v, str) else "other", v) for (v,) in sample]
             texts = [v for t, v in rows if t == "text"]
             if texts and len(texts) >= len(rows) / 2 and all(_NUMBER.match(v) for v in texts):
                 lengths = {len(v.strip().split(".")[0].lstrip("-")) for v in texts}
@@ -107,7 +118,7 @@ def _numeric_text(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell
     return smells
 
 
-def _literals(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell]:
+def _literals(ws: Probed, tree: exp.Expr, tables: set[str]) -> list[Smell]:
     smells = []
     for eq in tree.find_all(exp.EQ):
         col, lit = eq.left, eq.right
@@ -138,7 +149,7 @@ def _literals(ws: Workspace, tree: exp.Expr, tables: set[str]) -> list[Smell]:
     return smells
 
 
-def _fanout(ws: Workspace, tree: exp.Expr, gold: ResultSet, digits: int) -> list[Smell]:
+def _fanout(ws: Probed, tree: exp.Expr, gold: ResultSet, digits: int) -> list[Smell]:
     if not any(isinstance(j, exp.Join) for j in tree.find_all(exp.Join)):
         return []
     counts = [c for c in tree.find_all(exp.Count) if not isinstance(c.this, exp.Distinct | exp.Star) and c.this]
@@ -148,7 +159,7 @@ def _fanout(ws: Workspace, tree: exp.Expr, gold: ResultSet, digits: int) -> list
     for c in variant.find_all(exp.Count):
         if not isinstance(c.this, exp.Distinct | exp.Star) and c.this is not None:
             c.set("this", exp.Distinct(expressions=[c.this.copy()]))
-    res = ws.run(_sql(variant))
+    res = ws.run(_sql(variant, ws.dialect))
     if res is None or compare(res, gold, ordered=False, digits=digits).equal is not False:
         return []
     detail = (
@@ -158,17 +169,20 @@ def _fanout(ws: Workspace, tree: exp.Expr, gold: ResultSet, digits: int) -> list
 
 
 def gold_smells(
-    ws: Workspace, gold_sql: str, gold: ResultSet, tables: set[str], *, ordered: bool, digits: int
+    ws: Probed, gold_sql: str, gold: ResultSet, tables: set[str], *, ordered: bool, digits: int
 ) -> list[Smell]:
-    """Every smell that fires for this gold on this database."""
+    """Every smell that fires for this gold on this database (``order_dependent`` only where unordered
+    rows can be reversed: SQLite)."""
     smells: list[Smell] = []
-    tree = query(gold_sql).tree  # read once per item: the features read it first
+    tree = query(gold_sql, ws.dialect).tree  # read once per item: the features read it first
     if tree is not None:
         if isinstance(tree, exp.Select):
             smells += _limit_and_nulls(ws, tree)
         smells += _numeric_text(ws, tree, tables)
         smells += _literals(ws, tree, tables)
         smells += _fanout(ws, tree, gold, digits)
+    if not isinstance(ws, Workspace):
+        return smells
     ws.set_reverse_order(True)
     try:
         again = ws.run(gold_sql)

@@ -60,6 +60,9 @@ class Table:
 class Workspace:
     """An in-memory copy of a database, its schema and column profiles."""
 
+    dialect = "sqlite"
+    """The SQL dialect of the copy (the gold smells write their probes in it)."""
+
     def __init__(
         self,
         db: Path,

@@ -17,6 +17,7 @@ from typing import Literal, TypeVar
 from rose_sql.compare import Comparison
 from rose_sql.config import JudgeConfig
 from rose_sql.decide import Step
+from rose_sql.engines.source import Remote
 from rose_sql.errors import BudgetExhausted, EndpointError, JudgeFailed, ReplyError
 from rose_sql.execute import Execution
 from rose_sql.items import Item
@@ -40,8 +41,8 @@ class Case:
 
     item: Item
     """The question, evidence and both SQL texts."""
-    db: Path
-    """The database file."""
+    db: Path | Remote
+    """The database: a SQLite file, or another engine's database."""
     gold: Execution | None
     """The gold's execution (None without gold SQL)."""
     pred: Execution

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rose_sql.config import JudgeConfig
+from rose_sql.engines.source import Remote
 from rose_sql.engines.sqlite import connect_read_only
 from rose_sql.execute import Execution
 from rose_sql.sql import quote_identifier
@@ -81,9 +82,16 @@ class Schema:
     """A database's tables, read once and shared by every item on it."""
 
     tables: dict[str, Table]
+    engine: str = ""
+    """What the judges must know of the engine (its name, version and the semantics that differ from
+    SQLite's); empty on SQLite, whose schema text is as it always was."""
 
     def render(self, touched: AbstractSet[str], cfg: JudgeConfig) -> str:
         """The schema text: whole when small, else the touched tables and their FK neighbours."""
+        text = self._render(touched, cfg)
+        return f"{self.engine}\n\n{text}" if self.engine else text
+
+    def _render(self, touched: AbstractSet[str], cfg: JudgeConfig) -> str:
         names = list(self.tables)
         examples = cfg.examples_per_column
         full = "\n\n".join(self._table_text(self.tables[n], examples) for n in names)
@@ -174,17 +182,63 @@ def read_schema(db: Path, *, deadline_s: float = 2.0) -> Schema:
         conn.close()
 
 
+DIALECT_NOTES = {
+    "postgres": (
+        "integer / integer truncates (5 / 2 = 2); NULLs sort last ascending and first descending; = and LIKE "
+        "are case-sensitive (ILIKE is not); unquoted names are folded to lower case; REAL is single precision; "
+        "SUM and AVG of integers are exact decimals"
+    ),
+    "mysql": (
+        "integer / integer is a decimal (5 / 2 = 2.5000; DIV truncates); NULLs sort first ascending and last "
+        "descending; string comparison follows the column's collation (case-insensitive under the default ones); "
+        "|| is OR unless PIPES_AS_CONCAT is set"
+    ),
+    "duckdb": (
+        "integer / integer is a double (5 / 2 = 2.5; // truncates); NULLs sort last ascending and descending; "
+        "= and LIKE are case-sensitive (ILIKE is not)"
+    ),
+}
+"""Semantics of each engine that differ from SQLite's and change what a query returns."""
+
+
+def read_engine_schema(db: Remote) -> Schema:
+    """A database's tables, keys and example values read from its engine, and the engine's note."""
+    from rose_sql.config import Config
+    from rose_sql.engines.base import engine_for
+
+    engine = engine_for(db.kind, Config())
+    try:
+        infos = engine.describe(db)
+        version = engine.version(db)
+    finally:
+        engine.close()
+    quote = quote_identifier if db.kind != "mysql" else (lambda n: "`" + n.replace("`", "``") + "`")
+    tables = {
+        t.name: Table(
+            t.name,
+            t.ddl(quote),
+            tuple(c.name for c in t.columns),
+            tuple(sorted({ref for _, ref, _ in t.foreign_keys})),
+            {k: [_short(v) for v in vs] for k, vs in t.examples.items()},
+            {},
+        )
+        for t in infos
+    }
+    note = f"-- Engine: {version} (SQL dialect {db.dialect}). {DIALECT_NOTES.get(db.dialect, '')}."
+    return Schema(tables, note)
+
+
 class Schemas:
-    """Schemas read once per database file, shared across items and threads."""
+    """Schemas read once per database, shared across items and threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._schemas: dict[Path, Schema] = {}
+        self._schemas: dict[Path | Remote, Schema] = {}
 
-    def get(self, db: Path) -> Schema:
+    def get(self, db: Path | Remote) -> Schema:
         with self._lock:
             if db not in self._schemas:
-                self._schemas[db] = read_schema(db)
+                self._schemas[db] = read_schema(db) if isinstance(db, Path) else read_engine_schema(db)
             return self._schemas[db]
 
 

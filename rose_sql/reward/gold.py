@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rose_sql.engines.source import Remote, Source
+from rose_sql.engines.source import parse as parse_source
 from rose_sql.errors import LabelError, UsageError
 from rose_sql.items import db_file
 
@@ -19,19 +21,20 @@ class Gold:
 
     sql: str
     """The reference SQL."""
-    db: Path
-    """The SQLite file."""
+    db: Path | Remote
+    """The SQLite file, or the database of another engine (a URL's)."""
 
 
 _DB_ID = re.compile(r"^[\w.-]+$")
 
 
-def parse_label(label: Any, db_root: Path | str | None = None, *, confine: bool = False) -> Gold:
+def parse_label(label: Any, db_root: Path | str | Source | None = None, *, confine: bool = False) -> Gold:
     """Read a label: a mapping or JSON object ``{"gold_sql", "db_id" | "db_path"}``, or ``SQL<TAB>db_id``.
 
     The tab form takes either order (Spider's ``dev_gold.sql`` lines are ``SQL<TAB>db_id``): the
-    part that is a bare name is the db_id. ``db_id`` resolves to ``<db_root>/<db_id>/<db_id>.sqlite``;
-    a relative ``db_path`` to ``<db_root>/<db_path>``. With ``confine``, the file must lie under
+    part that is a bare name is the db_id. ``db_id`` resolves to ``<db_root>/<db_id>/<db_id>.sqlite``,
+    or, when ``db_root`` is a URL (``postgresql://``, ``mysql://``, ``duckdb://``), to its database for
+    that db_id; a relative ``db_path`` to ``<db_root>/<db_path>``. With ``confine``, the file must lie under
     ``db_root`` (the server's rule: clients cannot name arbitrary files). Raises :class:`LabelError`,
     or :class:`UsageError` for a ``db_id`` without a ``db_root`` (the caller's setup, not the label).
     """
@@ -63,8 +66,16 @@ def _split_tab(label: str) -> tuple[str, str]:
     raise LabelError("a tab-separated label needs a bare db_id on one side of the tab")
 
 
-def resolve_db(db_id: Any, db_path: Any, db_root: Path | str | None, *, confine: bool = False) -> Path:
-    """The database file named by ``db_path`` or by ``db_id`` under ``db_root`` (see :func:`parse_label`)."""
+def resolve_db(
+    db_id: Any, db_path: Any, db_root: Path | str | Source | None, *, confine: bool = False
+) -> Path | Remote:
+    """The database named by ``db_path`` or by ``db_id`` under ``db_root`` (a folder or a URL)."""
+    if isinstance(db_root, str) and "://" in db_root:
+        db_root = parse_source(db_root)
+    if isinstance(db_root, Source):
+        if isinstance(db_id, str) and _DB_ID.match(db_id) and db_id not in (".", ".."):
+            return db_root.locate(db_id)
+        raise LabelError(f"label names no db_id, which {db_root.shown} needs (db_path names SQLite files only)")
     root = Path(db_root) if db_root is not None else None
     if isinstance(db_path, str | Path) and str(db_path):
         path = Path(db_path) if root is None or Path(db_path).is_absolute() else root / db_path

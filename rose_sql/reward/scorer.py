@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rose_sql.config import RewardConfig
+from rose_sql.engines.source import Remote
 from rose_sql.errors import Lost
 from rose_sql.reward.extract import Completion, completion_text
 from rose_sql.reward.lanes import CHUNKS_PER_PROCESS, FairQueue, balanced
@@ -28,8 +29,8 @@ class RewardItem:
     """The model's output."""
     gold_sql: str
     """The reference SQL."""
-    db: Path
-    """The SQLite database file."""
+    db: Path | Remote
+    """The SQLite database file, or another engine's database."""
     prompt: str | None = None
     """When given and ``completion`` is text that starts with it, the prompt is cut off first."""
 
@@ -104,7 +105,7 @@ class RewardScorer:
         if not items:
             return futures
         budget = None if deadline is None else max(0.0, deadline - time.monotonic()) / 2
-        groups: dict[tuple[str, Path], list[int]] = {}
+        groups: dict[tuple[str, Path | Remote], list[int]] = {}
         for i, it in enumerate(items):
             groups.setdefault((it.gold_sql, it.db), []).append(i)
         units = []

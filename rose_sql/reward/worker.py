@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from rose_sql.config import MAX_QUERY_THREADS, Config, RewardConfig
+from rose_sql.engines.source import Remote
 from rose_sql.execute import Execution, Executor, Row
 from rose_sql.reward.clauses import ParsedSQL, parse
 from rose_sql.reward.execution import RewardStatus, execution_outcome, gold_outcome
@@ -30,11 +31,13 @@ from rose_sql.workers import Watch
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
-Job = tuple[str, str, Path]
+Job = tuple[str, str, Path | Remote]
 """What a worker is sent for one distinct completion: (completion text, gold SQL, database)."""
-_Key = tuple[str | None, str, Path]
+_Key = tuple[str | None, str, Path | Remote]
 """What a completion's outcome depends on: (extracted SQL, gold SQL, database)."""
-_Compared = dict[tuple[Path, str, int, bool, tuple[Row, ...]], tuple[tuple[Row, ...], tuple[RewardStatus, str]]]
+_Compared = dict[
+    tuple[Path | Remote, str, int, bool, tuple[Row, ...]], tuple[tuple[Row, ...], tuple[RewardStatus, str]]
+]
 """Execution outcomes of one chunk by (database, gold SQL, width, truncated, rows): see ``_compare``."""
 
 LATE = "stopped at the deadline, before it finished"
@@ -155,18 +158,22 @@ class Worker:
         return [self._outcome(k, gold_runs[k[2], k[1]], pred_runs.get((k[2], k[0] or "")), compared) for k in keys]
 
     def _map(
-        self, fn: Callable[[tuple[Path, str]], Execution], keys: list[tuple[Path, str]], deadline: float | None
+        self,
+        fn: Callable[[tuple[Path | Remote, str]], Execution],
+        keys: list[tuple[Path | Remote, str]],
+        deadline: float | None,
     ) -> list[Execution]:
         """``fn`` over ``keys`` on the query threads; what the deadline left unfinished is not run."""
         cfg = self.config
         done = run_in_lanes(self._threads, fn, keys, cfg.workers, cfg.slow_query_s, deadline=deadline)
         return [_NOT_RUN if e is None else e for e in done]
 
-    def _run_gold(self, key: tuple[Path, str]) -> Execution:
+    def _run_gold(self, key: tuple[Path | Remote, str]) -> Execution:
         db, gold_sql = key
-        return self.gold.run(db, gold_sql, role="gold") if db.is_file() else _NO_DATABASE
+        found = db.is_file() if isinstance(db, Path) else self.gold.exists(db)
+        return self.gold.run(db, gold_sql, role="gold") if found else _NO_DATABASE
 
-    def _run_pred(self, key: tuple[Path, str]) -> Execution:
+    def _run_pred(self, key: tuple[Path | Remote, str]) -> Execution:
         return self.pred.run(key[0], key[1], role="pred")
 
     def _outcome(self, key: _Key, gold: Execution, pred: Execution | None, compared: _Compared) -> Outcome:
@@ -182,7 +189,7 @@ class Worker:
         return Outcome(status, detail, sql, self._syntax(sql, gold_sql) if self.config.syntax else UNPARSED)
 
     def _compare(
-        self, pred: Execution, gold: Execution, gold_sql: str, db: Path, compared: _Compared
+        self, pred: Execution, gold: Execution, gold_sql: str, db: Path | Remote, compared: _Compared
     ) -> tuple[RewardStatus, str]:
         """:func:`execution_outcome`, once per gold and distinct predicted result in a chunk.
 

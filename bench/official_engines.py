@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Per-item values of the official BIRD mini-dev script on PostgreSQL and MySQL/MariaDB servers.
+
+Our own driver code, like ``bench/official_expected.py``: it contains none of the official code. It
+imports ``evaluation/evaluation_ex.py`` and ``evaluation/evaluation_f1.py`` from a local checkout of
+bird-bench/mini_dev whose path is given, points the official ``connect_postgresql`` /
+``connect_mysql`` (hard-coded credentials in ``evaluation_utils.py``) at the databases named by
+``--postgresql`` / ``--mysql``, and calls the official ``execute_model`` item by item: it opens a new
+connection, runs the prediction then the gold on it, ``fetchall()`` each, and applies ``calculate_ex``
+/ ``calculate_f1_score``; an exception or its 30 s ``func_timeout`` gives 0.
+
+Items: the ``superhero`` items of the official GPT-4 and GPT-3.5 mini-dev predictions in each dialect
+(``<data>/preds/bird-minidev-official/predict_mini_dev_{gpt-4,gpt-35-turbo}_{postgresql,mysql}.json``),
+paired by position with ``<data>/bird/mini_dev_<dialect>_gold.sql`` as the official script pairs
+them; id = the gold's question_id. The databases must hold superhero as ``rose db copy`` builds it.
+
+Output: ``<out>/bird-minidev-<dialect>/<prediction file>.json``, ``{"source", "server", "items": {id:
+{"bird_ex", "soft_f1"}}}``. Run with an interpreter that has what the official code imports
+(``psycopg2``, ``pymysql``, ``func_timeout``)::
+
+    /tmp/official-venv/bin/python bench/official_engines.py --mini-dev /work/official/mini_dev \\
+        --data ../shared/data --out tests/data/official \\
+        --postgresql "dbname=rose_bird user=postgres host=127.0.0.1 port=5432" \\
+        --mysql "mysql://root@127.0.0.1:3306/rose_bird"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+SEPARATOR = "\t----- bird -----\t"
+MODELS = ("gpt-4", "gpt-35-turbo")
+DIALECTS = {"postgresql": "PostgreSQL", "mysql": "MySQL"}
+
+
+def _point(evaluation_utils: Any, postgresql: str | None, mysql: str | None) -> None:
+    """Point the official connect functions at our databases (their code is otherwise untouched)."""
+    import psycopg2
+    import pymysql
+
+    if postgresql:
+        evaluation_utils.connect_postgresql = lambda: psycopg2.connect(postgresql)
+    if mysql:
+        parts = urlsplit(mysql)
+        kw = {
+            "host": parts.hostname,
+            "port": parts.port or 3306,
+            "user": unquote(parts.username or "root"),
+            "password": unquote(parts.password or ""),
+            "database": unquote(parts.path.lstrip("/")),
+        }
+        evaluation_utils.connect_mysql = lambda: pymysql.connect(**kw)
+
+
+def _server(dialect: str, evaluation_utils: Any) -> str:
+    conn = evaluation_utils.connect_postgresql() if dialect == "postgresql" else evaluation_utils.connect_mysql()
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT version()")
+        return str(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mini-dev", required=True, type=Path)
+    ap.add_argument("--data", default=Path("../shared/data"), type=Path)
+    ap.add_argument("--out", default=Path("tests/data/official"), type=Path)
+    ap.add_argument("--postgresql", help="libpq connection string of the database holding superhero")
+    ap.add_argument("--mysql", help="mysql://user[:password]@host:port/database holding superhero")
+    ap.add_argument("--db-id", default="superhero")
+    ap.add_argument("--timeout", type=float, default=30.0)
+    ap.add_argument("--mini-dev-commit", default="unknown", help="the checkout's commit, when it is not a git clone")
+    args = ap.parse_args()
+
+    sys.path.insert(0, str(args.mini_dev.resolve() / "evaluation"))
+    import evaluation_ex  # the official modules
+    import evaluation_f1
+    import evaluation_utils
+
+    _point(evaluation_utils, args.postgresql, args.mysql)
+    commit = _commit(args.mini_dev, args.mini_dev_commit)
+    for dialect, official_name in DIALECTS.items():
+        if not getattr(args, dialect):
+            continue
+        gold_path = args.data / "bird" / f"mini_dev_{dialect}_gold.sql"
+        golds = [line.strip().split("\t") for line in gold_path.read_text(encoding="utf-8").splitlines()]
+        server = _server(dialect, evaluation_utils)
+        for model in MODELS:
+            name = f"predict_mini_dev_{model}_{dialect}.json"
+            preds = json.loads((args.data / "preds" / "bird-minidev-official" / name).read_text(encoding="utf-8"))
+            qids = _question_ids(args.data / "bird" / f"mini_dev_{dialect}.json")
+            items: dict[str, Any] = {}
+            for i, value in enumerate(preds.values()):  # by position, as the official script pairs them
+                gold_sql, db_id = golds[i]
+                if db_id != args.db_id:
+                    continue
+                pred_sql = value.split(SEPARATOR)[0] if isinstance(value, str) and SEPARATOR in value else " "
+                run = (pred_sql, gold_sql, "", i, args.timeout, official_name)
+                ex = evaluation_ex.execute_model(*run)["res"]
+                f1 = evaluation_f1.execute_model(*run)["res"]
+                items[str(qids[i])] = {"bird_ex": ex, "soft_f1": f1}
+            out = args.out / f"bird-minidev-{dialect}" / name
+            out.parent.mkdir(parents=True, exist_ok=True)
+            header = {
+                "source": f"bird-bench/mini_dev@{commit} evaluation/evaluation_ex.py, evaluation/evaluation_f1.py "
+                f"execute_model ({official_name}), connect_{dialect} pointed at the test database",
+                "generated_by": "bench/official_engines.py",
+                "prediction_file": f"preds/bird-minidev-official/{name}",
+                "gold": f"bird/mini_dev_{dialect}_gold.sql, db_id == {args.db_id!r} (id = question_id)",
+                "database": f"{args.db_id} as `rose db copy` builds it from bird/{args.db_id}/{args.db_id}.sqlite",
+                "server": server,
+                "environment": _environment(),
+                "bird_ex_mean": round(sum(v["bird_ex"] for v in items.values()) / max(1, len(items)), 6),
+            }
+            lines = [f'"{k}": {json.dumps(v)}' for k, v in items.items()]
+            head = ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in header.items())
+            out.write_text("{\n" + head + ',\n"items": {\n' + ",\n".join(lines) + "\n}}\n", encoding="utf-8")
+            print(f"{out}: {len(items)} items, bird_ex mean {header['bird_ex_mean']}")
+    return 0
+
+
+def _question_ids(path: Path) -> list[Any]:
+    return [q["question_id"] for q in json.loads(path.read_text(encoding="utf-8"))]
+
+
+def _commit(checkout: Path, given: str) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+        if out.returncode == 0:
+            return out.stdout.strip()
+    except OSError:
+        pass
+    marker = checkout / "COMMIT"
+    return marker.read_text().strip() if marker.is_file() else given
+
+
+def _environment() -> dict[str, str]:
+    import func_timeout
+    import psycopg2
+    import pymysql
+
+    return {
+        "python": sys.version.split()[0],
+        "psycopg2": psycopg2.__version__.split()[0],
+        "pymysql": ".".join(map(str, pymysql.VERSION[:3])),
+        "func_timeout": getattr(func_timeout, "__version__", "?"),
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

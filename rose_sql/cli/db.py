@@ -1,0 +1,119 @@
+"""``rose db``: load a benchmark's SQLite database into another engine, and make a read-only role."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rose_sql.cli.main import console, err, fail
+from rose_sql.errors import RoseError, UsageError
+
+
+@click.group("db")
+def db_cmd() -> None:
+    """Databases on PostgreSQL, MySQL/MariaDB and DuckDB: copy a SQLite database there, make a reader."""
+
+
+@db_cmd.command("copy")
+@click.argument("sqlite_file", type=click.Path(path_type=Path))
+@click.argument("url")
+@click.option("--db-id", help="The db_id the copy serves (default: the file's name without extension).")
+@click.option("--replace", is_flag=True, help="Drop and rebuild tables that exist already.")
+@click.option(
+    "--collation",
+    default="utf8mb4_bin",
+    show_default=True,
+    help="MySQL/MariaDB collation of the tables (the default compares text exactly, as SQLite's = does).",
+)
+@click.option(
+    "--check",
+    "check",
+    type=click.Path(path_type=Path),
+    help="Gold file in the engine's dialect (mini_dev_postgresql.json...): run each of its golds of this db_id "
+    "on the copy and, from --sqlite-gold, on the SQLite file, and compare the results.",
+)
+@click.option(
+    "--sqlite-gold",
+    type=click.Path(path_type=Path),
+    help="The same golds in SQLite's dialect, paired by question_id (default: --check's own SQL on both sides).",
+)
+def copy_cmd(
+    sqlite_file: Path,
+    url: str,
+    db_id: str | None,
+    replace: bool,
+    collation: str,
+    check: Path | None,
+    sqlite_gold: Path | None,
+) -> None:
+    """Build SQLITE_FILE's tables, keys and rows in the database URL names (the type map is in the README).
+
+    URL: postgresql://user@host:port/db, mysql://user@host:port/db (MySQL, MariaDB) or
+    duckdb:///path/file.duckdb; a {db_id} placeholder names one database per db_id.
+    """
+    from rose_sql.engines.copy import check_golds, copy_sqlite
+    from rose_sql.engines.source import Source
+    from rose_sql.engines.source import parse as parse_source
+
+    try:
+        source = parse_source(url)
+        if not isinstance(source, Source):
+            raise UsageError(f"{url}: name a PostgreSQL, MySQL or DuckDB database (postgresql://, mysql://, duckdb://)")
+        name = db_id or sqlite_file.stem
+        report = copy_sqlite(sqlite_file, source, name, replace=replace, collation=collation)
+        pairs = _pairs(check, sqlite_gold, name) if check is not None else []
+    except RoseError as e:
+        fail(e)
+    rows = sum(t.rows for t in report.tables)
+    console.print(f"copied {len(report.tables)} tables, {rows} rows of {sqlite_file} into {report.target}")
+    for note in report.notes:
+        err.print(f"[yellow]note:[/] {note}", highlight=False)
+    if not pairs:
+        return
+    checks = check_golds(sqlite_file, source.locate(name), pairs)
+    same = sum(1 for c in checks if c.equal)
+    for c in checks:
+        if not c.equal:
+            console.print(f"  gold {c.id}: {c.detail}", highlight=False)
+    console.print(f"golds of {name}: {same} of {len(checks)} return the same results on SQLite and on the copy")
+
+
+def _pairs(check: Path, sqlite_gold: Path | None, db_id: str) -> list[tuple[Any, str, str]]:
+    from rose_sql.items import load_gold
+
+    engine = [g for g in load_gold(check).golds if g.db_id == db_id]
+    if sqlite_gold is None:
+        return [(g.id, g.sql, g.sql) for g in engine]
+    lite = {g.id: g.sql for g in load_gold(sqlite_gold).golds if g.db_id == db_id}
+    missing = [g.id for g in engine if g.id not in lite]
+    if missing:
+        raise UsageError(f"{sqlite_gold}: no gold for question_id {missing[0]} of {check}")
+    return [(g.id, lite[g.id], g.sql) for g in engine]
+
+
+@db_cmd.command("reader")
+@click.argument("url")
+@click.option("--name", default="rose_reader", show_default=True, help="The read-only role (user) to create.")
+@click.option("--password", default=None, help="Its password (none: the server's local authentication rules).")
+@click.option("--db-id", help="With a {db_id} URL: the database to grant reading on.")
+def reader_cmd(url: str, name: str, password: str | None, db_id: str | None) -> None:
+    """Create a role that can read URL's database and nothing else, with a login (run it as an admin).
+
+    Then evaluate with that role in the URL: rose run ... --db postgresql://rose_reader@host/db
+    """
+    from rose_sql.engines.roles import create_reader
+    from rose_sql.engines.source import Source
+    from rose_sql.engines.source import parse as parse_source
+
+    try:
+        source = parse_source(url)
+        if not isinstance(source, Source) or source.kind == "duckdb":
+            raise UsageError(f"{url}: name a PostgreSQL or MySQL database (DuckDB files are always opened read-only)")
+        if source.per_db and not db_id:
+            raise UsageError("the URL has a {db_id} placeholder: say which database with --db-id")
+        shown = create_reader(source.locate(db_id or ""), name, password)
+    except RoseError as e:
+        fail(e)
+    console.print(f"created {name}: it can read {shown} and write nothing; use it in the URL of --db", highlight=False)

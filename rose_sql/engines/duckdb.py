@@ -1,0 +1,232 @@
+"""DuckDB files: opened read-only, one thread, no access outside the database, interrupted at the limit.
+
+A database file is opened ``read_only`` with ``threads = 1`` (a parallel float sum differs between
+runs), ``enable_external_access = false`` (no file, URL or extension is read or written: ``COPY``,
+``read_csv``, ``ATTACH``, ``INSTALL`` fail inside DuckDB), no extension autoloading, a memory limit and
+no temporary directory, and then ``lock_configuration = true`` so no statement can change any of that.
+Each thread has its own cursor of one connection per file. A statement runs inside ``BEGIN
+TRANSACTION READ ONLY`` with a watchdog thread that calls ``interrupt()`` at the limit, is fetched in batches
+against the caps, and is rolled back.
+
+The function policy: scalar and aggregate functions without side effects (``duckdb_functions()``'s
+``has_side_effects``), plus :data:`ALLOWED`; table functions only from :data:`TABLES`; never
+:data:`DENIED` (``query()`` runs SQL text, ``setseed`` changes the session, sequences advance).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+
+from rose_sql.engines.base import ColumnInfo, Failure, Limits, Pooled, TableInfo, batches, collect, examples
+from rose_sql.engines.source import Kind, Remote
+from rose_sql.execute import ResultSet
+
+ALLOWED = frozenset({"random", "uuid", "gen_random_uuid", "uuidv4"})
+"""Functions DuckDB marks as having side effects that have none outside the statement."""
+DENIED = frozenset({"query", "query_table", "setseed", "nextval", "currval", "getenv", "read_text", "read_blob"})
+TABLES = frozenset({"range", "generate_series", "unnest", "json_each", "json_tree", "repeat", "repeat_row"})
+"""Table functions a query may read from (every other one reads files or metadata)."""
+MEMORY_LIMIT = "2GB"
+
+
+class _Conn:
+    """One thread's cursor on a DuckDB file, and what its catalogue says of functions."""
+
+    def __init__(self, conn: duckdb.DuckDBPyConnection, functions: dict[str, bool]) -> None:
+        self.conn = conn
+        self.functions = functions
+
+
+class _Watchdog:
+    """One thread that interrupts the statements whose deadline passed (a timer thread per statement
+    costs milliseconds to start while DuckDB holds a core)."""
+
+    def __init__(self) -> None:
+        self._deadlines: dict[int, tuple[float, _Conn]] = {}
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, conn: _Conn, seconds: float) -> None:
+        with self._cv:
+            self._deadlines[id(conn)] = (time.monotonic() + seconds, conn)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="rose-duckdb-watchdog", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def disarm(self, conn: _Conn) -> None:
+        with self._cv:
+            self._deadlines.pop(id(conn), None)
+
+    def _loop(self) -> None:
+        with self._cv:
+            while True:
+                now = time.monotonic()
+                for key, (deadline, conn) in list(self._deadlines.items()):
+                    if deadline <= now:
+                        del self._deadlines[key]
+                        conn.conn.interrupt()
+                soonest = min((d for d, _ in self._deadlines.values()), default=None)
+                self._cv.wait(None if soonest is None else max(0.0, soonest - now))
+
+
+class DuckDB(Pooled[_Conn]):
+    """The DuckDB engine (see the module docstring)."""
+
+    kind: Kind = "duckdb"
+    dialect = "duckdb"
+
+    def __init__(self, limits: Limits) -> None:
+        super().__init__(limits)
+        self._files: dict[str, duckdb.DuckDBPyConnection] = {}
+        self._functions: dict[str, dict[str, bool]] = {}
+        self._watchdog = _Watchdog()
+
+    def _root(self, path: str) -> tuple[duckdb.DuckDBPyConnection, dict[str, bool]]:
+        with self._lock:
+            root = self._files.get(path)
+            if root is None:
+                if not Path(path).is_file():
+                    raise FileNotFoundError(f"no DuckDB database at {path}")
+                root = open_read_only(path)
+                functions: dict[str, bool] = {}
+                for name, kind, side in root.execute(
+                    "SELECT function_name, function_type, bool_or(coalesce(has_side_effects, false)) "
+                    "FROM duckdb_functions() GROUP BY ALL"
+                ).fetchall():
+                    safe = not side and kind in ("scalar", "aggregate", "macro")
+                    functions[name.lower()] = functions.get(name.lower(), True) and safe
+                self._files[path], self._functions[path] = root, functions
+            return root, self._functions[path]
+
+    def _connect(self, db: Remote) -> _Conn:
+        root, functions = self._root(db.target)
+        return _Conn(root.cursor(), functions)
+
+    def _close_conn(self, conn: _Conn) -> None:
+        conn.conn.close()
+
+    def _version(self, conn: _Conn) -> str:
+        return f"DuckDB {duckdb.__version__}"
+
+    def exists(self, db: Remote) -> bool:
+        return Path(db.target).is_file()
+
+    def _statement(self, conn: _Conn, sql: str) -> tuple[ResultSet, int]:
+        c = conn.conn
+        c.execute("BEGIN TRANSACTION READ ONLY")
+        self._watchdog.arm(conn, self.limits.timeout_s)
+        try:
+            c.execute(sql)
+            columns = tuple(d[0] for d in c.description or ())
+
+            got = collect(batches(c.fetchmany, 1000), self.limits)
+            rest: int | None = 0
+            if got.truncated:
+                try:
+                    rest = sum(len(b) for b in batches(c.fetchmany, 100_000))
+                except duckdb.InterruptException:  # the time limit met the count: a lower bound
+                    rest = None
+            return got.result(columns, rest), got.nbytes
+        finally:
+            self._watchdog.disarm(conn)
+
+    def _end(self, conn: _Conn) -> None:
+        with contextlib.suppress(duckdb.TransactionException):  # no transaction left open
+            conn.conn.execute("ROLLBACK")
+
+    def _classify(self, e: BaseException) -> Failure:
+        message = f"{type(e).__name__}: {e}"
+        if isinstance(e, duckdb.InterruptException):
+            return Failure("guard", message)
+        if isinstance(e, FileNotFoundError | duckdb.IOException):
+            return Failure("unreadable", message, broken=True)
+        if isinstance(e, duckdb.PermissionException):
+            return Failure("rejected", message)
+        if isinstance(e, duckdb.OutOfMemoryException | MemoryError):
+            return Failure("error", f"stopped: it needs more than the {MEMORY_LIMIT} memory limit ({message})")
+        return Failure("error", message)
+
+    def _allowed(self, conn: _Conn, name: str) -> str | None:
+        if name in DENIED:
+            return "it runs SQL text, reads outside the database or changes the session"
+        if name in ALLOWED or name in TABLES:
+            return None
+        safe = conn.functions.get(name)
+        if safe is None:
+            return "not a DuckDB function this database knows"
+        return None if safe else "it may have side effects"
+
+    def _interrupt(self, conn: _Conn) -> None:
+        conn.conn.interrupt()
+
+    def close(self) -> None:
+        super().close()
+        with self._lock:
+            files, self._files = list(self._files.values()), {}
+        for f in files:
+            f.close()
+
+    # ------------------------------------------------------------------ metadata
+
+    def describe(self, db: Remote) -> list[TableInfo]:
+        c = self.conn(db).conn
+        out = []
+        tables = [r[0] for r in c.execute("SELECT table_name FROM duckdb_tables() ORDER BY table_name").fetchall()]
+        for t in tables:
+            cols = c.execute(
+                "SELECT column_name, data_type, NOT is_nullable FROM duckdb_columns() WHERE table_name = ? "
+                "ORDER BY column_index",
+                [t],
+            ).fetchall()
+            constraints = c.execute(
+                "SELECT constraint_type, constraint_column_names, referenced_table, referenced_column_names "
+                "FROM duckdb_constraints() WHERE table_name = ?",
+                [t],
+            ).fetchall()
+            pk: tuple[str, ...] = ()
+            fks: list[tuple[str, str, str]] = []
+            for kind, names, ref_table, ref_cols in constraints:
+                if kind == "PRIMARY KEY":
+                    pk = tuple(names)
+                elif kind == "FOREIGN KEY" and ref_table:
+                    fks += [(a, ref_table, b) for a, b in zip(names, ref_cols or [], strict=False)]
+            samples = {}
+            for name, *_ in cols:
+                q = f"SELECT {quote(name)} FROM {quote(t)} WHERE {quote(name)} IS NOT NULL LIMIT 50"
+                samples[name] = examples(v for (v,) in c.execute(q).fetchall())
+            out.append(TableInfo(t, tuple(ColumnInfo(n, ty, bool(nn)) for n, ty, nn in cols), pk, tuple(fks), samples))
+        return out
+
+    def can_write(self, db: Remote) -> str | None:
+        return None  # always opened read-only
+
+
+def open_read_only(path: str) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection to the file ``path`` that can neither write it nor reach outside it."""
+    conn = duckdb.connect(
+        path,
+        read_only=True,
+        config={
+            "threads": 1,
+            "enable_external_access": False,
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+            "memory_limit": MEMORY_LIMIT,
+            "temp_directory": "",
+        },
+    )
+    (locked,) = conn.execute("SELECT current_setting('lock_configuration')").fetchone() or (False,)
+    if not locked:  # another engine of this process opened the same file (DuckDB shares it): locked already
+        conn.execute("SET lock_configuration = true")
+    return conn
+
+
+def quote(name: str) -> str:
+    """A DuckDB identifier in double quotes."""
+    return '"' + name.replace('"', '""') + '"'

@@ -1,0 +1,272 @@
+"""MySQL and MariaDB through PyMySQL: read-only transactions, the server's statement time limit, an
+unbuffered cursor, a session reset after every statement.
+
+PyMySQL is the driver: maintained, pure Python (it installs wherever Python does), and the one the
+official mini-dev script uses, so results come back as the very Python values (Decimal, float, date)
+that its ``bird_ex`` compares. Connections are made without ``CLIENT.MULTI_STATEMENTS`` and without
+``LOCAL INFILE``. A statement runs inside ``START TRANSACTION READ ONLY``, under the server's own time
+limit: MariaDB's ``SET STATEMENT max_statement_time = S FOR ...``, MySQL's session
+``max_execution_time`` (milliseconds, SELECT only); it is fetched row by row (``SSCursor``) against the
+caps, rows past the cap are counted as they stream, then ``COM_RESET_CONNECTION`` rolls the
+transaction back (user variables, ``GET_LOCK`` locks, temporary tables and session settings go with it).
+
+The function policy: no MySQL executable comment (``/*! ... */``, ``/*M! ... */``: the server runs
+what sqlglot reads as a comment), no ``INTO`` (``OUTFILE``, ``DUMPFILE``, ``@var``), no ``:=``, none of
+:data:`DENIED` (locks, sleeps, file reads, sequence and session-value changes), and no stored function
+of the database.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pymysql
+import pymysql.cursors
+
+from rose_sql.engines.base import ColumnInfo, Failure, Limits, Pooled, TableInfo, batches, collect, examples
+from rose_sql.engines.source import Kind, Remote
+from rose_sql.execute import ResultSet
+
+DENIED = frozenset(
+    {
+        "get_lock",
+        "release_lock",
+        "release_all_locks",
+        "sleep",
+        "benchmark",
+        "load_file",
+        "last_insert_id",
+        "nextval",
+        "setval",
+        "lastval",
+        "master_pos_wait",
+        "source_pos_wait",
+        "master_gtid_wait",
+        "wait_for_executed_gtid_set",
+        "wait_until_sql_thread_after_gtids",
+        "sys_exec",
+        "sys_eval",
+    }
+)
+"""Built-ins with effects beyond the statement (locks, session values, sequences, files, waiting)."""
+EXECUTABLE_COMMENT = re.compile(r"/\*M?!", re.IGNORECASE)
+COM_RESET_CONNECTION = 0x1F
+FETCH = 1000
+"""Rows read per call (they stream from the server: the cap stops reading)."""
+_TIMEOUT_CODES = {1969, 3024}  # MariaDB max_statement_time, MySQL max_execution_time
+_GONE_CODES = {2003, 2006, 2013, 2055, 1049, 1044, 1045, 1040, 1053, 1927}
+
+
+class _Conn:
+    """A PyMySQL connection, the server's flavour and the database's stored functions."""
+
+    def __init__(self, conn: pymysql.connections.Connection[Any], mariadb: bool, target: str) -> None:
+        self.conn = conn
+        self.mariadb = mariadb
+        self.target = target
+
+
+def connect_args(url: str) -> dict[str, Any]:
+    """PyMySQL's connection arguments from a ``mysql://user:password@host:port/database?k=v`` URL."""
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    parts = urlsplit(url)
+    args: dict[str, Any] = {
+        "host": parts.hostname or "localhost",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+        "charset": "utf8mb4",
+    }
+    database = unquote(parts.path.lstrip("/"))
+    if database:
+        args["database"] = database
+    query = parse_qs(parts.query)
+    for key, values in query.items():
+        if key in ("unix_socket", "charset", "ssl_ca", "ssl_cert", "ssl_key"):
+            args[key] = values[-1]
+    if not any(k.startswith("ssl") for k in query):
+        args["ssl_disabled"] = True  # TLS only when the URL asks for it (?ssl_ca=...): a context costs 45 ms
+    return args
+
+
+class MySQL(Pooled[_Conn]):
+    """The MySQL / MariaDB engine (see the module docstring)."""
+
+    kind: Kind = "mysql"
+    dialect = "mysql"
+
+    def __init__(self, limits: Limits) -> None:
+        super().__init__(limits)
+        self.seconds = max(0.001, limits.timeout_s)
+        self._stored: dict[str, frozenset[str]] = {}
+
+    def _connect(self, db: Remote) -> _Conn:
+        conn = pymysql.connect(
+            **connect_args(db.target),
+            autocommit=True,
+            connect_timeout=10,
+            read_timeout=int(self.seconds * 2 + 30),
+            local_infile=False,
+        )
+        mariadb = "mariadb" in conn.get_server_info().lower()
+        c = _Conn(conn, mariadb, db.target)
+        self._session(c)
+        return c
+
+    def _session(self, c: _Conn) -> None:
+        if not c.mariadb:  # MariaDB's limit comes with each statement (SET STATEMENT ... FOR)
+            with c.conn.cursor() as cur:
+                cur.execute(f"SET SESSION max_execution_time = {max(1, int(self.seconds * 1000))}")
+
+    def _close_conn(self, conn: _Conn) -> None:
+        conn.conn.close()
+
+    def _version(self, conn: _Conn) -> str:
+        info = conn.conn.get_server_info()
+        return f"MariaDB {info.split('-MariaDB')[0]}" if conn.mariadb else f"MySQL {info}"
+
+    def exists(self, db: Remote) -> bool:
+        try:
+            self.conn(db)
+        except pymysql.err.OperationalError as e:
+            return bool(e.args[0] != 1049)
+        return True
+
+    def _statement(self, conn: _Conn, sql: str) -> tuple[ResultSet, int]:
+        if EXECUTABLE_COMMENT.search(sql):
+            raise _Refused("a MySQL executable comment (/*! ... */) runs what it holds")
+        c = conn.conn
+        c.query("START TRANSACTION READ ONLY")
+        text = f"SET STATEMENT max_statement_time = {self.seconds:.3f} FOR {sql}" if conn.mariadb else sql
+        cur = c.cursor(pymysql.cursors.SSCursor)
+        try:
+            cur.execute(text)
+            columns = tuple(d[0] for d in cur.description or ())
+
+            got = collect(batches(cur.fetchmany, FETCH), self.limits)
+            rest: int | None = 0
+            if got.truncated:
+                try:
+                    rest = sum(len(b) for b in batches(cur.fetchmany, FETCH))
+                except pymysql.err.OperationalError as e:  # the time limit met the count: a lower bound
+                    if e.args[0] not in _TIMEOUT_CODES:
+                        raise
+                    rest = None
+            return got.result(columns, rest), got.nbytes
+        finally:
+            cur.close()
+
+    def _end(self, conn: _Conn) -> None:
+        c = conn.conn  # the reset rolls the transaction back, and clears what a session holds
+        c._execute_command(COM_RESET_CONNECTION, b"")  # what PyMySQL has no public call for
+        c._read_ok_packet()
+        self._session(conn)
+
+    def _classify(self, e: BaseException) -> Failure:
+        if isinstance(e, _Refused):
+            return Failure("rejected", str(e))
+        code = e.args[0] if isinstance(e, pymysql.err.MySQLError) and e.args and isinstance(e.args[0], int) else None
+        message = f"{type(e).__name__}: {e}"
+        if code in _TIMEOUT_CODES:
+            return Failure("guard", message)
+        if code in _GONE_CODES or isinstance(e, pymysql.err.InterfaceError | ConnectionError | OSError):
+            return Failure("unreadable", message, broken=True)
+        if code == 1792:  # read-only transaction
+            return Failure("rejected", message)
+        if isinstance(e, MemoryError):
+            return Failure("error", "stopped: the result needs more than the worker's memory limit", broken=True)
+        return Failure("error", message, broken=code is None)
+
+    def _allowed(self, conn: _Conn, name: str) -> str | None:
+        if name in DENIED:
+            return "it has effects beyond the statement"
+        with self._lock:
+            stored = self._stored.get(conn.target)
+        if stored is None:  # read once per database and process
+            with conn.conn.cursor() as cur:
+                cur.execute(
+                    "SELECT LOWER(ROUTINE_NAME) FROM information_schema.ROUTINES WHERE ROUTINE_TYPE = 'FUNCTION'"
+                )
+                stored = frozenset(r[0] for r in cur.fetchall())
+            with self._lock:
+                self._stored[conn.target] = stored
+        if name in stored:
+            return "a stored function (it may have side effects)"
+        return None
+
+    def _interrupt(self, conn: _Conn) -> None:
+        killer = pymysql.connect(
+            host=conn.conn.host, port=conn.conn.port, user=conn.conn.user, password=conn.conn.password
+        )
+        try:
+            with killer.cursor() as cur:
+                cur.execute(f"KILL QUERY {int(conn.conn.thread_id())}")
+        finally:
+            killer.close()
+
+    # ------------------------------------------------------------------ metadata
+
+    def describe(self, db: Remote) -> list[TableInfo]:
+        c = self.conn(db).conn
+        out = []
+        with c.cursor() as cur:
+            cur.execute(
+                "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+                "AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME"
+            )
+            tables = [r[0] for r in cur.fetchall()]
+            for t in tables:
+                cur.execute(
+                    "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE = 'NO', COLUMN_KEY = 'PRI' "
+                    "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s "
+                    "ORDER BY ORDINAL_POSITION",
+                    (t,),
+                )
+                cols = cur.fetchall()
+                cur.execute(
+                    "SELECT COLUMN_NAME, REFERENCED_TABLE_NAME, REFERENCED_COLUMN_NAME FROM "
+                    "information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s "
+                    "AND REFERENCED_TABLE_NAME IS NOT NULL",
+                    (t,),
+                )
+                fks = cur.fetchall()
+                samples = {}
+                for name, *_ in cols:
+                    cur.execute(f"SELECT {quote(name)} FROM {quote(t)} WHERE {quote(name)} IS NOT NULL LIMIT 50")
+                    samples[name] = examples(v for (v,) in cur.fetchall())
+                out.append(
+                    TableInfo(
+                        t,
+                        tuple(ColumnInfo(n, str(ty), bool(nn)) for n, ty, nn, _ in cols),
+                        tuple(n for n, _, _, pk in cols if pk),
+                        tuple((a, b, d) for a, b, d in fks),
+                        samples,
+                    )
+                )
+        c.rollback()
+        return out
+
+    def can_write(self, db: Remote) -> str | None:
+        c = self.conn(db).conn
+        with c.cursor() as cur:
+            cur.execute("SHOW GRANTS")
+            grants = [r[0] for r in cur.fetchall()]
+            cur.execute("SELECT CURRENT_USER()")
+            (user,) = cur.fetchone() or ("?",)
+        for g in grants:
+            privileges = g.upper().split(" ON ")[0].removeprefix("GRANT ")
+            granted = {p.strip() for p in privileges.split(",")}
+            if granted - {"SELECT", "USAGE", "SHOW VIEW", "PROXY"}:
+                return f"user {user} has {', '.join(sorted(granted))}"
+        return None
+
+
+class _Refused(Exception):
+    """A statement the policy refuses after a look the parser cannot take (a MySQL executable comment)."""
+
+
+def quote(name: str) -> str:
+    """A MySQL identifier in backticks."""
+    return "`" + name.replace("`", "``") + "`"

@@ -1,0 +1,64 @@
+"""``rose db reader``: a role that can read one database and write nothing, for the URL of ``--db``.
+
+PostgreSQL: ``CREATE ROLE name LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE`` with
+``default_transaction_read_only = on``, ``CONNECT`` on the database, ``USAGE`` on its schemas and
+``SELECT`` on their tables (now and, through default privileges, later). MySQL / MariaDB: ``CREATE USER
+name@'%'`` and ``name@'localhost'`` with ``SELECT`` on the database's tables only. Run it with an
+administrator's URL; running it again grants again.
+"""
+
+from __future__ import annotations
+
+from rose_sql.engines.source import Remote
+from rose_sql.errors import UsageError
+
+
+def create_reader(db: Remote, name: str, password: str | None) -> str:
+    """Create (or re-grant) the read-only role ``name`` on ``db``'s database; where it can read, for people."""
+    if db.kind == "postgresql":
+        return _postgres(db, name, password)
+    if db.kind == "mysql":
+        return _mysql(db, name, password)
+    raise UsageError("DuckDB files are always opened read-only: no role is needed")
+
+
+def _postgres(db: Remote, name: str, password: str | None) -> str:
+    import psycopg
+    from psycopg import sql
+
+    role = sql.Identifier(name)
+    with psycopg.connect(db.target, autocommit=True) as conn:
+        database = conn.execute("SELECT current_database()").fetchone()
+        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
+        verb = "ALTER" if exists else "CREATE"
+        conn.execute(sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION").format(role))
+        if password is not None:
+            conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(role, sql.Literal(password)))
+        conn.execute(sql.SQL("ALTER ROLE {} SET default_transaction_read_only = on").format(role))
+        assert database is not None
+        conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(database[0]), role))
+        schemas = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' AND nspname <> 'information_schema'"
+        ).fetchall()
+        for (schema,) in schemas:
+            s = sql.Identifier(schema)
+            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, role))
+            conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(s, role))
+            conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} GRANT SELECT ON TABLES TO {}").format(s, role))
+    return db.shown
+
+
+def _mysql(db: Remote, name: str, password: str | None) -> str:
+    import pymysql
+
+    from rose_sql.engines.mysql import connect_args, quote
+
+    args = connect_args(db.target)
+    database = args.get("database")
+    if not database:
+        raise UsageError(f"{db.shown}: the URL names no database")
+    with pymysql.connect(**args, autocommit=True) as conn, conn.cursor() as cur:
+        for host in ("%", "localhost"):
+            cur.execute("CREATE USER IF NOT EXISTS %s@%s IDENTIFIED BY %s", (name, host, password or ""))
+            cur.execute(f"GRANT SELECT ON {quote(database)}.* TO %s@%s", (name, host))
+    return db.shown
