@@ -146,6 +146,7 @@ def _call(
         prompt_sha256=digest,
         params=c.params if c else {},
         error=error,
+        batch_id=c.batch_id if c else None,
     )
 
 

@@ -65,6 +65,8 @@ class ChatReply:
     """Wall time of the call (0 when cached)."""
     key: str
     """The cache key (sha256 of endpoint, model, parameters and messages)."""
+    batch_id: str | None = None
+    """The Batch API batch that answered this call (``rose run --batch``); None for a live call."""
 
 
 _CAP_NAMES = ("max_tokens", "max_completion_tokens")
