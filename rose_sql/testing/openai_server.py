@@ -19,6 +19,9 @@ A :class:`Reply` can also break the protocol the way real endpoints and proxies 
 trickled a few bytes at a time (``trickle_s``), a body that is not JSON (``body``), a usage
 object with wrong types or negative counts (``usage``), or a huge body (a long ``content``).
 
+The Batch API's files and batches endpoints are served too (:mod:`rose_sql.testing.batches`), each
+request of a batch answered by the same responder.
+
 Example::
 
     with ScriptedOpenAI(by_content(lambda text: Reply(content=text.upper()))) as srv:
@@ -43,7 +46,10 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import BaseServer, TCPServer
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
+
+if TYPE_CHECKING:
+    from rose_sql.testing.batches import BatchScript
 
 __all__ = [
     "DEFAULT_FAULT_KINDS",
@@ -66,6 +72,8 @@ __all__ = [
 
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
+BATCH_API_PATHS = ("/v1/files", "/v1/batches")
+"""Served by :class:`rose_sql.testing.batches.BatchAPI`."""
 MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_FAULT_KINDS: tuple[str, ...] = ("429", "500", "timeout", "drop")
 _FAULT_KINDS = frozenset({"429", "500", "502", "503", "timeout", "drop"})
@@ -536,10 +544,13 @@ class _Handler(BaseHTTPRequestHandler):
     # ----- routing
 
     def do_POST(self) -> None:
-        """Route POST requests: only chat completions exist."""
+        """Route POST requests: chat completions, and the Batch API's files and batches."""
         self.owner._count_http()
         try:
             self._check_auth()
+            if self._path().startswith(BATCH_API_PATHS):
+                self.owner.batch.post(self, self._path())
+                return
             if self._path() != CHAT_PATH:
                 self._read_body()  # keep the connection usable
                 raise _BadRequest(f"Unknown request URL: POST {self.path}", status=404, code="unknown_url")
@@ -548,10 +559,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(problem)
 
     def do_GET(self) -> None:
-        """Route GET requests: the model list and single models."""
+        """Route GET requests: the model list and single models, the Batch API's files and batches."""
         self.owner._count_http()
         try:
             self._check_auth()
+            if self._path().startswith(BATCH_API_PATHS):
+                self.owner.batch.get(self, self._path())
+                return
             self._send_json(200, self._models(self._path()))
         except _BadRequest as problem:
             self._refuse(problem)
@@ -727,8 +741,13 @@ class ScriptedOpenAI:
         system_fingerprint: str = "fp_rose_scripted",
         host: str = "127.0.0.1",
         port: int = 0,
+        batch: BatchScript | None = None,
     ) -> None:
+        from rose_sql.testing.batches import BatchAPI, BatchScript
+
         self.responder: Responder = responder or default_responder
+        self.batch = BatchAPI(self, batch or BatchScript())
+        """The Batch API (files and batches endpoints), scripted by ``batch``."""
         self.models = tuple(models)
         self.api_key = api_key
         self.system_fingerprint = system_fingerprint
