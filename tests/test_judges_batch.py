@@ -1,0 +1,229 @@
+"""``rose run --batch``: the judges' calls through the Batch API of the scripted server, end to end.
+
+The same scripted judges answer live calls and batched requests, so a batched run must score every item
+as a live run does, at the batch price, with failed and expired requests sent again in the next round and
+a run killed with kill -9 resumed without sending any request twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from test_judges import MIXED, SCHEMA, item, judge_args, records, rose, verdicts, write_items
+from test_resume import ENV, rose_command
+
+from rose_sql.cli import main
+from rose_sql.record import Record
+from rose_sql.testing import ScriptedOpenAI, by_content
+from rose_sql.testing.batches import BatchScript
+from rose_sql.testing.openai_server import user_text
+
+HANG_GUARD_S = 120.0
+ITEMS = [*MIXED, item(7, "SELECT name FROM player WHERE age > 30", question="Question 7 [malformed]")]
+"""Round 1: four Provers and two Refuters of matching results (items 1, 4); round 2: the Refuters after the
+Provers' passes (items 2, 6) and the re-ask of item 7's invalid reply."""
+
+
+@pytest.fixture
+def league(make_db: Callable[..., Path]) -> Path:
+    return make_db(SCHEMA, db_id="league").parent.parent
+
+
+def batch_args(srv: ScriptedOpenAI, tmp: Path, *extra: str) -> list[str]:
+    return [*judge_args(srv, tmp, "--policy", "paper", "--batch", "--batch-poll", "0.01"), *extra]
+
+
+def run_batch(items: Path, league: Path, out: Path, srv: ScriptedOpenAI, cache: Path, *extra: str) -> Any:
+    return rose(["run", str(items), "--db-root", str(league), "--out", str(out), *batch_args(srv, cache, *extra)])
+
+
+def batch_log(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "batches.jsonl").read_text().splitlines()]
+
+
+def outcome(r: dict[str, Any]) -> tuple[Any, ...]:
+    """What a run decided about an item, and what each judge replied."""
+    replies = [(c["stage"], c["reply"], c["error"] is None) for c in r["judges"]]
+    return r["score"], r["unscored_reason"], r["decided_by"], r["labels"], replies
+
+
+def test_batch_run_scores_like_live_run_at_half_price(tmp_path: Path, league: Path) -> None:
+    items = write_items(tmp_path / "items.jsonl", ITEMS)
+    with ScriptedOpenAI(by_content(verdicts)) as srv:
+        rose(["run", str(items), "--db-root", str(league), "--out", str(tmp_path / "live"),
+              *judge_args(srv, tmp_path / "a", "--policy", "paper")])  # fmt: skip
+        live_calls = srv.calls
+        srv.reset()
+        result = run_batch(items, league, tmp_path / "out", srv, tmp_path / "b")
+        assert srv.calls == 0, "a batched run made a live call"
+        batches = srv.batch.batches
+        run_batch(items, league, tmp_path / "again", srv, tmp_path / "b")  # every reply is in the cache now
+        assert srv.batch.batches == batches and srv.calls == 0, "the rerun sent something"
+    live, batched = records(tmp_path / "live"), records(tmp_path / "out")
+    assert live.keys() == batched.keys() and len(batched) == len(ITEMS)
+    for k in live:
+        assert outcome(batched[k]) == outcome(live[k]), k
+    assert batched[7]["unscored_reason"] == "judge_invalid" and len(batched[7]["judges"]) == 2  # re-asked once
+    assert [c["stage"] for c in batched[2]["judges"]] == ["prover", "refuter"]
+
+    # two rounds: the Provers and the matched Refuter, then what depends on a reply of the first
+    assert [b["status"] for b in batches] == ["completed", "completed"]
+    assert [b["request_counts"]["total"] for b in batches] == [6, 3]
+    assert sum(b["request_counts"]["total"] for b in batches) == live_calls
+    log = batch_log(tmp_path / "out")
+    assert [e["batch"] for e in log if e["event"] == "submitted"] == [b["id"] for b in batches]
+
+    # every call made through a batch says which, and costs half the live price
+    calls = [(k, i, c) for k, r in batched.items() for i, c in enumerate(r["judges"])]
+    assert all(c["batch_id"] in {b["id"] for b in batches} and not c["cached"] for _, _, c in calls)
+    for k, i, c in calls:
+        assert c["cost_usd"] == pytest.approx(live[k]["judges"][i]["cost_usd"] / 2, abs=1e-8)
+        assert "batch_id" not in live[k]["judges"][i]
+    live_sum = json.loads((tmp_path / "live" / "items" / "summary.json").read_text())
+    batch_sum = json.loads((tmp_path / "out" / "items" / "summary.json").read_text())
+    assert live_sum["llm"]["cost_usd"] > 0
+    assert batch_sum["llm"]["cost_usd"] == pytest.approx(live_sum["llm"]["cost_usd"] / 2, abs=1e-6)
+    assert batch_sum["llm"]["calls"] == live_sum["llm"]["calls"] == live_calls
+    assert batch_sum["rose"] == live_sum["rose"]
+    assert Record.from_dict(batched[2]).judges[0].batch_id == batches[0]["id"]  # read back typed
+    assert f"batch {batches[-1]['id']}: completed, 3/3 done, 0 failed" in result.stderr
+
+    again = records(tmp_path / "again")
+    assert all(c["cached"] and c["cost_usd"] is not None for r in again.values() for c in r["judges"])
+    assert {k: outcome(r) for k, r in again.items()} == {k: outcome(r) for k, r in batched.items()}
+
+
+def test_failed_requests_are_sent_again_in_the_next_round(tmp_path: Path, league: Path) -> None:
+    items = write_items(tmp_path / "items.jsonl", ITEMS)
+
+    def fail(cid: str, body: dict[str, Any], attempt: int) -> str | None:
+        text = user_text(body)
+        if "Question 3 [no]" in text:
+            return "the model is overloaded"  # every time: the item is judge_error after 3 attempts
+        if "Question 2:" in text and attempt == 0:
+            return "a transient failure"  # its Prover and its Refuter each fail once
+        return None
+
+    with ScriptedOpenAI(by_content(verdicts), batch=BatchScript(fail=fail)) as srv:
+        run_batch(items, league, tmp_path / "out", srv, tmp_path)
+        sent = srv.batch.submitted
+        batches = srv.batch.batches
+    r = records(tmp_path / "out")
+    assert (r[2]["score"], r[2]["decided_by"]) == (1, "refuter")
+    assert [(c["stage"], c["error"]) for c in r[2]["judges"]] == [("prover", None), ("refuter", None)]
+    assert (r[3]["score"], r[3]["unscored_reason"]) == (None, "judge_error")  # infrastructure, never a score
+    assert "failed this request 3 times" in r[3]["judges"][0]["error"] and "overloaded" in r[3]["judges"][0]["error"]
+    assert "batch_id" not in r[3]["judges"][0]  # no batch answered it
+    assert (r[1]["score"], r[4]["score"], r[6]["score"]) == (1, 0, 1)
+    log = batch_log(tmp_path / "out")
+    by_key = {cid: key for e in log if e["event"] == "uploaded" for cid, key in e["requests"].items()}
+    assert sorted(sent.values()) == [1] * (len(sent) - 3) + [2, 2, 3]
+    assert len(by_key) == len(sent) == 9
+    assert sum(b["request_counts"]["failed"] for b in batches) == 3 + 2
+
+
+def test_expired_batch_sends_its_unfinished_requests_again(tmp_path: Path, league: Path) -> None:
+    items = write_items(tmp_path / "items.jsonl", ITEMS)
+    script = BatchScript(validating_polls=2, in_progress_polls=3, expire=lambda n: 2 if n == 0 else None)
+    with ScriptedOpenAI(by_content(verdicts)) as live_srv:
+        rose(["run", str(items), "--db-root", str(league), "--out", str(tmp_path / "live"),
+              *judge_args(live_srv, tmp_path / "a", "--policy", "paper")])  # fmt: skip
+    with ScriptedOpenAI(by_content(verdicts), batch=script) as srv:
+        run_batch(items, league, tmp_path / "out", srv, tmp_path / "b")
+        batches = srv.batch.batches
+        sent = srv.batch.submitted
+    assert batches[0]["status"] == "expired"
+    assert batches[0]["request_counts"] == {"total": 6, "completed": 2, "failed": 4}
+    assert all(b["status"] == "completed" for b in batches[1:])
+    assert sorted(sent.values()) == [1] * (len(sent) - 4) + [2] * 4  # the 4 unfinished, sent once more
+    live, batched = records(tmp_path / "live"), records(tmp_path / "out")
+    assert {k: outcome(r) for k, r in batched.items()} == {k: outcome(r) for k, r in live.items()}
+    collected = [e for e in batch_log(tmp_path / "out") if e["event"] == "collected"]
+    assert collected[0]["status"] == "expired" and len(collected[0]["ok"]) == 2
+    assert all("batch was expired" in why for why in collected[0]["failed"].values())
+
+
+def test_batches_are_split_at_the_request_limit(tmp_path: Path, league: Path) -> None:
+    items = write_items(tmp_path / "items.jsonl", ITEMS)
+    with ScriptedOpenAI(by_content(verdicts)) as srv:
+        run_batch(items, league, tmp_path / "out", srv, tmp_path, "--batch-max-requests", "4")
+        sizes = [b["request_counts"]["total"] for b in srv.batch.batches]
+    assert sizes == [4, 2, 3]  # round 1: 6 requests in two batches; round 2: 3
+    r = records(tmp_path / "out")
+    assert [r[k]["score"] for k in sorted(r)] == [1, 1, 0, 0, 0, 1, None]
+    assert (r[5]["decided_by"], r[7]["unscored_reason"]) == ("execution", "judge_invalid")
+
+
+def test_batch_needs_a_judge_and_the_cache(tmp_path: Path, league: Path) -> None:
+    items = write_items(tmp_path / "items.jsonl", ITEMS)
+    base = ["run", str(items), "--db-root", str(league), "--out", str(tmp_path / "out"), "--batch"]
+    result = CliRunner().invoke(main, base)
+    assert result.exit_code == 2 and "needs --judge-model" in result.output
+    with ScriptedOpenAI(by_content(verdicts)) as srv:
+        result = CliRunner().invoke(main, [*base, *judge_args(srv, tmp_path), "--no-cache"])
+        assert srv.batch.batches == []
+    assert result.exit_code == 2 and "drop --no-cache" in result.output
+
+
+def submitted_ids(out: Path) -> list[str]:
+    try:
+        return [e["batch"] for e in batch_log(out) if e["event"] == "submitted"]
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+@pytest.mark.parametrize("lost", [False, True], ids=["batch-recorded", "killed-before-recording-the-batch"])
+def test_kill_9_while_polling_then_resume_sends_nothing_twice(tmp_path: Path, league: Path, lost: bool) -> None:
+    """kill -9 while the first batch is in progress; --resume polls that batch, sends round 2, and no request
+    reaches the server twice. ``lost``: the kill came between creating the batch and recording its id (the
+    line is removed here), so the resumed run must find the batch among the provider's."""
+    items = write_items(tmp_path / "items.jsonl", ITEMS)
+    out = tmp_path / "out"
+    hold = threading.Event()
+    with ScriptedOpenAI(by_content(verdicts), batch=BatchScript(hold=hold)) as srv:
+        args = [*rose_command(), "run", str(items), "--db-root", str(league), "--out", str(out), "--workers", "2"]
+        args += batch_args(srv, tmp_path)
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+        try:
+            deadline = time.monotonic() + HANG_GUARD_S
+            while not submitted_ids(out) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            proc.wait(HANG_GUARD_S)
+        assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+        (first,) = submitted_ids(out)
+        assert [b["id"] for b in srv.batch.batches] == [first]
+        assert srv.batch.batches[0]["status"] in ("validating", "in_progress")  # held: not done at the kill
+        if lost:
+            kept = [line for line in (out / "batches.jsonl").read_text().splitlines() if '"submitted"' not in line]
+            (out / "batches.jsonl").write_text("".join(line + "\n" for line in kept))
+        hold.set()
+        resumed = subprocess.run([*args, "--resume"], capture_output=True, text=True, env=ENV, timeout=HANG_GUARD_S)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        sent = srv.batch.submitted
+        batches = srv.batch.batches
+        assert srv.calls == 0
+    assert len(sent) == 9 and set(sent.values()) == {1}, "a request was sent twice"
+    assert len(batches) == 2 and batches[0]["id"] == first
+    assert submitted_ids(out) == [b["id"] for b in batches]
+    r = records(out)
+    assert sorted(r) == [it["id"] for it in ITEMS]  # every item once
+    assert [r[k]["score"] for k in sorted(r)] == [1, 1, 0, 0, 0, 1, None]
+    round1 = [c for k in (1, 3, 4) for c in r[k]["judges"]]
+    assert {c["batch_id"] for c in round1} == {first} and not any(c["cached"] for c in round1)
+    summary = json.loads((out / "items" / "summary.json").read_text())
+    assert summary["n"] == len(ITEMS) and summary["llm"]["calls"] == 9
+    assert summary["llm"]["cost_usd"] == pytest.approx(
+        sum(c["cost_usd"] for x in r.values() for c in x["judges"]), abs=1e-6
+    )
