@@ -118,7 +118,13 @@ def test_failed_requests_are_sent_again_in_the_next_round(tmp_path: Path, league
         run_batch(items, league, tmp_path / "out", srv, tmp_path)
         sent = srv.batch.submitted
         batches = srv.batch.batches
-    r = records(tmp_path / "out")
+        first = records(tmp_path / "out")
+        srv.batch.script.fail = None  # the provider recovered: --resume asks item 3's Prover again
+        run_batch(items, league, tmp_path / "out", srv, tmp_path, "--resume")
+        resent = srv.batch.submitted - sent
+    assert (first[3]["score"], records(tmp_path / "out")[3]["score"]) == (None, 0)
+    assert len(resent) == 1 and resent.total() == 1  # only that one request
+    r = first
     assert (r[2]["score"], r[2]["decided_by"]) == (1, "refuter")
     assert [(c["stage"], c["error"]) for c in r[2]["judges"]] == [("prover", None), ("refuter", None)]
     assert (r[3]["score"], r[3]["unscored_reason"]) == (None, "judge_error")  # infrastructure, never a score
@@ -227,3 +233,54 @@ def test_kill_9_while_polling_then_resume_sends_nothing_twice(tmp_path: Path, le
     assert summary["llm"]["cost_usd"] == pytest.approx(
         sum(c["cost_usd"] for x in r.values() for c in x["judges"]), abs=1e-6
     )
+
+
+def test_budget_reserves_each_round_before_it_is_sent(tmp_path: Path, league: Path) -> None:
+    """A budget that holds the worst case of a few requests only: each round sends what fits, the rest waits
+    for the next round (once the replies settle at their real, far smaller cost), and every item is judged."""
+    items = write_items(tmp_path / "items.jsonl", ITEMS)
+    with ScriptedOpenAI(by_content(verdicts)) as srv:
+        run_batch(items, league, tmp_path / "out", srv, tmp_path, "--judge-max-tokens", "4000", "--budget", "0.005")
+        batches = srv.batch.batches
+    # one call's worst case: 4000 completion tokens at 0.3 USD/Mtok (half of gpt-4o-mini's 0.6) plus its prompt
+    assert all(b["request_counts"]["total"] * 4000 * 0.3e-6 <= 0.005 for b in batches)
+    assert len(batches) > 2 and sum(b["request_counts"]["total"] for b in batches) == 9
+    r = records(tmp_path / "out")
+    assert [r[k]["score"] for k in sorted(r)] == [1, 1, 0, 0, 0, 1, None]
+    assert sum(x["cost_usd"] for x in r.values()) <= 0.005
+
+
+def test_budget_spent_leaves_items_unscored_without_sending_them(tmp_path: Path, league: Path) -> None:
+    items = write_items(tmp_path / "items.jsonl", ITEMS)
+    with ScriptedOpenAI(by_content(verdicts)) as srv:
+        run_batch(items, league, tmp_path / "out", srv, tmp_path, "--budget", "0.0001")  # below any call's worst
+        assert srv.batch.batches == [] and srv.calls == 0
+    r = records(tmp_path / "out")
+    assert {r[k]["unscored_reason"] for k in (1, 2, 3, 4, 6, 7)} == {"budget_exhausted"}
+    assert r[5]["score"] == 0 and all(x["cost_usd"] == 0 for x in r.values())
+
+
+def test_an_unreachable_batch_api_stops_the_run_and_keeps_the_batches(tmp_path: Path) -> None:
+    import asyncio
+
+    from rose_sql.config import JudgeConfig
+    from rose_sql.errors import EndpointError
+    from rose_sql.judges.batch import BatchLLM, Log
+
+    with ScriptedOpenAI() as srv:
+        dead = srv.base_url  # nothing listens here once it is stopped
+    log = Log(tmp_path / "batches.jsonl")
+    log.append({"event": "uploaded", "file": "file-1", "params": {}, "requests": {"rose-x": "k"}})
+    log.append({"event": "submitted", "batch": "batch_1", "file": "file-1"})
+    cfg = JudgeConfig(model="gpt-4o-mini", base_url=dead, cache_dir=tmp_path / "cache", max_retries=0, timeout_s=5)
+
+    async def poll() -> None:
+        llm = BatchLLM(cfg, log)
+        try:
+            await llm.collect(lambda _text: None)
+        finally:
+            await llm.aclose()
+
+    with pytest.raises(EndpointError, match="while polling batch batch_1"):
+        asyncio.run(poll())
+    assert Log(tmp_path / "batches.jsonl").open() == ["batch_1"]  # still open: --resume polls it

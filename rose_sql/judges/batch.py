@@ -20,6 +20,7 @@ call that got no reply does (the item: ``judge_error``, an infrastructure failur
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import json
@@ -41,6 +42,9 @@ __all__ = ["BatchLLM", "BatchOptions", "Log", "Pending", "batch_discount", "cust
 ENDPOINT: Final = "/v1/chat/completions"
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 """Batch statuses after which nothing more will come."""
+
+RECOVER_LOOKS_AT = 1000
+"""The provider's most recent batches searched for one a killed run created but did not record."""
 
 Status = Callable[[str], None]
 """Shown the state of the batch being polled (a line of text)."""
@@ -172,19 +176,16 @@ class BatchLLM(LLM):
         self.made: dict[str, str] = {}
         """Cache key -> the batch of this run that answered it."""
         self.failures: dict[str, list[str]] = {}
-        """Cache key -> why each of its requests failed."""
+        """Cache key -> why each of its requests failed (in this process)."""
         self._no_budget: dict[str, str] = {}
         self._reserved: dict[str, float] = {}
         self._owner: dict[str, str] = {}
-        uploads = log.uploads()
-        for e in log._of("collected"):
-            requests = uploads.get(log.submitted().get(e["batch"], ""), {}).get("requests", {})
+        uploads, submitted = log.uploads(), log.submitted()
+        for e in log._of("collected"):  # an earlier process's failures are not counted: --resume tries again
+            requests = uploads.get(submitted.get(e["batch"], ""), {}).get("requests", {})
             for cid in e.get("ok", []):
                 if cid in requests:
                     self.made[requests[cid]] = e["batch"]
-            for cid, why in e.get("failed", {}).items():
-                if cid in requests:
-                    self.failures.setdefault(requests[cid], []).append(str(why))
 
     async def complete(self, messages: list[Message], *, fresh: bool = False) -> ChatReply:
         """The reply of a call from the cache (a reply a batch of this run gave counts as fresh); else the
@@ -233,7 +234,8 @@ class BatchLLM(LLM):
             lines.append((key, (json.dumps(line, ensure_ascii=False) + "\n").encode()))
         self.wanted.clear()
         for chunk in self._split(lines):
-            await self._upload(chunk, params)
+            with self._api("sending a batch"):
+                await self._upload(chunk, params)
         return len(lines), refused
 
     def _split(self, lines: list[tuple[str, bytes]]) -> Iterator[list[tuple[str, bytes]]]:
@@ -269,19 +271,34 @@ class BatchLLM(LLM):
         unsent = set(self.log.unsent())
         if not unsent:
             return
-        async for b in self.api.batches.list(limit=100):
-            if b.input_file_id in unsent:
-                self.log.append({"event": "submitted", "batch": b.id, "file": b.input_file_id})
-                unsent.discard(b.input_file_id)
-            if not unsent:
-                break
+        with self._api("listing the batches"):
+            seen = 0
+            async for b in self.api.batches.list(limit=100):  # newest first: the lost ones are near the top
+                if b.input_file_id in unsent:
+                    self.log.append({"event": "submitted", "batch": b.id, "file": b.input_file_id})
+                    unsent.discard(b.input_file_id)
+                seen += 1
+                if not unsent or seen >= RECOVER_LOOKS_AT:
+                    break
 
     # ----- receiving
 
     async def collect(self, status: Status) -> None:
-        """Poll every open batch to its end and take in what came back (replies into the cache)."""
+        """Poll every open batch to its end and take in what came back (replies into the cache).
+
+        Raises :class:`~rose_sql.errors.EndpointError` when the Batch API keeps failing (after the
+        retries): the batches stay open in the log, and ``--resume`` polls them again."""
         for batch_id in self.log.open():
-            await self._collect(batch_id, status)
+            with self._api(f"polling batch {batch_id}"):
+                await self._collect(batch_id, status)
+
+    @contextlib.contextmanager
+    def _api(self, doing: str) -> Iterator[None]:
+        """The SDK's errors of the files and batches endpoints as an :class:`EndpointError` (which stops the run)."""
+        try:
+            yield
+        except self._openai.APIError as e:
+            raise EndpointError(f"the Batch API failed while {doing}: {type(e).__name__}: {e}") from None
 
     async def _collect(self, batch_id: str, status: Status) -> None:
         upload = self.log.uploads()[self.log.submitted()[batch_id]]
@@ -312,9 +329,12 @@ class BatchLLM(LLM):
             failed.pop(cid, None)
             self.ledger.settle(self._reserved.pop(key, 0.0), c.cost_usd or 0.0)
             self.ledger.add(cached=False)
+        ended = f"not answered: the batch ended {b.status}"
+        if b.errors is not None and b.errors.data:  # a batch that failed as a whole says why here
+            ended += ": " + "; ".join(f"{e.code}: {e.message}" for e in b.errors.data[:3])
         for cid in requests:
             if cid not in ok and cid not in failed:
-                failed[cid] = f"not answered: the batch ended {b.status}"
+                failed[cid] = ended
         self.log.append({"event": "collected", "batch": batch_id, "status": b.status, "ok": ok, "failed": failed})
         for cid in ok:
             self.made[requests[cid]] = batch_id
