@@ -284,3 +284,29 @@ def test_an_unreachable_batch_api_stops_the_run_and_keeps_the_batches(tmp_path: 
     with pytest.raises(EndpointError, match="while polling batch batch_1"):
         asyncio.run(poll())
     assert Log(tmp_path / "batches.jsonl").open() == ["batch_1"]  # still open: --resume polls it
+
+
+def test_batches_are_split_at_the_byte_limit(tmp_path: Path, league: Path) -> None:
+    import openai
+
+    from rose_sql.batch_run import BatchBackend
+    from rose_sql.config import Config, JudgeConfig
+    from rose_sql.items import load_items
+    from rose_sql.judges.batch import BatchOptions
+    from rose_sql.run import plan, run
+
+    items = write_items(tmp_path / "items.jsonl", ITEMS)
+    limit = 16_000
+    with ScriptedOpenAI(by_content(verdicts)) as srv:
+        judge = JudgeConfig(model="gpt-4o-mini", base_url=srv.base_url, cache_dir=tmp_path / "cache", policy="paper")
+        config = Config(evidence=True, workers=1).with_(judge=judge)
+        systems = plan([load_items(items)], tmp_path / "out", db_root=league, config=config)
+        backend = BatchBackend(config, tmp_path / "out", BatchOptions(max_bytes=limit, poll_s=0.01))
+        run(systems, league, config, backend=backend)
+        client = openai.OpenAI(base_url=srv.base_url, api_key="test")
+        sizes = [client.files.retrieve(b["input_file_id"]).bytes for b in srv.batch.batches]
+        counts = [b["request_counts"]["total"] for b in srv.batch.batches]
+    assert max(sizes) <= limit, sizes  # about 5 KB a request: three fit, not four
+    assert counts == [3, 3, 2, 1]  # round 1's six requests in two files, round 2's three in two
+    r = records(tmp_path / "out")
+    assert [r[k]["score"] for k in sorted(r)] == [1, 1, 0, 0, 0, 1, None]
