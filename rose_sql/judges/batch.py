@@ -125,25 +125,26 @@ class Log:
         """Add an event, on disk before this returns."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(event, ensure_ascii=False) + "\n")
+            f.write(json.dumps(event) + "\n")
             f.flush()
             os.fsync(f.fileno())
         self.events.append(event)
 
-    def _of(self, kind: str) -> Iterator[dict[str, Any]]:
+    def of(self, kind: str) -> Iterator[dict[str, Any]]:
+        """The events of one kind (``uploaded``, ``submitted``, ``collected``), oldest first."""
         return (e for e in self.events if e["event"] == kind)
 
     def uploads(self) -> dict[str, dict[str, Any]]:
         """Uploaded input files by id: their requests (custom id -> cache key) and sampling parameters."""
-        return {e["file"]: e for e in self._of("uploaded")}
+        return {e["file"]: e for e in self.of("uploaded")}
 
     def submitted(self) -> dict[str, str]:
         """Batch id -> its input file's id."""
-        return {e["batch"]: e["file"] for e in self._of("submitted")}
+        return {e["batch"]: e["file"] for e in self.of("submitted")}
 
     def open(self) -> list[str]:
         """The batches sent and not yet collected, oldest first."""
-        collected = {e["batch"] for e in self._of("collected")}
+        collected = {e["batch"] for e in self.of("collected")}
         return [b for b in self.submitted() if b not in collected]
 
     def unsent(self) -> list[str]:
@@ -181,7 +182,7 @@ class BatchLLM(LLM):
         self._reserved: dict[str, float] = {}
         self._owner: dict[str, str] = {}
         uploads, submitted = log.uploads(), log.submitted()
-        for e in log._of("collected"):  # an earlier process's failures are not counted: --resume tries again
+        for e in log.of("collected"):  # an earlier process's failures are not counted: --resume tries again
             requests = uploads.get(submitted.get(e["batch"], ""), {}).get("requests", {})
             for cid in e.get("ok", []):
                 if cid in requests:
@@ -231,7 +232,7 @@ class BatchLLM(LLM):
             self._reserved[key] = worst
             body = {"model": self.cfg.model, "messages": messages, **params}
             line = {"custom_id": custom_id(key), "method": "POST", "url": ENDPOINT, "body": body}
-            lines.append((key, (json.dumps(line, ensure_ascii=False) + "\n").encode()))
+            lines.append((key, (json.dumps(line) + "\n").encode()))  # ASCII: a lone surrogate stays JSON
         self.wanted.clear()
         for chunk in self._split(lines):
             with self._api("sending a batch"):
@@ -324,7 +325,8 @@ class BatchLLM(LLM):
                 continue
             c = self._chat_reply(reply, key, upload.get("params", {}), batch_id)
             entry = _to_entry(c, self.cfg.model)
-            self.cache.put(key, {**entry, "batch_id": batch_id})  # type: ignore[union-attr]
+            assert self.cache is not None  # checked when built
+            self.cache.put(key, {**entry, "batch_id": batch_id})
             ok.append(cid)
             failed.pop(cid, None)
             self.ledger.settle(self._reserved.pop(key, 0.0), c.cost_usd or 0.0)
@@ -360,7 +362,7 @@ class BatchLLM(LLM):
         """A result line's completion, or why there is none."""
         response, error = line.get("response"), line.get("error")
         if isinstance(response, dict) and response.get("status_code") == 200:
-            raw = json.dumps(response.get("body"), ensure_ascii=False).encode()
+            raw = json.dumps(response.get("body"), ensure_ascii=False).encode("utf-8", "surrogatepass")
             limit = self.cfg.max_reply_bytes
             try:
                 return read_completion(raw[:limit], limit=limit, cut=len(raw) > limit), ""
