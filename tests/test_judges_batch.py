@@ -188,6 +188,7 @@ def submitted_ids(out: Path) -> list[str]:
         return []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lost", [False, True], ids=["batch-recorded", "killed-before-recording-the-batch"])
 def test_kill_9_while_polling_then_resume_sends_nothing_twice(tmp_path: Path, league: Path, lost: bool) -> None:
     """kill -9 while the first batch is in progress; --resume polls that batch, sends round 2, and no request
@@ -310,3 +311,45 @@ def test_batches_are_split_at_the_byte_limit(tmp_path: Path, league: Path) -> No
     assert counts == [3, 3, 2, 1]  # round 1's six requests in two files, round 2's three in two
     r = records(tmp_path / "out")
     assert [r[k]["score"] for k in sorted(r)] == [1, 1, 0, 0, 0, 1, None]
+
+
+def test_the_scripted_batch_api_through_the_sdk() -> None:
+    """The fake itself: status moves only when polled, a held batch waits, a cancelled one answers nothing."""
+    import openai
+
+    def lines(*cids: str) -> bytes:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+        rows = [{"custom_id": c, "method": "POST", "url": "/v1/chat/completions", "body": body} for c in cids]
+        return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+    hold = threading.Event()
+    with ScriptedOpenAI(by_content(verdicts), batch=BatchScript(hold=hold)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+        held = client.batches.create(
+            input_file_id=client.files.create(file=("a.jsonl", lines("a", "b")), purpose="batch").id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+        )
+        assert [client.batches.retrieve(held.id).status for _ in range(4)] == [
+            "validating", "in_progress", "in_progress", "in_progress",
+        ]  # fmt: skip
+        hold.set()
+        done = client.batches.retrieve(held.id)
+        assert done.status == "completed" and done.request_counts is not None and done.request_counts.completed == 2
+        assert done.output_file_id is not None and done.error_file_id is None
+        out = [json.loads(x) for x in client.files.content(done.output_file_id).content.splitlines()]
+        assert [(x["custom_id"], x["response"]["status_code"]) for x in out] == [("a", 200), ("b", 200)]
+        assert "answers_question" in out[0]["response"]["body"]["choices"][0]["message"]["content"]
+
+        cancelled = client.batches.create(
+            input_file_id=client.files.create(file=("c.jsonl", lines("c")), purpose="batch").id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+        )
+        assert client.batches.cancel(cancelled.id).status == "cancelling"
+        gone = client.batches.retrieve(cancelled.id)
+        assert gone.status == "cancelled" and gone.output_file_id is None and gone.error_file_id is not None
+        (err,) = [json.loads(x) for x in client.files.content(gone.error_file_id).content.splitlines()]
+        assert err["custom_id"] == "c" and err["error"]["code"] == "batch_cancelled"
+        assert [b.id for b in client.batches.list()] == [cancelled.id, held.id]  # newest first
+        assert srv.batch.submitted == {"a": 1, "b": 1, "c": 1} and srv.calls == 0
