@@ -60,6 +60,8 @@ class BatchBackend:
         self.stage1 = Stage1(config)  # first, while this process may have a single thread (workers are forked)
         self._llm: BatchLLM | None = None
         self._schemas: Schemas | None = None
+        self.rounds = 0
+        """Rounds that sent at least one request."""
 
     @property
     def ledger(self) -> Ledger | None:
@@ -80,6 +82,7 @@ class BatchBackend:
                 if not waiting:
                     break
                 sent, refused = await llm.submit()
+                self.rounds += sent > 0
                 if not sent and not refused:  # nothing can move these items on: a bug of ours, said on each
                     for name, item, _ex in waiting:
                         record = failed_record(item, "the Batch API round had no request to send")
@@ -139,6 +142,18 @@ class BatchBackend:
             else:
                 write(entry[0], record.to_json(), Brief.of(record))
         return still
+
+    def report(self) -> str:
+        """One line on the batches of this run, for the terminal."""
+        llm = self._llm
+        if llm is None:
+            return ""
+        n = llm.requests_failed
+        failed = f", {n} requests failed (sent again, or given up after {self.options.max_attempts})" if n else ""
+        return (
+            f"Batch API: {llm.batches_sent} batches sent in {self.rounds} rounds{failed}; the judges' costs are at "
+            f"the batch price ({llm.discount:.0%} off); the batches: {self.state}"
+        )
 
     def close(self, *, now: bool = False) -> None:
         self.stage1.close(now=now)

@@ -97,6 +97,7 @@ def test_batch_run_scores_like_live_run_at_half_price(tmp_path: Path, league: Pa
     assert batch_sum["rose"] == live_sum["rose"]
     assert Record.from_dict(batched[2]).judges[0].batch_id == batches[0]["id"]  # read back typed
     assert f"batch {batches[-1]['id']}: completed, 3/3 done, 0 failed" in result.stderr
+    assert "Batch API: 2 batches sent in 2 rounds; the judges' costs are at the batch price (50% off)" in result.stdout
 
     again = records(tmp_path / "again")
     assert all(c["cached"] and c["cost_usd"] is not None for r in again.values() for c in r["judges"])
@@ -115,7 +116,8 @@ def test_failed_requests_are_sent_again_in_the_next_round(tmp_path: Path, league
         return None
 
     with ScriptedOpenAI(by_content(verdicts), batch=BatchScript(fail=fail)) as srv:
-        run_batch(items, league, tmp_path / "out", srv, tmp_path)
+        result = run_batch(items, league, tmp_path / "out", srv, tmp_path)
+        assert "5 requests failed (sent again, or given up after 3)" in result.stdout
         sent = srv.batch.submitted
         batches = srv.batch.batches
         first = records(tmp_path / "out")

@@ -383,6 +383,8 @@ def run_cmd(
         )
         sys.exit(130)
     print_summaries(summaries)
+    if isinstance(backend, BatchBackend):
+        console.print(backend.report(), highlight=False)
     console.print(f"records: {', '.join(str(s.out_dir / 'records.jsonl') for s in systems)}", highlight=False)
     _exit_if_nothing_could_run(systems, summaries, root)
 

@@ -178,6 +178,10 @@ class BatchLLM(LLM):
         """Cache key -> the batch of this run that answered it."""
         self.failures: dict[str, list[str]] = {}
         """Cache key -> why each of its requests failed (in this process)."""
+        self.batches_sent = 0
+        """Batches this process created."""
+        self.requests_failed = 0
+        """Requests of this process's polls that failed (each sent again, up to ``max_attempts``)."""
         self._no_budget: dict[str, str] = {}
         self._reserved: dict[str, float] = {}
         self._owner: dict[str, str] = {}
@@ -265,6 +269,7 @@ class BatchLLM(LLM):
             input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h", metadata={"made_by": "rose-sql"}
         )
         self.log.append({"event": "submitted", "batch": batch.id, "file": uploaded.id})
+        self.batches_sent += 1
 
     async def recover(self) -> None:
         """Find the batches of files a killed run uploaded without recording the batch (among the provider's
@@ -340,6 +345,7 @@ class BatchLLM(LLM):
         self.log.append({"event": "collected", "batch": batch_id, "status": b.status, "ok": ok, "failed": failed})
         for cid in ok:
             self.made[requests[cid]] = batch_id
+        self.requests_failed += len(failed)
         for cid, why in failed.items():
             self.failures.setdefault(requests[cid], []).append(why)
             self.ledger.settle(self._reserved.pop(requests[cid], 0.0), 0.0)  # failed requests are not charged
