@@ -104,6 +104,7 @@ def test_demo_task_end_to_end(tmp_path: Path) -> None:
     # the whole record rides along, with the witness slot of the evidence
     assert "witness" in got[by_kind["coincidence"]].metadata["rose"]  # type: ignore[index]
     assert got[1].metadata["rose_record"]["id"] == 1  # type: ignore[index]
+    assert set(got[1].metadata["rose"]["prompts"]) == {"prover", "refuter", "refuter_matched"}  # type: ignore[index]
     # the metric skips the unscored sample
     scored = [s for s in got.values() if s.value in (CORRECT, INCORRECT)]
     assert len(scored) == 39

@@ -11,7 +11,8 @@ that fails, a judge that never answered validly, a database that is missing...) 
 :meth:`Score.unscored <inspect_ai.scorer.Score.unscored>`: NaN, which inspect's metrics skip, with
 ``reason`` our unscored reason. ``metadata["rose"]`` holds the decision (``score``,
 ``decided_by``: the stage that decided, ``unscored_reason``, ``why``), the GoldX / AmbQ labels, the
-official readings, the comparison, the witness and gold smells, and each judge call's verdict;
+official readings, the comparison, the witness and gold smells, each judge call's verdict, and what
+produced the score (``rose_sql_version``, the hashes of the judges' ``prompts``);
 ``metadata["rose_record"]`` the whole record as ``rose run`` writes it.
 """
 
@@ -28,6 +29,7 @@ from inspect_ai.model import Model, get_model
 from inspect_ai.scorer import CORRECT, INCORRECT, Score, Scorer, Target, accuracy, scorer, stderr
 from inspect_ai.solver import TaskState
 
+from rose_sql import __version__
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.engines.source import Source
 from rose_sql.engines.source import parse as parse_source
@@ -35,6 +37,7 @@ from rose_sql.evaluate import execute_item, failed_record, judge_item, to_record
 from rose_sql.execute import Executor
 from rose_sql.inspect.judge import InspectLLM, judge_config
 from rose_sql.items import Item
+from rose_sql.judges.ask import prompt_hashes
 from rose_sql.record import Record
 
 GRADER_ROLE = "grader"
@@ -81,6 +84,8 @@ def record_score(record: Record) -> Score:
         "gold_smells": ev.get("gold_smells", []),
         "judges": [_verdict(c) for c in data.get("judges", [])],
         "llm_calls": record.llm_calls,
+        "rose_sql_version": __version__,
+        "prompts": prompt_hashes(),
     }
     metadata = {"rose": rose, "rose_record": data}
     explanation = _explanation(record, data)
