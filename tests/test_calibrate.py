@@ -140,11 +140,17 @@ def test_labels_file_from_review_export(shared: Path, superhero: list[dict[str, 
     (export / "gold_false_ids.json").write_text(json.dumps([superhero[0]["question_id"]]))
     part = select(labelled_source(export / "heroes.json"), shared / "bird")
     assert (len(part.kept), part.skipped, set(part.source.tags)) == (6, 0, {"goldx"})
+    other = {"name": "ROSE_o3-202601", "validation_set": {"name": "ROSE-VEC", "sha256": "x"}}
+    other["agreement"] = {"kappa": 80.0, "accuracy": 90.0, "mcc": 80.0, "f1": 90.0}
+    (tmp_path / "old.json").write_text(json.dumps(other))
     with ScriptedOpenAI(oracle(superhero)) as srv:
         args = ["calibrate", "--labels", str(export / "heroes.json"), "--db", str(shared / "bird")]
         args += ["--out", str(tmp_path / "c"), "--judge-model", "m", "--judge-base-url", srv.base_url, "--no-cache"]
+        args += ["--card", str(tmp_path / "old.json")]
         result = CliRunner().invoke(main, [*args, "--bootstrap", "0", "--no-evidence"], env=ENV)
     assert result.exit_code == 0, result.output
+    # a card measured on other items cannot be compared: said so, and the current judge stays
+    assert "Cannot apply the upgrade rule" in result.output and "Keep using ROSE_o3-202601" in result.output
     card = json.loads(next((tmp_path / "c").glob("ROSE_m-*.json")).read_text())
     assert card["validation_set"]["name"] == "heroes" and card["agreement"]["n"] == 6
 
