@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -370,3 +371,75 @@ def test_local_reasoning_model_refusing_temperature_drops_it_once(tmp_path: Path
         (call,) = r["judges"]
         assert "temperature" not in call["params"] and call["reasoning"].startswith("<reasoning>")
         assert call["reasoning_tokens"] and call["reasoning_tokens"] > 0 and r["score"] == 0
+
+
+# --------------------------------------------------------------------------- the README's recipes
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+RECIPES_SECTION = "## Judges on local servers and reasoning models"
+
+
+def readme_recipes() -> dict[str, list[str]]:
+    """Each recipe of the README's section, by its comment's name: the arguments of its ``rose run``."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split(RECIPES_SECTION, 1)[1].split("\n## ", 1)[0]
+    recipes = {}
+    for block in re.findall(r"```bash\n(.*?)```", section, re.DOTALL):
+        name = block.splitlines()[0].removeprefix("# ").split(":")[0]
+        command = re.search(r"^rose run .*?(?<!\\)$", block.replace("\\\n", " "), re.MULTILINE)
+        assert command is not None, block
+        recipes[name] = shlex.split(command.group())[1:]  # after "rose"
+    return recipes
+
+
+QUIRKS: dict[str, tuple[Callable[[Callable[[str], Reply]], Any], float]] = {
+    # name: (the imitated server around a judge, the share of items re-asked)
+    "vLLM": (lambda j: enforce_schema(by_content(j), via=("response_format", "guided_json")), 0.0),
+    "vLLM without response_format": (lambda j: refuse_schema(enforce_schema(by_content(j), via=("guided_json",))), 0.0),
+    "SGLang": (lambda j: enforce_schema(by_content(j)), 0.0),
+    "Ollama": (lambda j: by_content(j), 0.6),  # accepted, not enforced
+    "llama.cpp": (
+        lambda j: refuse_schema(
+            enforce_schema(by_content(j), via=("json_schema",)),
+            'Either "json_schema" or "grammar" can be specified, but not both',
+        ),
+        0.0,
+    ),
+    "OpenAI o-series": (lambda j: refuse_params(enforce_schema(by_content(j)), ["temperature", "max_tokens"]), 0.0),
+    "DeepSeek-R1 on DeepSeek's API": (lambda j: with_reasoning(refuse_schema(by_content(j))), 0.6),
+    "DeepSeek-R1 distilled, on vLLM with its reasoning parser, at the sampling its authors recommend": (
+        lambda j: with_reasoning(enforce_schema(by_content(j))),
+        0.0,
+    ),
+}
+
+
+def test_every_readme_recipe_has_its_imitation() -> None:
+    assert set(readme_recipes()) == set(QUIRKS)
+
+
+@pytest.mark.parametrize("name", sorted(QUIRKS))
+def test_readme_recipe_runs_against_its_imitation(tmp_path: Path, league: Path, name: str) -> None:
+    args = readme_recipes()[name]
+    make, reasked = QUIRKS[name]
+    items = write_items(tmp_path / "items.jsonl", [item(i) for i in range(10)])
+    mine = {"preds.json": str(items), "dbs": str(league), "runs": str(tmp_path / "out")}
+    gold = args.index("--gold")  # our items carry their gold and questions
+    with ScriptedOpenAI(make(sloppy)) as srv:
+        swapped = [mine.get(a, a) for a in args[:gold] + args[gold + 2 :]]
+        swapped[swapped.index("--judge-base-url") + 1] = srv.base_url
+        rose([*swapped, "--cache-dir", str(tmp_path / "cache"), "--max-retries", "0"])
+        bodies = [r.body for r in srv.requests]
+    lines = (tmp_path / "out" / "items" / "records.jsonl").read_text().splitlines()
+    records = [json.loads(x) for x in lines]
+    calls = [c for r in records for c in r["judges"]]
+    assert all(r["score"] == 0 and r["decided_by"] == "prover" for r in records), name  # every item judged
+    assert len(bodies) == len(calls)  # not one request refused
+    assert sum(c["error"] is not None for c in calls) / len(records) == reasked
+    formats = {c["reply_format"] for c in calls}
+    assert formats == ({"text"} if "--judge-structured off" in " ".join(args) and "$schema" not in args[-1] else
+                       {"json_schema"})  # fmt: skip
+    if "reasoning" in name or "R1" in name:
+        assert all(c["reasoning"] and c["reasoning_tokens"] for c in calls)
+    if "distilled" in name:
+        assert {b["temperature"] for b in bodies} == {0.6} and calls[0]["params"]["temperature"] == 0.6
