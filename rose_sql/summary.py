@@ -38,6 +38,7 @@ class CallBrief(NamedTuple):
     completion_tokens: int
     cost_usd: float | None
     cached_tokens: int = 0
+    reasoning_tokens: int | None = None
 
 
 class Brief(NamedTuple):
@@ -56,7 +57,9 @@ class Brief(NamedTuple):
     @classmethod
     def of(cls, r: Record) -> Brief:
         calls = tuple(
-            CallBrief(c.stage, c.cached, c.prompt_tokens, c.completion_tokens, c.cost_usd, c.cached_tokens)
+            CallBrief(
+                c.stage, c.cached, c.prompt_tokens, c.completion_tokens, c.cost_usd, c.cached_tokens, c.reasoning_tokens
+            )
             for c in r.judges
         )
         reason = r.comparison.reason if r.comparison is not None else None
@@ -99,6 +102,8 @@ class StageUsage:
     """What the calls made cost."""
     cached_tokens: int = 0
     """Of the input tokens, those the provider read from its prefix cache."""
+    reasoning_tokens: int = 0
+    """Of the output tokens, those the provider reported as reasoning."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +122,8 @@ class Usage:
     """Of the input tokens, those the provider read from its prefix cache (priced at the cached rate)."""
     cache_hit_share: float | None = None
     """cached_tokens / prompt_tokens of the calls made (None when they had no prompt tokens)."""
+    reasoning_tokens: int = 0
+    """Of the output tokens, those the provider reported as reasoning."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +210,7 @@ def _block(briefs: list[Brief]) -> Block:
     return Block(len(briefs), len(scored), _mean(scored), **means)
 
 
-_COUNTS = ("calls", "cached", "prompt_tokens", "completion_tokens", "cost_usd", "cached_tokens")
+_COUNTS = ("calls", "cached", "prompt_tokens", "completion_tokens", "cost_usd", "cached_tokens", "reasoning_tokens")
 
 
 def _usage(briefs: list[Brief]) -> Usage:
@@ -221,6 +228,7 @@ def _usage(briefs: list[Brief]) -> Usage:
                 s["prompt_tokens"] += c.prompt_tokens or 0
                 s["completion_tokens"] += c.completion_tokens or 0
                 s["cached_tokens"] += c.cached_tokens or 0
+                s["reasoning_tokens"] += c.reasoning_tokens or 0
                 s["cost_usd"] = round(s["cost_usd"] + (c.cost_usd or 0.0), 8)
     n = len(briefs) or 1
     by_stage = {
@@ -231,6 +239,7 @@ def _usage(briefs: list[Brief]) -> Usage:
             int(s["completion_tokens"]),
             s["cost_usd"],
             int(s["cached_tokens"]),
+            int(s["reasoning_tokens"]),
         )
         for name, s in stages.items()
     }
@@ -246,6 +255,7 @@ def _usage(briefs: list[Brief]) -> Usage:
         by_stage=by_stage,
         cached_tokens=cached,
         cache_hit_share=round(cached / prompt, 4) if prompt else None,
+        reasoning_tokens=sum(s.reasoning_tokens for s in by_stage.values()),
     )
 
 

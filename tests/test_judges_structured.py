@@ -371,6 +371,9 @@ def test_local_reasoning_model_refusing_temperature_drops_it_once(tmp_path: Path
         (call,) = r["judges"]
         assert "temperature" not in call["params"] and call["reasoning"].startswith("<reasoning>")
         assert call["reasoning_tokens"] and call["reasoning_tokens"] > 0 and r["score"] == 0
+    summary = json.loads((tmp_path / "out/items/summary.json").read_text())["llm"]
+    assert summary["reasoning_tokens"] == sum(r["judges"][0]["reasoning_tokens"] for r in records.values())
+    assert summary["by_stage"]["prover"]["reasoning_tokens"] == summary["reasoning_tokens"]
 
 
 # --------------------------------------------------------------------------- the README's recipes
