@@ -446,3 +446,51 @@ def test_readme_recipe_runs_against_its_imitation(tmp_path: Path, league: Path, 
         assert all(c["reasoning"] and c["reasoning_tokens"] for c in calls)
     if "distilled" in name:
         assert {b["temperature"] for b in bodies} == {0.6} and calls[0]["params"]["temperature"] == 0.6
+
+
+# --------------------------------------------------------------------------- prices and usage, as units
+
+
+@pytest.mark.parametrize(
+    ("price", "tokens", "usd"),
+    [
+        ((2.0, 8.0, 0.5), (1000, 100, 800), (200 * 2.0 + 800 * 0.5 + 100 * 8.0) / 1e6),
+        ((2.0, 8.0, None), (1000, 100, 800), (1000 * 2.0 + 100 * 8.0) / 1e6),  # no cached rate: all input
+        ((2.0, 8.0, 0.5), (1000, 100, 5000), (1000 * 0.5 + 100 * 8.0) / 1e6),  # never more cached than sent
+    ],
+)
+def test_cached_tokens_are_priced_at_the_cached_rate(
+    price: tuple[float, float, float | None], tokens: tuple[int, int, int], usd: float
+) -> None:
+    from rose_sql.judges.budget import Price, cost
+
+    assert cost(Price(*price), *tokens) == pytest.approx(usd)
+
+
+def test_price_table_checks_the_cached_rate(tmp_path: Path) -> None:
+    from rose_sql.errors import InputError
+    from rose_sql.judges.budget import load_prices
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"local": {"input": 1, "output": 2, "cached_input": 0.1}}))
+    assert load_prices(good)["local"].cached_input == 0.1 and load_prices(good)["gpt-4o"].cached_input == 1.25
+    for bad in ("free", -1):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps({"local": {"input": 1, "output": 2, "cached_input": bad}}))
+        with pytest.raises(InputError, match="local"):
+            load_prices(path)
+
+
+def test_more_cached_tokens_than_prompt_tokens_is_an_endpoint_error() -> None:
+    from rose_sql.errors import EndpointError
+    from rose_sql.judges.wire import read_completion
+
+    def body(cached: object) -> bytes:
+        usage = {"prompt_tokens": 100, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": cached}}
+        return json.dumps({"choices": [{"message": {"content": "{}"}}], "usage": usage}).encode()
+
+    assert read_completion(body(64), limit=10**6, cut=False).cached_tokens == 64
+    assert read_completion(body(None), limit=10**6, cut=False).cached_tokens == 0
+    for wrong in (101, -1, "64"):
+        with pytest.raises(EndpointError):
+            read_completion(body(wrong), limit=10**6, cut=False)
