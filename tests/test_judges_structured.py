@@ -184,6 +184,20 @@ def test_refused_response_format_falls_back_to_text_for_the_client_life(tmp_path
     assert all(r["score"] == 0 for r in records.values())
 
 
+def test_concurrent_calls_refused_together_never_cache_text_under_the_schema_key(tmp_path: Path, league: Path) -> None:
+    items = [item(i) for i in range(12)]
+    with ScriptedOpenAI(refuse_schema(by_content(plain))) as srv:
+        first = run(srv, tmp_path, league, items, "--concurrency", "8", out="first")
+        refused = sum("response_format" in r.body for r in srv.requests)
+        assert 1 <= refused <= 8 and srv.calls == refused + len(items)
+        srv.reset()
+        again = run(srv, tmp_path, league, items, "--concurrency", "1", out="again")
+        # a new client tries the schema once (no reply is cached under its key), then reads the text replies
+        assert ["response_format" in r.body for r in srv.requests] == [True]
+    assert {c["reply_format"] for c in calls_of(first) + calls_of(again)} == {"text"}
+    assert all(c["cached"] for c in calls_of(again))
+
+
 def test_refusal_message_shapes_are_recognised(tmp_path: Path, league: Path) -> None:
     """llama.cpp's server answers some builds' response_format with this 400 (ggml-org/llama.cpp#11847)."""
     message = 'Either "json_schema" or "grammar" can be specified, but not both'

@@ -197,16 +197,19 @@ class LLM:
         allows, and :class:`~rose_sql.errors.EndpointError` when the endpoint gave no usable reply.
         """
         while True:
+            with_format = schema is not None and not self._format_refused  # what the key says, what is sent
             key = self.key(messages, schema)
             if not fresh and self.cache is not None and (hit := self.cache.get(key)) is not None:
                 self.ledger.add(cached=True)
                 return _from_entry(hit, key)
             try:
-                return await self._complete(messages, key, schema)
+                return await self._complete(messages, key, schema, with_format)
             except _SchemaRefused:
                 continue  # asked as text now: under another key, which the cache may hold
 
-    async def _complete(self, messages: list[Message], key: str, schema: ReplySchema | None) -> ChatReply:
+    async def _complete(
+        self, messages: list[Message], key: str, schema: ReplySchema | None, with_format: bool
+    ) -> ChatReply:
         if self._sem is None or self._settled is None:
             self._sem, self._settled = asyncio.Semaphore(self.cfg.concurrency), asyncio.Condition()
         async with self._sem:
@@ -217,7 +220,7 @@ class LLM:
             spent = 0.0
             try:
                 start = time.monotonic()
-                done, params, fmt = await self._send(messages, schema)
+                done, params, fmt = await self._send(messages, schema, with_format)
                 c = self._reply(done, params, key, time.monotonic() - start, worst, fmt)
                 spent = c.cost_usd or 0.0
             finally:
@@ -230,20 +233,23 @@ class LLM:
         return c
 
     async def _send(
-        self, messages: list[Message], schema: ReplySchema | None
+        self, messages: list[Message], schema: ReplySchema | None, with_format: bool
     ) -> tuple[Completion, dict[str, Any], ReplyFormat]:
         """Post the request until a reply comes, retrying transient failures; each attempt has one deadline.
 
+        ``with_format``: send the schema as ``response_format`` (as the call's cache key assumed).
         Returns the completion, the parameters it was asked with (as recorded: options as given, the
         schema left out) and the reply format. Raises :class:`_SchemaRefused` when ``auto`` must ask
-        again as text."""
+        again as text, under the key of that."""
         openai = self._openai
         retries = 0
         while True:
+            if with_format and self._format_refused:  # another call learnt it while this one waited
+                raise _SchemaRefused
             params = self._params()
             fmt = self.reply_format(schema)
             sent = dict(params)
-            if schema is not None and not self._format_refused:
+            if schema is not None and with_format:
                 name, body_schema = schema
                 sent["response_format"] = {
                     "type": "json_schema",
