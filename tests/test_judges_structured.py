@@ -508,3 +508,30 @@ def test_more_cached_tokens_than_prompt_tokens_is_an_endpoint_error() -> None:
     for wrong in (101, -1, "64"):
         with pytest.raises(EndpointError):
             read_completion(body(wrong), limit=10**6, cut=False)
+
+
+def test_resume_with_other_options_is_refused(tmp_path: Path, league: Path) -> None:
+    with ScriptedOpenAI(by_content(plain)) as srv:
+        run(srv, tmp_path, league, [item(1)], "--judge-option", "top_k=20", "--reasoning-effort", "low")
+        path = tmp_path / "items.jsonl"
+        base = ["run", str(path), "--db-root", str(league), "--out", str(tmp_path / "out"), "--resume",
+                "--judge-model", "gpt-4o-mini", "--judge-base-url", srv.base_url,
+                "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+        refused = rose([*base, "--judge-option", "top_k=40", "--reasoning-effort", "low"], code=2)
+        assert "options" in refused.output
+        refused = rose([*base, "--judge-option", "top_k=20"], code=2)
+        assert "reasoning_effort" in refused.output
+        rose([*base, "--judge-option", "top_k=20", "--reasoning-effort", "low"])
+
+
+def test_request_schema_is_found_where_each_server_takes_it() -> None:
+    from rose_sql.testing import request_schema
+
+    schema = {"type": "object", "properties": {"a": {"type": "boolean"}}}
+    openai_style = {"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}}
+    assert request_schema(openai_style) == schema
+    assert request_schema({"response_format": {"type": "json_object", "schema": schema}}) == schema  # llama.cpp
+    assert request_schema({"guided_json": json.dumps(schema)}) == schema  # vLLM takes a string too
+    assert request_schema({"format": schema}) == schema  # Ollama's native field
+    assert request_schema({"response_format": {"type": "json_object"}}) is None
+    assert request_schema(openai_style, via=("guided_json",)) is None
