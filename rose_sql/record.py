@@ -37,7 +37,7 @@ from rose_sql.readings import Readings
 if TYPE_CHECKING:  # pydantic models: imported by the judges and by readers, never by a judge-free run
     from pydantic import TypeAdapter
 
-    from rose_sql.judges.replies import ProverReply, RefuterReply
+    from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat
 
 SCHEMA_VERSION = 2
 """The layout this version writes; :func:`migrate` reads every earlier one."""
@@ -153,6 +153,11 @@ class JudgeCall:
     """Why the reply could not be used, when it could not."""
     imported_from: str | None = None
     """The file an imported reply came from (``rose import-rose``)."""
+    cached_tokens: int = 0
+    """Of the prompt tokens, those the provider read from its prefix cache (priced at the cached rate)."""
+    reply_format: ReplyFormat = "text"
+    """``json_schema``: the reply's JSON schema was sent to the endpoint; ``text``: it was asked as plain
+    text and parsed tolerantly (every call of records written before this field)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _CALL_FIELDS}
@@ -307,10 +312,11 @@ def migrate(data: Any) -> Any:
 def _adapter() -> TypeAdapter[Record]:
     from pydantic import TypeAdapter
 
-    from rose_sql.judges.replies import ProverReply, RefuterReply
+    from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat
 
     adapter = TypeAdapter(Record)
-    adapter.rebuild(_types_namespace={"ProverReply": ProverReply, "RefuterReply": RefuterReply})
+    namespace = {"ProverReply": ProverReply, "RefuterReply": RefuterReply, "ReplyFormat": ReplyFormat}
+    adapter.rebuild(_types_namespace=namespace)
     return adapter
 
 
