@@ -159,6 +159,7 @@ def test_invalid_reply_is_unscored(tmp_path: Path) -> None:
     assert "could not be used" in replies[1]
     calls = got.metadata["rose_record"]["judges"]  # type: ignore[index]
     assert [c["raw"] for c in calls] == ['{"answers_question": "yes"}'] * 2
+    assert {c["reply_format"] for c in calls} == {"json_schema"}  # asked of inspect as its response_schema
 
 
 def test_adapter_reply_and_failure() -> None:

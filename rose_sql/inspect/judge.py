@@ -26,15 +26,16 @@ from inspect_ai.model import (
     ContentReasoning,
     GenerateConfig,
     ModelOutput,
+    ResponseSchema,
 )
-from inspect_ai.util import LimitExceededError
+from inspect_ai.util import JSONSchema, LimitExceededError
 
 from rose_sql.config import JudgeConfig
 from rose_sql.errors import EndpointError
 from rose_sql.judges.budget import Ledger, Message
 from rose_sql.judges.cache import fence_key
 from rose_sql.judges.context import Fences
-from rose_sql.judges.llm import LLM, ChatReply
+from rose_sql.judges.llm import LLM, ChatReply, ReplySchema
 
 if TYPE_CHECKING:
     from inspect_ai.model import Model
@@ -76,12 +77,21 @@ class InspectLLM(LLM):
         self.price = None
         self.cache = None
 
-    def _generate_config(self) -> GenerateConfig:
-        return GenerateConfig(temperature=self.cfg.temperature, seed=self.cfg.seed, max_tokens=self.cfg.max_tokens)
+    def _generate_config(self, schema: ReplySchema | None) -> GenerateConfig:
+        wanted = None
+        if schema is not None and self.cfg.structured != "off":
+            name, body = schema
+            wanted = ResponseSchema(name=name, json_schema=JSONSchema.model_validate(body), strict=True)
+        return GenerateConfig(
+            temperature=self.cfg.temperature, seed=self.cfg.seed, max_tokens=self.cfg.max_tokens, response_schema=wanted
+        )
 
-    async def complete(self, messages: list[Message], *, fresh: bool = False) -> ChatReply:
-        """One chat completion from the inspect model (``fresh`` is moot: this seam keeps no cache)."""
-        config = self._generate_config()
+    async def complete(
+        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None
+    ) -> ChatReply:
+        """One chat completion from the inspect model (``fresh`` is moot: this seam keeps no cache); the
+        reply's schema goes to inspect as its ``response_schema``, which each provider maps its own way."""
+        config = self._generate_config(schema)
         started = time.monotonic()
         try:
             output = await self.model.generate([_message(m) for m in messages], config=config)
@@ -106,6 +116,8 @@ class InspectLLM(LLM):
             params=params,
             seconds=round(output.time if output.time is not None else time.monotonic() - started, 4),
             key=key,
+            cached_tokens=(usage.input_tokens_cache_read or 0) if usage else 0,
+            reply_format="json_schema" if config.response_schema is not None else "text",
         )
 
     async def aclose(self) -> None:
