@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
 MatchedRefuter = Literal["always", "evidence", "never"]
 Policy = Literal["rose", "paper"]
+Structured = Literal["auto", "on", "off"]
+"""Whether the judges' replies are asked for as a JSON schema (``response_format``): try it and fall back
+to plain text where the endpoint refuses it, always, or never."""
+ReasoningEffort = Literal["minimal", "low", "medium", "high"]
 Schedule = Literal["constant", "linear", "cosine"]
 """How the syntax weight alpha moves over training steps (see :func:`rose_sql.reward.weights`)."""
 
@@ -87,6 +91,15 @@ class JudgeConfig:
     """Rows of each query result the judges see (with the total row count)."""
     cell_chars: int = 200
     """Text cells of a result longer than this are cut for the judges (and the cut is said)."""
+    structured: Structured = "auto"
+    """Ask for the replies as a JSON schema: ``auto`` tries it and falls back to parsing plain text where
+    the endpoint refuses it (remembered for the client's life), ``on`` insists, ``off`` never sends it."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Provider parameters sent as they are in the request body (``--judge-option KEY=VALUE``: top_k,
+    guided_json, chat_template_kwargs...); a value ``"$schema"`` anywhere in them becomes the reply's JSON
+    schema. Part of the cache key and the manifest."""
+    reasoning_effort: ReasoningEffort | None = None
+    """``reasoning_effort`` for reasoning models (o-series, gpt-5, and endpoints that take it); None sends none."""
 
     @property
     def effective_matched_refuter(self) -> MatchedRefuter:

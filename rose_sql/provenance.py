@@ -63,6 +63,8 @@ JUDGE_OPTIONS = (
     "result_rows",
     "cell_chars",
     "fence",
+    "options",
+    "reasoning_effort",
 )
 """Judge settings that can change a score (what the judges are asked, and how): a resume with other
 values is refused."""
@@ -99,6 +101,12 @@ class JudgeInfo:
     everything fenced in the prompts, so runs that must ask the very same prompts share it."""
     provider: str | None = None
     """Where the judgements came from, when not from an endpoint of this run (``imported: ...``)."""
+    options: dict[str, Any] | None = None
+    """Provider parameters passed through (``--judge-option``); None without any."""
+    reasoning_effort: str | None = None
+    """``--reasoning-effort``, when given."""
+    structured: str | None = None
+    """``--judge-structured``: whether replies were asked as a JSON schema (each call records what was used)."""
 
 
 def judge_info(config: Config | None) -> JudgeInfo | None:
@@ -123,6 +131,9 @@ def judge_info(config: Config | None) -> JudgeInfo | None:
         result_rows=j.result_rows,
         cell_chars=j.cell_chars,
         fence=_fence_digest(j),
+        options=dict(j.options) or None,
+        reasoning_effort=j.reasoning_effort,
+        structured=j.structured,
     )
 
 

@@ -38,7 +38,7 @@ from rose_sql.readings import Readings
 if TYPE_CHECKING:  # pydantic models: imported by the judges and by readers, never by a judge-free run
     from pydantic import TypeAdapter
 
-    from rose_sql.judges.replies import ProverReply, RefuterReply
+    from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat
 
 SCHEMA_VERSION = 2
 """The layout this version writes; :func:`migrate` reads every earlier one."""
@@ -154,6 +154,11 @@ class JudgeCall:
     """Why the reply could not be used, when it could not."""
     imported_from: str | None = None
     """The file an imported reply came from (``rose import-rose``)."""
+    cached_tokens: int = 0
+    """Of the prompt tokens, those the provider read from its prefix cache (priced at the cached rate)."""
+    reply_format: ReplyFormat = "text"
+    """``json_schema``: the reply's JSON schema was sent to the endpoint; ``text``: it was asked as plain
+    text and parsed tolerantly (every call of records written before this field)."""
     batch_id: str | None = None
     """The Batch API batch that answered the call (``rose run --batch``; its cost is at the batch price)."""
 
@@ -312,10 +317,11 @@ def migrate(data: Any) -> Any:
 def _adapter() -> TypeAdapter[Record]:
     from pydantic import TypeAdapter
 
-    from rose_sql.judges.replies import ProverReply, RefuterReply
+    from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat
 
     adapter = TypeAdapter(Record)
-    adapter.rebuild(_types_namespace={"ProverReply": ProverReply, "RefuterReply": RefuterReply})
+    namespace = {"ProverReply": ProverReply, "RefuterReply": RefuterReply, "ReplyFormat": ReplyFormat}
+    adapter.rebuild(_types_namespace=namespace)
     return adapter
 
 

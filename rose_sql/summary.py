@@ -37,6 +37,8 @@ class CallBrief(NamedTuple):
     prompt_tokens: int
     completion_tokens: int
     cost_usd: float | None
+    cached_tokens: int = 0
+    reasoning_tokens: int | None = None
 
 
 class Brief(NamedTuple):
@@ -54,7 +56,12 @@ class Brief(NamedTuple):
 
     @classmethod
     def of(cls, r: Record) -> Brief:
-        calls = tuple(CallBrief(c.stage, c.cached, c.prompt_tokens, c.completion_tokens, c.cost_usd) for c in r.judges)
+        calls = tuple(
+            CallBrief(
+                c.stage, c.cached, c.prompt_tokens, c.completion_tokens, c.cost_usd, c.cached_tokens, c.reasoning_tokens
+            )
+            for c in r.judges
+        )
         reason = r.comparison.reason if r.comparison is not None else None
         return cls(r.id, r.score, r.unscored_reason, r.decided_by, r.readings, r.difficulty, reason, calls)
 
@@ -93,6 +100,10 @@ class StageUsage:
     """Output tokens of the calls made."""
     cost_usd: float = 0.0
     """What the calls made cost."""
+    cached_tokens: int = 0
+    """Of the input tokens, those the provider read from its prefix cache."""
+    reasoning_tokens: int = 0
+    """Of the output tokens, those the provider reported as reasoning."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +118,12 @@ class Usage:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     by_stage: dict[str, StageUsage] = field(default_factory=dict)
+    cached_tokens: int = 0
+    """Of the input tokens, those the provider read from its prefix cache (priced at the cached rate)."""
+    cache_hit_share: float | None = None
+    """cached_tokens / prompt_tokens of the calls made (None when they had no prompt tokens)."""
+    reasoning_tokens: int = 0
+    """Of the output tokens, those the provider reported as reasoning."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,12 +210,16 @@ def _block(briefs: list[Brief]) -> Block:
     return Block(len(briefs), len(scored), _mean(scored), **means)
 
 
+_COUNTS = ("calls", "cached", "prompt_tokens", "completion_tokens", "cost_usd", "cached_tokens", "reasoning_tokens")
+
+
 def _usage(briefs: list[Brief]) -> Usage:
     stages: dict[str, dict[str, float]] = {}
     for b in briefs:
         for c in b.calls:
             s = stages.setdefault(
-                c.stage, {"calls": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+                c.stage,
+                dict.fromkeys(_COUNTS, 0.0),
             )
             if c.cached:
                 s["cached"] += 1
@@ -206,22 +227,35 @@ def _usage(briefs: list[Brief]) -> Usage:
                 s["calls"] += 1
                 s["prompt_tokens"] += c.prompt_tokens or 0
                 s["completion_tokens"] += c.completion_tokens or 0
+                s["cached_tokens"] += c.cached_tokens or 0
+                s["reasoning_tokens"] += c.reasoning_tokens or 0
                 s["cost_usd"] = round(s["cost_usd"] + (c.cost_usd or 0.0), 8)
     n = len(briefs) or 1
     by_stage = {
         name: StageUsage(
-            int(s["calls"]), int(s["cached"]), int(s["prompt_tokens"]), int(s["completion_tokens"]), s["cost_usd"]
+            int(s["calls"]),
+            int(s["cached"]),
+            int(s["prompt_tokens"]),
+            int(s["completion_tokens"]),
+            s["cost_usd"],
+            int(s["cached_tokens"]),
+            int(s["reasoning_tokens"]),
         )
         for name, s in stages.items()
     }
+    prompt = sum(s.prompt_tokens for s in by_stage.values())
+    cached = sum(s.cached_tokens for s in by_stage.values())
     return Usage(
         calls=sum(s.calls for s in by_stage.values()),
         cached=sum(s.cached for s in by_stage.values()),
         calls_per_item=round(sum(s.calls + s.cached for s in by_stage.values()) / n, 4),
-        prompt_tokens=sum(s.prompt_tokens for s in by_stage.values()),
+        prompt_tokens=prompt,
         completion_tokens=sum(s.completion_tokens for s in by_stage.values()),
         cost_usd=round(sum(s.cost_usd for s in by_stage.values()), 6),
         by_stage=by_stage,
+        cached_tokens=cached,
+        cache_hit_share=round(cached / prompt, 4) if prompt else None,
+        reasoning_tokens=sum(s.reasoning_tokens for s in by_stage.values()),
     )
 
 

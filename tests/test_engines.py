@@ -36,6 +36,7 @@ def test_a_folder_stays_a_path_and_urls_name_engines(tmp_path: Path) -> None:
     assert isinstance(pg, Source) and pg.kind == "postgresql" and pg.dialect == "postgres" and not pg.per_db
     assert pg.locate("superhero").target == "postgresql://u:secret@h:5432/bird"
     assert "secret" not in pg.shown and "secret" not in pg.locate("x").shown and "db_id x" in pg.locate("x").shown
+    assert pg.locate("").shown == "postgresql://u:***@h:5432/bird"  # the whole database (rose db reader)
     my = parse("mariadb://root@h/{db_id}")
     assert isinstance(my, Source) and my.kind == "mysql" and my.per_db
     assert my.locate("a b").target == "mariadb://root@h/a%20b"

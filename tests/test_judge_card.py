@@ -150,3 +150,13 @@ def test_a_run_without_a_judge_has_no_card(tmp_path: Path) -> None:
         ["judge-card", str(run), "--labels", str(labels), "--validation-set", "v", "--out", str(tmp_path / "c.json")],
     )
     assert res.exit_code == 2 and "no judge configuration" in res.output
+
+
+def test_card_shows_reply_format_reasoning_effort_and_options_when_recorded() -> None:
+    from rose_sql.analysis.judge_card import _parameters
+    from rose_sql.provenance import JudgeInfo
+
+    judge = JudgeInfo(model="m", structured="auto", reasoning_effort="high", options={"top_k": 20})
+    shown = _parameters(judge)
+    assert (shown["structured"], shown["reasoning_effort"], shown["options"]) == ("auto", "high", {"top_k": 20})
+    assert "options" not in _parameters(JudgeInfo(model="m"))

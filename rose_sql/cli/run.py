@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -24,6 +24,8 @@ from rose_sql.config import (
     JudgeConfig,
     MatchedRefuter,
     Policy,
+    ReasoningEffort,
+    Structured,
 )
 from rose_sql.distributed import INSTALL_RAY, ray_address
 from rose_sql.distributed.shard import Shard
@@ -42,6 +44,19 @@ if TYPE_CHECKING:
 DEFAULTS = Config()
 JUDGE = JudgeConfig(model="")
 POSITIVE = click.FloatRange(min=0, min_open=True)
+
+
+def _parse_judge_options(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
+    from rose_sql.judges.llm import parse_option
+
+    options: dict[str, Any] = {}
+    for text in values:
+        try:
+            key, value = parse_option(text)
+        except UsageError as e:
+            raise click.BadParameter(str(e)) from None
+        options[key] = value
+    return options
 
 
 def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -196,6 +211,29 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "--max-retries", type=click.IntRange(min=0), default=JUDGE.max_retries, show_default=True, help="Retries per call."
 )
 @click.option(
+    "--judge-structured",
+    type=click.Choice(get_args(Structured)),
+    default=JUDGE.structured,
+    show_default=True,
+    help="Ask for the judges' replies as a JSON schema (response_format): auto tries it and falls back to "
+    "plain replies where the endpoint refuses it; on insists; off never sends it.",
+)
+@click.option(
+    "--judge-option",
+    "judge_options",
+    metavar="KEY=VALUE",
+    multiple=True,
+    callback=_parse_judge_options,
+    help="A provider parameter sent as it is in each request body (repeatable; VALUE is JSON when it parses, "
+    "else a string; the string $schema stands for the reply's JSON schema): top_k=20, guided_json=$schema, "
+    "'chat_template_kwargs={\"enable_thinking\": false}'. Part of the cache key and the manifest.",
+)
+@click.option(
+    "--reasoning-effort",
+    type=click.Choice(get_args(ReasoningEffort)),
+    help="reasoning_effort sent to reasoning models (OpenAI's o-series and gpt-5, and endpoints that take it).",
+)
+@click.option(
     "--dry-run", is_flag=True, help="Build every prompt, estimate calls and cost; call nothing, write nothing."
 )
 @click.option(
@@ -267,6 +305,9 @@ def run_cmd(
     judge_max_tokens: int,
     retry_invalid: bool,
     max_retries: int,
+    judge_structured: str,
+    judge_options: dict[str, Any],
+    reasoning_effort: str | None,
     dry_run: bool,
     shard: str | None,
     ray: str | None,
@@ -301,6 +342,8 @@ def run_cmd(
     )
     if workers:
         config = config.with_(workers=workers)
+    if not judge_model and (judge_options or reasoning_effort):
+        fail(UsageError("--judge-option and --reasoning-effort configure the judges: give --judge-model too"))
     if judge_model:
         judge = JudgeConfig(
             model=judge_model,
@@ -314,6 +357,9 @@ def run_cmd(
             max_tokens=judge_max_tokens,
             retry_invalid=retry_invalid,
             max_retries=max_retries,
+            structured=judge_structured,  # type: ignore[arg-type]
+            options=judge_options,
+            reasoning_effort=reasoning_effort,  # type: ignore[arg-type]
         )
         if no_cache:
             judge = replace(judge, cache_dir=None)
@@ -553,9 +599,11 @@ def print_summaries(summaries: Sequence[Summary]) -> None:
     for s in summaries:
         llm = s.llm
         if llm.calls or llm.cached:
+            share = llm.cache_hit_share
             console.print(
                 f"{s.system}: LLM {llm.calls} calls + {llm.cached} cached ({llm.calls_per_item} per item), "
                 f"{llm.prompt_tokens} + {llm.completion_tokens} tokens, ${llm.cost_usd:.4f}"
+                + (f" ({share:.0%} of prompt tokens from the provider's cache)" if share else "")
             )
     waiting = sum(s.unscored.get("awaiting_judge", 0) for s in summaries)
     if waiting:

@@ -49,7 +49,7 @@ from rose_sql.errors import BudgetExhausted, EndpointError, Lost, UsageError
 from rose_sql.evaluate import failed_record
 from rose_sql.items import Item, db_file
 from rose_sql.judges.context import Fences
-from rose_sql.judges.llm import LLM, ChatReply, Ledger, Message
+from rose_sql.judges.llm import LLM, ChatReply, Ledger, Message, ReplySchema
 from rose_sql.provenance import DatabaseId
 from rose_sql.run import Evaluator, Flush, Stage1, Write, _batches
 from rose_sql.summary import Brief
@@ -153,12 +153,15 @@ class _RemoteLLM(LLM):
         self._owner = owner
         # the owner's fence secret: every actor, on any node, builds the very messages a local run builds
         self.fences = Fences(ray.get(owner.fence_key.remote()))
+        self._format_refused = cfg.structured == "off"  # what a failed call records; the owner decides
 
-    async def complete(self, messages: list[Message], *, fresh: bool = False) -> ChatReply:
+    async def complete(
+        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None
+    ) -> ChatReply:
         from ray.exceptions import RayActorError
 
         try:
-            answer = await self._owner.complete.remote(messages, fresh)
+            answer = await self._owner.complete.remote(messages, fresh, schema)
         except RayActorError:
             raise EndpointError("the Ray actor owning the LLM client died") from None
         if answer[0] == "ok":
@@ -178,9 +181,11 @@ class LLMOwner:
     def __init__(self, judge: JudgeConfig) -> None:
         self.llm = LLM(judge)
 
-    async def complete(self, messages: list[Message], fresh: bool = False) -> tuple[Any, ...]:
+    async def complete(
+        self, messages: list[Message], fresh: bool = False, schema: ReplySchema | None = None
+    ) -> tuple[Any, ...]:
         try:
-            return ("ok", await self.llm.complete(messages, fresh=fresh))
+            return ("ok", await self.llm.complete(messages, fresh=fresh, schema=schema))
         except BudgetExhausted as e:
             return ("budget", str(e))
         except EndpointError as e:

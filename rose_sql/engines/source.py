@@ -108,7 +108,7 @@ class Remote:
     def shown(self) -> str:
         """Where it is, for people (no password); a shared database names the db_id it serves."""
         where = redact(self.target) if self.kind != "duckdb" else f"duckdb://{self.target}"
-        return where if self.source.per_db else f"{where} (db_id {self.db_id})"
+        return where if self.source.per_db or not self.db_id else f"{where} (db_id {self.db_id})"
 
     @property
     def key(self) -> tuple[str, int, int]:

@@ -23,7 +23,7 @@ from rose_sql.execute import Execution
 from rose_sql.items import Item
 from rose_sql.judges.context import Fences, Schema, render_result
 from rose_sql.judges.llm import LLM, ChatReply, Message
-from rose_sql.judges.replies import ProverReply, RefuterReply, parse_reply
+from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat, parse_reply, reply_schema
 from rose_sql.record import JudgeCall as Call
 from rose_sql.sql import strip_comments, tables_read
 
@@ -129,6 +129,7 @@ def _call(
     reply: Reply | None,
     error: str | None,
     raw: str = "",
+    fmt: ReplyFormat = "text",
 ) -> Call:
     digest = hashlib.sha256(messages[0]["content"].encode()).hexdigest()[:16]
     return Call(
@@ -146,6 +147,8 @@ def _call(
         prompt_sha256=digest,
         params=c.params if c else {},
         error=error,
+        cached_tokens=c.cached_tokens if c else 0,
+        reply_format=c.reply_format if c else fmt,
         batch_id=c.batch_id if c else None,
     )
 
@@ -161,17 +164,19 @@ async def ask(llm: LLM, stage: Step, messages: list[Message], kind: type[R]) -> 
     record_stage: RecordStage = "refuter" if stage == "refuter_matched" else stage
     calls: list[Call] = []
     convo: list[Message] = list(messages)
+    schema = reply_schema(kind)
     for _attempt in range(1 + llm.cfg.reask):
         try:
-            c = await llm.complete(convo)
+            c = await llm.complete(convo, schema=schema)
             reply, problem = _validated(kind, c)
             if problem is not None and c.cached and llm.cfg.retry_invalid:
-                c = await llm.complete(convo, fresh=True)
+                c = await llm.complete(convo, fresh=True, schema=schema)
                 reply, problem = _validated(kind, c)
         except BudgetExhausted as e:
             raise BudgetExhausted(str(e), calls) from None
         except EndpointError as e:
-            calls.append(_call(record_stage, llm, convo, None, None, str(e), raw=e.raw))
+            fmt = llm.reply_format(schema)
+            calls.append(_call(record_stage, llm, convo, None, None, str(e), raw=e.raw, fmt=fmt))
             raise JudgeFailed(f"the endpoint failed: {e}", calls) from None
         calls.append(_call(record_stage, llm, convo, c, reply, problem))
         if reply is not None:

@@ -33,8 +33,9 @@ from typing import Any, Final
 
 from rose_sql.config import BATCH_MAX_ATTEMPTS, BATCH_MAX_BYTES, BATCH_MAX_REQUESTS, BATCH_POLL_S, JudgeConfig
 from rose_sql.errors import BudgetExhausted, EndpointError, InputError, Pending, UsageError
-from rose_sql.judges.budget import Ledger, Message, price_of
-from rose_sql.judges.llm import LLM, ChatReply, _from_entry, _to_entry
+from rose_sql.judges.budget import Ledger, Message, Price, price_of
+from rose_sql.judges.llm import _FORMAT, LLM, ChatReply, ReplySchema, _from_entry, _substitute, _to_entry
+from rose_sql.judges.replies import ReplyFormat
 from rose_sql.judges.wire import read_completion
 
 __all__ = ["BatchLLM", "BatchOptions", "Log", "Pending", "batch_discount", "custom_id", "for_item"]
@@ -89,12 +90,12 @@ def batch_discount(model: str, extra: Path | None = None) -> float:
             raise InputError(extra, f"cannot read the price table: {e}") from None
         if isinstance(more, dict):
             table.update(more)
-    discounts: dict[str, tuple[float, float]] = {}
+    discounts: dict[str, Price] = {}
     for name, p in table.items():
         value = p.get("batch_discount", 0.0) if isinstance(p, dict) and not name.startswith("_") else 0.0
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
             raise InputError(extra or "prices.json", f"batch_discount of {name!r} must be a number in [0, 1)")
-        discounts[name] = (float(value), 0.0)
+        discounts[name] = Price(float(value), 0.0)
     found = price_of(model, discounts)
     return found[0] if found is not None else 0.0
 
@@ -172,8 +173,9 @@ class BatchLLM(LLM):
         self.options = options or BatchOptions()
         self.discount = batch_discount(cfg.model, cfg.prices_path)
         self.api = self.client.with_options(max_retries=cfg.max_retries)
-        self.wanted: dict[str, list[Message]] = {}
-        """Calls the walk asked for and the cache could not answer: the next round's requests."""
+        self.wanted: dict[str, tuple[list[Message], ReplySchema | None]] = {}
+        """Calls the walk asked for and the cache could not answer (with the reply's schema): the next round's
+        requests."""
         self.made: dict[str, str] = {}
         """Cache key -> the batch of this run that answered it."""
         self.failures: dict[str, list[str]] = {}
@@ -192,13 +194,15 @@ class BatchLLM(LLM):
                 if cid in requests:
                     self.made[requests[cid]] = e["batch"]
 
-    async def complete(self, messages: list[Message], *, fresh: bool = False) -> ChatReply:
+    async def complete(
+        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None
+    ) -> ChatReply:
         """The reply of a call from the cache (a reply a batch of this run gave counts as fresh); else the
         call is noted for the next round and :class:`Pending` raised. Raises
         :class:`~rose_sql.errors.EndpointError` once its requests failed ``max_attempts`` times, and
         :class:`~rose_sql.errors.BudgetExhausted` when the budget left no room to send it."""
         assert self.cache is not None
-        key = self.key(messages)
+        key = self.key(messages, schema)
         made = self.made.get(key)
         hit = self.cache.get(key) if made is not None or not fresh else None
         if hit is not None:
@@ -212,7 +216,7 @@ class BatchLLM(LLM):
             raise EndpointError(f"the Batch API failed this request {len(failed)} times; the last: {failed[-1]}")
         if key in self._no_budget:
             raise BudgetExhausted(self._no_budget[key])
-        self.wanted.setdefault(key, list(messages))
+        self.wanted.setdefault(key, (list(messages), schema))
         raise Pending(key)
 
     # ----- sending
@@ -224,8 +228,9 @@ class BatchLLM(LLM):
         settles waits for the next round, one the money spent leaves no room for is refused."""
         params = self._params()
         lines: list[tuple[str, bytes]] = []
+        formats: dict[str, ReplyFormat] = {}
         refused = 0
-        for key, messages in self.wanted.items():
+        for key, (messages, schema) in self.wanted.items():
             worst = (self.worst_cost(messages) or 0.0) * (1 - self.discount)
             try:
                 if not self.ledger.reserve(worst):
@@ -234,13 +239,23 @@ class BatchLLM(LLM):
                 self._no_budget[key], refused = str(e), refused + 1
                 continue
             self._reserved[key] = worst
-            body = {"model": self.cfg.model, "messages": messages, **params}
+            body: dict[str, Any] = {"model": self.cfg.model, "messages": messages, **params}
+            if self.cfg.options:  # merged into the body as they are, as a live call's extra_body
+                body.update(_substitute(dict(self.cfg.options), schema[1] if schema else None))
+            if schema is not None and not self._format_refused:  # the body a live call sends (llm.LLM._send)
+                name, body_schema = schema
+                body["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": name, "schema": body_schema, "strict": True},
+                }
+            formats[custom_id(key)] = self.reply_format(schema)
             line = {"custom_id": custom_id(key), "method": "POST", "url": ENDPOINT, "body": body}
             lines.append((key, (json.dumps(line) + "\n").encode()))  # ASCII: a lone surrogate stays JSON
         self.wanted.clear()
+        recorded = {**params, **self.cfg.options}  # as a live call records them
         for chunk in self._split(lines):
             with self._api("sending a batch"):
-                await self._upload(chunk, params)
+                await self._upload(chunk, recorded, {custom_id(k): formats[custom_id(k)] for k, _ in chunk})
         return len(lines), refused
 
     def _split(self, lines: list[tuple[str, bytes]]) -> Iterator[list[tuple[str, bytes]]]:
@@ -260,11 +275,14 @@ class BatchLLM(LLM):
         if chunk:
             yield chunk
 
-    async def _upload(self, chunk: list[tuple[str, bytes]], params: dict[str, Any]) -> None:
+    async def _upload(
+        self, chunk: list[tuple[str, bytes]], params: dict[str, Any], formats: dict[str, ReplyFormat]
+    ) -> None:
         data = b"".join(line for _, line in chunk)
         uploaded = await self.api.files.create(file=("rose-batch.jsonl", data), purpose="batch")
         requests = {custom_id(key): key for key, _ in chunk}
-        self.log.append({"event": "uploaded", "file": uploaded.id, "params": params, "requests": requests})
+        event = {"event": "uploaded", "file": uploaded.id, "params": params, "formats": formats, "requests": requests}
+        self.log.append(event)
         batch = await self.api.batches.create(
             input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h", metadata={"made_by": "rose-sql"}
         )
@@ -323,12 +341,13 @@ class BatchLLM(LLM):
             cid = line.get("custom_id")
             if not isinstance(cid, str) or cid not in requests or cid in ok:
                 continue
-            reply, why = self._read(line)
+            fmt: ReplyFormat = "json_schema" if upload.get("formats", {}).get(cid) == "json_schema" else "text"
+            reply, why = self._read(line, fmt)
             key = requests[cid]
             if reply is None:
                 failed[cid] = why
                 continue
-            c = self._chat_reply(reply, key, upload.get("params", {}), batch_id)
+            c = self._chat_reply(reply, key, upload.get("params", {}), batch_id, fmt)
             entry = _to_entry(c, self.cfg.model)
             assert self.cache is not None  # checked when built
             self.cache.put(key, {**entry, "batch_id": batch_id})
@@ -364,8 +383,8 @@ class BatchLLM(LLM):
                 out.append(line)
         return out
 
-    def _read(self, line: dict[str, Any]) -> tuple[Any, str]:
-        """A result line's completion, or why there is none."""
+    def _read(self, line: dict[str, Any], fmt: ReplyFormat) -> tuple[Any, str]:
+        """A result line's completion, or why there is none (``fmt``: how the request asked for the reply)."""
         response, error = line.get("response"), line.get("error")
         if isinstance(response, dict) and response.get("status_code") == 200:
             raw = json.dumps(response.get("body"), ensure_ascii=False).encode("utf-8", "surrogatepass")
@@ -381,12 +400,16 @@ class BatchLLM(LLM):
             detail = body.get("error") if isinstance(body, dict) else None
             message = detail.get("message") if isinstance(detail, dict) else None
             text = str(message or body)[:500]
-            if response.get("status_code") == 400:
+            if response.get("status_code") == 400 and fmt == "json_schema" and _FORMAT.search(text):
+                if self.cfg.structured == "on":
+                    return None, f"the endpoint refuses the reply's JSON schema as response_format ({text})"
+                self._format_refused = True  # asked as text from the next round on, under the key of that
+            elif response.get("status_code") == 400:
                 self._adapt(self._params(), text)  # a parameter the model refuses: dropped next round
             return None, f"HTTP {response.get('status_code')}: {text}"
         return None, "a result line with neither response nor error"
 
-    def _chat_reply(self, done: Any, key: str, params: dict[str, Any], batch_id: str) -> ChatReply:
+    def _chat_reply(self, done: Any, key: str, params: dict[str, Any], batch_id: str, fmt: ReplyFormat) -> ChatReply:
         factor = 1 - self.discount
         if done.prompt_tokens is None or done.completion_tokens is None:  # no usage: charged the worst
             pt, ct = 0, 0
@@ -394,7 +417,7 @@ class BatchLLM(LLM):
             spent = self._reserved.get(key) if key in self._reserved else (full * factor if full is not None else None)
         else:
             pt, ct = done.prompt_tokens, done.completion_tokens
-            full = self.cost(pt, ct)
+            full = self.cost(pt, ct, done.cached_tokens)
             spent = round(full * factor, 8) if full is not None else None
         return ChatReply(
             content=done.content,
@@ -407,5 +430,7 @@ class BatchLLM(LLM):
             params=params,
             seconds=0.0,
             key=key,
+            cached_tokens=done.cached_tokens,
+            reply_format=fmt,
             batch_id=batch_id,
         )

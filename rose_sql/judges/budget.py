@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rose_sql.errors import BudgetExhausted, InputError
 
@@ -50,8 +50,14 @@ def prompt_tokens_bound(messages: Sequence[Message]) -> int:
 
 # --------------------------------------------------------------------------- prices
 
-Price = tuple[float, float]
-"""USD per million (input, output) tokens."""
+
+class Price(NamedTuple):
+    """USD per million tokens."""
+
+    input: float
+    output: float
+    cached_input: float | None = None
+    """Prompt tokens the provider served from its prefix cache (None: billed as other input)."""
 
 
 def load_prices(extra: Path | None = None) -> dict[str, Price]:
@@ -70,10 +76,14 @@ def load_prices(extra: Path | None = None) -> dict[str, Price]:
         if model.startswith("_"):
             continue
         try:
-            price = (float(p["input"]), float(p["output"]))
-        except (TypeError, KeyError, ValueError):
-            raise InputError(extra or "prices.json", f"price of {model!r} needs numeric 'input' and 'output'") from None
-        if not all(math.isfinite(x) and x >= 0 for x in price):  # a negative price would make room in any budget
+            cached = p.get("cached_input")
+            price = Price(float(p["input"]), float(p["output"]), None if cached is None else float(cached))
+        except (TypeError, KeyError, ValueError, AttributeError):
+            raise InputError(
+                extra or "prices.json",
+                f"price of {model!r} needs numeric 'input' and 'output' (and 'cached_input', when given)",
+            ) from None
+        if not all(math.isfinite(x) and x >= 0 for x in price if x is not None):  # a negative price makes room
             raise InputError(extra or "prices.json", f"price of {model!r} must be finite and not negative")
         prices[model] = price
     return prices
@@ -88,11 +98,17 @@ def price_of(model: str, prices: dict[str, Price]) -> Price | None:
     return prices[best] if best else None
 
 
-def cost(price: Price | None, prompt_tokens: int, completion_tokens: int) -> float | None:
-    """USD of a call at ``price`` (None without one)."""
+def cost(price: Price | None, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float | None:
+    """USD of a call at ``price`` (None without one).
+
+    ``cached_tokens``: of the prompt tokens, those the provider read from its prefix cache, at the cached
+    rate where the price has one (never more of them than the prompt had)."""
     if price is None:
         return None
-    return round((prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6, 8)
+    cached = min(max(cached_tokens, 0), prompt_tokens) if price.cached_input is not None else 0
+    fresh = prompt_tokens - cached
+    usd = fresh * price.input + cached * (price.cached_input or 0.0) + completion_tokens * price.output
+    return round(usd / 1e6, 8)
 
 
 # --------------------------------------------------------------------------- the ledger

@@ -13,7 +13,11 @@ module adds what an evaluator needs:
 - temperature 0 and a seed where the provider accepts them (dropped, and recorded as dropped,
   where it refuses them), and always the completion cap, as ``max_tokens`` or, for the models that
   want it (OpenAI's reasoning models, or any endpoint that says so), ``max_completion_tokens``;
-- every call keyed by (endpoint, model, parameters, messages) and cached on disk as it returns;
+- the reply's JSON schema sent as ``response_format`` (``--judge-structured``): where the endpoint
+  refuses it, ``auto`` falls back to plain text parsed tolerantly, for the rest of the client's life;
+- provider parameters passed through as they are (``--judge-option``), and ``reasoning_effort``;
+- every call keyed by (endpoint, model, parameters, options, reply format, messages) and cached on
+  disk as it returns;
 - its worst-case cost reserved before it is sent and settled to its real cost when the reply
   comes (:mod:`rose_sql.judges.budget`), so a ``--budget`` is never exceeded.
 """
@@ -35,9 +39,26 @@ from rose_sql.errors import EndpointError, UsageError
 from rose_sql.judges.budget import Ledger, Message, cost, load_prices, price_of, prompt_tokens_bound
 from rose_sql.judges.cache import Cache, fence_key
 from rose_sql.judges.context import Fences
+from rose_sql.judges.replies import ReplyFormat
 from rose_sql.judges.wire import Completion, read_completion
 
-__all__ = ["LLM", "ChatReply", "Ledger", "Message"]
+__all__ = ["LLM", "ChatReply", "Ledger", "Message", "ReplySchema", "parse_option"]
+
+ReplySchema = tuple[str, dict[str, Any]]
+"""A reply's name and JSON schema (:func:`rose_sql.judges.replies.reply_schema`)."""
+SCHEMA_PLACEHOLDER = "$schema"
+"""An option value (or a string anywhere inside one) that is replaced by the reply's JSON schema."""
+RESERVED_OPTIONS = {
+    "model": "--judge-model",
+    "messages": "the prompts",
+    "stream": "nothing: replies are read whole",
+    "n": "nothing: one reply a call",
+    "max_tokens": "--judge-max-tokens",
+    "max_completion_tokens": "--judge-max-tokens",
+    "reasoning_effort": "--reasoning-effort",
+    "response_format": "--judge-structured (or an option of the server's own, such as guided_json=$schema)",
+}
+"""Request fields an option may not set, and what sets them (the budget's bound rests on the cap)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +85,17 @@ class ChatReply:
     seconds: float
     """Wall time of the call (0 when cached)."""
     key: str
-    """The cache key (sha256 of endpoint, model, parameters and messages)."""
+    """The cache key (sha256 of endpoint, model, parameters, options, reply format and messages)."""
+    cached_tokens: int = 0
+    """Of the prompt tokens, those the provider read from its prefix cache (priced at the cached rate)."""
+    reply_format: ReplyFormat = "text"
+    """Whether the reply's JSON schema was sent (``json_schema``) or the reply was asked as text."""
     batch_id: str | None = None
     """The Batch API batch that answered this call (``rose run --batch``); None for a live call."""
+
+
+class _SchemaRefused(Exception):
+    """The endpoint refused ``response_format``: ask again as text."""
 
 
 _CAP_NAMES = ("max_tokens", "max_completion_tokens")
@@ -108,9 +137,12 @@ class LLM:
         self.ledger = ledger or Ledger(budget_usd=cfg.budget_usd)
         self._sem: asyncio.Semaphore | None = None
         self._settled: asyncio.Condition | None = None
-        self._refused: set[str] = set()
-        self._cap = "max_completion_tokens" if _WANTS_MAX_COMPLETION_TOKENS.search(cfg.model) else "max_tokens"
+        reasoner = bool(_WANTS_MAX_COMPLETION_TOKENS.search(cfg.model))
+        self._refused: set[str] = {"temperature"} if reasoner else set()  # OpenAI's reasoning models refuse it
+        self._cap = "max_completion_tokens" if reasoner else "max_tokens"
         self._cap_switched = False
+        self._format_refused = cfg.structured == "off"
+        """True once ``response_format`` is not to be sent: ``off``, or the endpoint refused it."""
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {}
@@ -118,39 +150,68 @@ class LLM:
             params["temperature"] = self.cfg.temperature
         if self.cfg.seed is not None:
             params["seed"] = self.cfg.seed
+        if self.cfg.reasoning_effort is not None:
+            params["reasoning_effort"] = self.cfg.reasoning_effort
         params = {k: v for k, v in params.items() if k not in self._refused}
         params[self._cap] = self.cfg.max_tokens  # never dropped: the budget's bound rests on it
         return params
 
-    def key(self, messages: list[Message]) -> str:
-        """The cache key of a call with this client's endpoint, model and configured parameters."""
+    def reply_format(self, schema: ReplySchema | None) -> ReplyFormat:
+        """How a call with this schema is asked now: ``json_schema`` when the schema goes to the endpoint
+        (as ``response_format``, or through an option holding ``$schema``), else ``text``."""
+        if schema is None:
+            return "text"
+        sent = not self._format_refused or _mentions_schema(self.cfg.options)
+        return "json_schema" if sent else "text"
+
+    def key(self, messages: list[Message], schema: ReplySchema | None = None) -> str:
+        """The cache key of a call with this client's endpoint, model and configured parameters.
+
+        Calls without options, ``reasoning_effort`` or a schema sent keep the keys of earlier versions.
+        """
         wanted = {"temperature": self.cfg.temperature, "seed": self.cfg.seed, "max_tokens": self.cfg.max_tokens}
-        blob = json.dumps(
-            {"endpoint": self.endpoint, "model": self.cfg.model, "params": wanted, "messages": messages},
-            sort_keys=True,
-            ensure_ascii=False,
-        )
+        what: dict[str, Any] = {"endpoint": self.endpoint, "model": self.cfg.model, "params": wanted}
+        if self.cfg.options:
+            what["options"] = dict(self.cfg.options)
+        if self.cfg.reasoning_effort is not None:
+            what["reasoning_effort"] = self.cfg.reasoning_effort
+        if schema is not None and self.reply_format(schema) == "json_schema":
+            what["reply_format"] = {"response_format": not self._format_refused, "schema": list(schema)}
+        blob = json.dumps({**what, "messages": messages}, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float | None:
         """USD of a call with these token counts (None without a price)."""
-        return cost(self.price, prompt_tokens, completion_tokens)
+        return cost(self.price, prompt_tokens, completion_tokens, cached_tokens)
 
     def worst_cost(self, messages: list[Message]) -> float | None:
         """The most a call with these messages can cost: prompt tokens bounded, the whole completion cap."""
         return self.cost(prompt_tokens_bound(messages), self.cfg.max_tokens)
 
-    async def complete(self, messages: list[Message], *, fresh: bool = False) -> ChatReply:
+    async def complete(
+        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None
+    ) -> ChatReply:
         """One chat completion: from the cache if this exact call was made before, else from the endpoint.
 
         ``fresh``: ask the endpoint even if the cache holds a reply (which the new one replaces).
+        ``schema``: the reply's JSON schema, sent as ``response_format`` unless the endpoint refused it.
         Raises :class:`~rose_sql.errors.BudgetExhausted` before a call that the budget no longer
         allows, and :class:`~rose_sql.errors.EndpointError` when the endpoint gave no usable reply.
         """
-        key = self.key(messages)
-        if not fresh and self.cache is not None and (hit := self.cache.get(key)) is not None:
-            self.ledger.add(cached=True)
-            return _from_entry(hit, key)
+        while True:
+            with_format = schema is not None and not self._format_refused  # what the key says, what is sent
+            key = self.key(messages, schema)
+            if not fresh and self.cache is not None and (hit := self.cache.get(key)) is not None:
+                self.ledger.add(cached=True)
+                return _from_entry(hit, key)
+            try:
+                return await self._complete(messages, key, schema, with_format)
+            except _SchemaRefused:
+                continue  # asked as text now: under another key, which the cache may hold
+
+    async def _complete(
+        self, messages: list[Message], key: str, schema: ReplySchema | None, with_format: bool
+    ) -> ChatReply:
         if self._sem is None or self._settled is None:
             self._sem, self._settled = asyncio.Semaphore(self.cfg.concurrency), asyncio.Condition()
         async with self._sem:
@@ -161,8 +222,8 @@ class LLM:
             spent = 0.0
             try:
                 start = time.monotonic()
-                done, params = await self._send(messages)
-                c = self._reply(done, params, key, time.monotonic() - start, worst)
+                done, params, fmt = await self._send(messages, schema, with_format)
+                c = self._reply(done, params, key, time.monotonic() - start, worst, fmt)
                 spent = c.cost_usd or 0.0
             finally:
                 self.ledger.settle(worst, spent)
@@ -173,17 +234,44 @@ class LLM:
             self.cache.put(key, _to_entry(c, self.cfg.model))
         return c
 
-    async def _send(self, messages: list[Message]) -> tuple[Completion, dict[str, Any]]:
-        """Post the request until a reply comes, retrying transient failures; each attempt has one deadline."""
+    async def _send(
+        self, messages: list[Message], schema: ReplySchema | None, with_format: bool
+    ) -> tuple[Completion, dict[str, Any], ReplyFormat]:
+        """Post the request until a reply comes, retrying transient failures; each attempt has one deadline.
+
+        ``with_format``: send the schema as ``response_format`` (as the call's cache key assumed).
+        Returns the completion, the parameters it was asked with (as recorded: options as given, the
+        schema left out) and the reply format. Raises :class:`_SchemaRefused` when ``auto`` must ask
+        again as text, under the key of that."""
         openai = self._openai
         retries = 0
         while True:
+            if with_format and self._format_refused:  # another call learnt it while this one waited
+                raise _SchemaRefused
             params = self._params()
+            fmt = self.reply_format(schema)
+            sent = dict(params)
+            if schema is not None and with_format:
+                name, body_schema = schema
+                sent["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": name, "schema": body_schema, "strict": True},
+                }
+            extra = _substitute(dict(self.cfg.options), schema[1] if schema else None) if self.cfg.options else None
             try:
                 async with asyncio.timeout(self.cfg.timeout_s):
-                    body, cut = await self._post(messages, params)
-                return read_completion(body, limit=self.cfg.max_reply_bytes, cut=cut), params
+                    body, cut = await self._post(messages, sent, extra)
+                completion = read_completion(body, limit=self.cfg.max_reply_bytes, cut=cut)
+                return completion, {**params, **self.cfg.options}, fmt
             except openai.BadRequestError as e:
+                if "response_format" in sent and _FORMAT.search(str(e)):
+                    if self.cfg.structured == "on":
+                        raise EndpointError(
+                            f"the endpoint refuses the reply's JSON schema as response_format ({e}): "
+                            "--judge-structured auto falls back to plain replies, off never sends it"
+                        ) from None
+                    self._format_refused = True  # for the client's life, like a refused parameter
+                    raise _SchemaRefused from None
                 if self._adapt(params, str(e)):
                     continue  # a parameter the model refuses: dropped or renamed, and asked again
                 raise EndpointError(f"{type(e).__name__}: {e}") from None
@@ -195,11 +283,15 @@ class LLM:
                 await asyncio.sleep(_pause(retries, e))
                 retries += 1
 
-    async def _post(self, messages: list[Message], params: dict[str, Any]) -> tuple[bytes, bool]:
-        """The body of one attempt, read up to ``max_reply_bytes`` (True: it went on past them)."""
+    async def _post(
+        self, messages: list[Message], params: dict[str, Any], extra: dict[str, Any] | None
+    ) -> tuple[bytes, bool]:
+        """The body of one attempt, read up to ``max_reply_bytes`` (True: it went on past them).
+
+        ``extra``: the options, merged into the request body as they are."""
         limit = self.cfg.max_reply_bytes
         create = self.client.chat.completions.with_streaming_response.create
-        async with create(model=self.cfg.model, messages=messages, **params) as response:  # type: ignore[arg-type]
+        async with create(model=self.cfg.model, messages=messages, extra_body=extra, **params) as response:  # type: ignore[arg-type]
             chunks: list[bytes] = []
             size = 0
             async for chunk in response.iter_bytes():
@@ -222,16 +314,18 @@ class LLM:
                     return False  # both names refused: nothing else to try
                 self._cap, self._cap_switched = other, True
             changed = True
-        refused = {p for p in ("temperature", "seed") if p in params and p in text}
+        refused = {p for p in ("temperature", "seed", "reasoning_effort") if p in params and p in text}
         self._refused |= refused
         return changed or bool(refused)
 
-    def _reply(self, done: Completion, params: dict[str, Any], key: str, seconds: float, worst: float) -> ChatReply:
+    def _reply(
+        self, done: Completion, params: dict[str, Any], key: str, seconds: float, worst: float, fmt: ReplyFormat
+    ) -> ChatReply:
         if done.prompt_tokens is None or done.completion_tokens is None:  # no usage reported: charged the worst
             pt, ct, spent = 0, 0, (worst if self.price is not None else None)
         else:
             pt, ct = done.prompt_tokens, done.completion_tokens
-            spent = self.cost(pt, ct)
+            spent = self.cost(pt, ct, done.cached_tokens)
         return ChatReply(
             content=done.content,
             reasoning=done.reasoning,
@@ -243,10 +337,60 @@ class LLM:
             params=params,
             seconds=round(seconds, 3),
             key=key,
+            cached_tokens=done.cached_tokens,
+            reply_format=fmt,
         )
 
     async def aclose(self) -> None:
         await self.client.close()
+
+
+_FORMAT = re.compile(r"response_format|json_schema|structured output", re.IGNORECASE)
+"""A 400 that names these, when ``response_format`` was sent, refuses it."""
+
+
+def _substitute(value: Any, schema: dict[str, Any] | None) -> Any:
+    """An option's value with every ``$schema`` string replaced by the reply's JSON schema (dropped
+    from a mapping where there is no schema)."""
+    if value == SCHEMA_PLACEHOLDER:
+        return schema
+    if isinstance(value, dict):
+        out = {k: _substitute(v, schema) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v is not None or value[k] is None}
+    if isinstance(value, list):
+        return [_substitute(v, schema) for v in value]
+    return value
+
+
+def _mentions_schema(value: Any) -> bool:
+    if value == SCHEMA_PLACEHOLDER:
+        return True
+    if isinstance(value, dict):
+        return any(_mentions_schema(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_mentions_schema(v) for v in value)
+    return False
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--judge-option``: the value parsed as JSON when it parses, else kept as a string.
+
+    Raises :class:`~rose_sql.errors.UsageError` naming the option and what to do.
+    """
+    key, eq, raw = text.partition("=")
+    key = key.strip()
+    if not eq or not key:
+        raise UsageError(
+            f"--judge-option wants KEY=VALUE (e.g. --judge-option top_k=20 or --judge-option "
+            f"'chat_template_kwargs={{\"enable_thinking\": false}}'), got {text!r}"
+        )
+    if key in RESERVED_OPTIONS:
+        raise UsageError(f"--judge-option {key}=... is not allowed: {key} is set by {RESERVED_OPTIONS[key]}")
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        value = raw
+    return key, value
 
 
 def _failure(e: BaseException, timeout_s: float, retries: int) -> str:
@@ -283,6 +427,8 @@ def _to_entry(c: ChatReply, model: str) -> dict[str, Any]:
         "cost_usd": c.cost_usd,
         "params": c.params,
         "seconds": c.seconds,
+        "cached_tokens": c.cached_tokens,
+        "reply_format": c.reply_format,
     }
 
 
@@ -299,4 +445,6 @@ def _from_entry(e: dict[str, Any], key: str) -> ChatReply:
         params=e["params"],
         seconds=0.0,
         key=key,
+        cached_tokens=e.get("cached_tokens", 0),
+        reply_format="json_schema" if e.get("reply_format") == "json_schema" else "text",
     )

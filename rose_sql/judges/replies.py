@@ -17,6 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, Valida
 from rose_sql.errors import ReplyError
 from rose_sql.reasoning import strip_reasoning
 
+ReplyFormat = Literal["json_schema", "text"]
+"""How a reply was asked for: with its JSON schema sent to the endpoint (``response_format``, or an option
+carrying ``$schema``), or as plain text that is parsed tolerantly."""
+
 
 class _Reply(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -139,3 +143,64 @@ def parse_reply(kind: type[R], content: str, reasoning: str | None = None) -> R:
     if errors:
         raise ReplyError(f"the JSON object is invalid: {errors[0]}")
     raise ReplyError("the reply contains no JSON object")
+
+
+# --------------------------------------------------------------------------- reply schemas
+
+CHECKS = ("requirements", "distinct", "nulls", "units", "extremes_and_ties", "joins")
+"""The checklist the Prover's prompt asks it to fill (``ProverReply.checks``)."""
+
+
+def _text(description: str) -> dict[str, Any]:
+    return {"type": "string", "description": description}
+
+
+_SCHEMAS: dict[type[_Reply], tuple[str, dict[str, Any]]] = {
+    ProverReply: (
+        "prover_reply",
+        {
+            "type": "object",
+            "properties": {
+                "expected_answer": _text("What a correct answer to the question looks like."),
+                "sql_behaviour": _text("What the predicted SQL actually computes, clause by clause."),
+                "checks": {
+                    "type": "object",
+                    "properties": {name: {"type": "string"} for name in CHECKS},
+                    "required": list(CHECKS),
+                    "additionalProperties": False,
+                },
+                "reasoning": _text("Why the result does or does not answer the question."),
+                "answers_question": {"type": "boolean"},
+            },
+            "required": ["expected_answer", "sql_behaviour", "checks", "reasoning", "answers_question"],
+            "additionalProperties": False,
+        },
+    ),
+    RefuterReply: (
+        "refuter_reply",
+        {
+            "type": "object",
+            "properties": {
+                "reasoning": _text("The hard evidence for overturning, or why the prediction stands."),
+                "overturn": {"type": "boolean"},
+                "label": {"type": ["string", "null"], "description": "A short diagnostic label."},
+                "ambiguity": {"type": "string", "enum": ["none", "question", "schema"]},
+                "gold_correct": {"type": "boolean"},
+                "gold_confidence": {"type": ["number", "null"], "description": "0 to 1."},
+            },
+            "required": ["reasoning", "overturn", "label", "ambiguity", "gold_correct", "gold_confidence"],
+            "additionalProperties": False,
+        },
+    ),
+}
+
+
+def reply_schema(kind: type[_Reply]) -> tuple[str, dict[str, Any]]:
+    """The name and JSON schema of a judge's reply, as ``response_format`` sends it with ``strict``.
+
+    Strict structured outputs (OpenAI's, and the grammars of vLLM, SGLang, llama.cpp and Ollama) want
+    every property required and no others, so the optional fields are nullable, ``checks`` has the
+    prompt's fixed checklist, and bounds the grammar cannot express (``gold_confidence`` in 0-1) stay
+    with the model's validation. Properties come in the prompt's order: the reasoning before the verdict.
+    """
+    return _SCHEMAS[kind]

@@ -33,6 +33,8 @@ class Completion:
     """Output tokens the provider counted, reasoning included (None: no usage)."""
     reasoning_tokens: int | None
     """Reasoning tokens, where reported."""
+    cached_tokens: int = 0
+    """Of the prompt tokens, those the provider read from its prefix cache (0 where it reports none)."""
 
 
 def _count(value: object, where: str, raw: str) -> int:
@@ -80,12 +82,23 @@ def read_completion(body: bytes, *, limit: int, cut: bool) -> Completion:
     counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
     details = usage.get("completion_tokens_details")
     counts.append(details.get("reasoning_tokens") if isinstance(details, dict) else None)
-    names = ("usage.prompt_tokens", "usage.completion_tokens", "usage.completion_tokens_details.reasoning_tokens")
+    prompt_details = usage.get("prompt_tokens_details")
+    counts.append(prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None)
+    names = (
+        "usage.prompt_tokens",
+        "usage.completion_tokens",
+        "usage.completion_tokens_details.reasoning_tokens",
+        "usage.prompt_tokens_details.cached_tokens",
+    )
     checked = [None if v is None else _count(v, name, raw) for v, name in zip(counts, names, strict=True)]
-    prompt, completion, thought = checked
+    prompt, completion, thought, cached = checked
     if prompt is None or completion is None:  # half a usage is no usage: the call is charged its worst case
-        prompt = completion = None
-    return Completion(content or "", reasoning, prompt, completion, thought)
+        return Completion(content or "", reasoning, None, None, thought)
+    if cached is not None and cached > prompt:
+        raise EndpointError(
+            f"the endpoint's reply has {cached} cached prompt tokens of {prompt}", raw[:RAW_KEPT_CHARS]
+        )  # else a cached rate would price tokens that were never sent
+    return Completion(content or "", reasoning, prompt, completion, thought, cached or 0)
 
 
 # --------------------------------------------------------------------------- cache entries
@@ -99,13 +112,19 @@ _ENTRY_TYPES: dict[str, tuple[type, ...]] = {
     "cost_usd": (int, float, type(None)),
     "params": (dict,),
 }
+_OPTIONAL_ENTRY_TYPES: dict[str, tuple[type, ...]] = {
+    "cached_tokens": (int,),
+    "reply_format": (str,),
+}
+"""Fields entries written before them lack (read as 0 and "text")."""
 
 
 def valid_entry(entry: object) -> bool:
     """Whether a cache entry has the shape :func:`rose_sql.judges.llm.LLM` writes (counts and cost not negative)."""
     if not isinstance(entry, dict):
         return False
-    for name, types in _ENTRY_TYPES.items():
+    optional = {name: types for name, types in _OPTIONAL_ENTRY_TYPES.items() if name in entry}
+    for name, types in (_ENTRY_TYPES | optional).items():
         value = entry.get(name)
         if isinstance(value, bool) or not isinstance(value, types):
             return False

@@ -15,6 +15,17 @@ the server. Helpers build responders: :func:`script` (replies in order), :func:`
 client with bounded retries always gets through) and :func:`at_cap` (every reply uses all the
 completion tokens the request allows: the worst case a budget must cover).
 
+Structured replies and the quirks of local servers: :func:`enforce_schema` makes every reply valid
+JSON matching the schema the request carries (``response_format``, or vLLM's ``guided_json``,
+llama.cpp's ``json_schema``, Ollama's ``format``: ``via``), as constrained decoding does;
+:func:`refuse_schema` answers 400 to a ``response_format`` json_schema, as servers without structured
+outputs do; left alone, a responder *ignores* the schema and replies as scripted.
+:func:`refuse_params` answers 400 to named parameters (OpenAI's reasoning models and ``temperature``
+or ``max_tokens``), :func:`with_reasoning` puts a chain of thought in ``reasoning_content`` (DeepSeek-R1,
+vLLM's reasoning parsers). With ``prompt_cache=True`` the server reports
+``usage.prompt_tokens_details.cached_tokens`` as OpenAI does: the longest prefix a request shares with
+an earlier one, in whole 128-token blocks, once the prompt has 1024 tokens.
+
 A :class:`Reply` can also break the protocol the way real endpoints and proxies do: a body
 trickled a few bytes at a time (``trickle_s``), a body that is not JSON (``body``), a usage
 object with wrong types or negative counts (``usage``), or a huge body (a long ``content``).
@@ -60,14 +71,20 @@ __all__ = [
     "ScriptedOpenAI",
     "at_cap",
     "by_content",
+    "conform",
     "default_responder",
+    "enforce_schema",
     "estimate_tokens",
     "latency",
+    "refuse_params",
+    "refuse_schema",
     "request_cap",
     "request_key",
+    "request_schema",
     "script",
     "user_text",
     "with_faults",
+    "with_reasoning",
 ]
 
 CHAT_PATH = "/v1/chat/completions"
@@ -111,6 +128,8 @@ class Reply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+    """Reported as ``usage.prompt_tokens_details.cached_tokens`` (None: the server's prompt cache decides)."""
     finish_reason: str = "stop"
     body: str | bytes | None = None
     usage: Mapping[str, Any] | None = None
@@ -126,7 +145,7 @@ class Reply:
             raise ValueError(f"Reply.delay_s and trickle_s must be >= 0, got {self.delay_s}, {self.trickle_s}")
         if self.trickle_bytes < 1:
             raise ValueError(f"Reply.trickle_bytes must be >= 1, got {self.trickle_bytes}")
-        for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
+        for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"Reply.{name} must be >= 0, got {value}")
@@ -397,6 +416,162 @@ def with_faults(
     )
 
 
+# --------------------------------------------------------------------------- structured replies and quirks
+
+SCHEMA_FIELDS = ("response_format", "guided_json", "json_schema", "format")
+"""Where servers take a reply's JSON schema: OpenAI's ``response_format``, vLLM's ``guided_json``,
+llama.cpp's ``json_schema``, Ollama's ``format``."""
+
+
+def request_schema(request: Mapping[str, Any], via: Iterable[str] = SCHEMA_FIELDS) -> dict[str, Any] | None:
+    """The JSON schema a request asks its reply to follow, looked for in the fields ``via``; None if none."""
+    for name in via:
+        value = request.get(name)
+        if name == "response_format":
+            if isinstance(value, Mapping) and value.get("type") == "json_schema":
+                spec = value.get("json_schema")
+                value = spec.get("schema") if isinstance(spec, Mapping) else None
+            elif isinstance(value, Mapping) and isinstance(value.get("schema"), Mapping):  # llama.cpp's json_object
+                value = value["schema"]
+            else:
+                continue
+        if isinstance(value, str):  # vLLM takes guided_json as a JSON string too
+            with contextlib.suppress(ValueError):
+                value = json.loads(value)
+        if isinstance(value, Mapping):
+            return dict(value)
+    return None
+
+
+def _intended(content: str | None) -> object:
+    """The JSON value a scripted reply meant (the outermost braces of its text), or None."""
+    text = content or ""
+    with contextlib.suppress(ValueError):
+        return json.loads(text)
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        with contextlib.suppress(ValueError):
+            return json.loads(text[start : end + 1])
+    return None
+
+
+def conform(value: object, schema: Mapping[str, Any]) -> Any:
+    """``value`` forced into ``schema`` (objects, arrays, strings, numbers, booleans, null, enums), as
+    constrained decoding forces a model: fields kept where they fit, coerced or filled in where not.
+    Every property of an object is present (strict schemas require them all), and no other."""
+    types = schema.get("type", "object")
+    types = [types] if isinstance(types, str) else list(types)
+    if "enum" in schema:
+        options = list(schema["enum"])
+        return value if value in options else options[0]
+    if value is None and "null" in types:
+        return None
+    if "object" in types:
+        src = value if isinstance(value, Mapping) else {}
+        props = schema.get("properties", {})
+        return {k: conform(src.get(k), sub) for k, sub in props.items()}
+    if "array" in types:
+        items = schema.get("items", {})
+        return [conform(v, items) for v in value] if isinstance(value, list) else []
+    if "boolean" in types:
+        if isinstance(value, bool):
+            return value
+        return str(value).strip().lower() in ("true", "yes", "1") if value is not None else False
+    if "number" in types or "integer" in types:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value
+        return None if "null" in types else 0
+    if "string" in types:
+        return value if isinstance(value, str) else ("" if value is None else json.dumps(value))
+    return None
+
+
+def enforce_schema(responder: Responder, *, via: Iterable[str] = ("response_format",)) -> Responder:
+    """Wrap ``responder`` so that a request carrying a JSON schema (in one of the fields ``via``) gets a
+    reply that is that schema's JSON and nothing else: what the scripted reply meant, conformed."""
+    fields = tuple(via)
+
+    def enforced(request: dict[str, Any], index: int) -> Reply:
+        reply = responder(request, index)
+        schema = request_schema(request, fields)
+        if not reply.ok or reply.body is not None or schema is None:
+            return reply
+        return replace(reply, content=json.dumps(conform(_intended(reply.content), schema)))
+
+    return enforced
+
+
+def refuse_schema(
+    responder: Responder, message: str = "Unsupported response_format type: 'json_schema' is not supported"
+) -> Responder:
+    """Wrap ``responder`` so a ``response_format`` of type json_schema is answered 400 with ``message``
+    (other requests pass on): an endpoint without structured outputs."""
+
+    def refusing(request: dict[str, Any], index: int) -> Reply:
+        rf = request.get("response_format")
+        if isinstance(rf, Mapping) and rf.get("type") == "json_schema":
+            return Reply(status=400, error=message)
+        return responder(request, index)
+
+    return refusing
+
+
+def refuse_params(responder: Responder, names: Iterable[str]) -> Responder:
+    """Wrap ``responder`` so a request that sets one of ``names`` is answered 400 the way OpenAI's
+    reasoning models answer ``temperature`` or ``max_tokens`` ("Unsupported parameter: ...")."""
+    refused = tuple(names)
+
+    def refusing(request: dict[str, Any], index: int) -> Reply:
+        for name in refused:
+            if name in request:
+                hint = " Use 'max_completion_tokens' instead." if name == "max_tokens" else ""
+                error = f"Unsupported parameter: '{name}' is not supported with this model.{hint}"
+                return Reply(status=400, error=error)
+        return responder(request, index)
+
+    return refusing
+
+
+def with_reasoning(responder: Responder, thought: str = "<reasoning> weighing every clause ") -> Responder:
+    """Wrap ``responder`` so every successful reply carries a chain of thought in ``reasoning_content``
+    (DeepSeek-R1, vLLM's reasoning parsers), counted in ``reasoning_tokens``."""
+
+    def thinking(request: dict[str, Any], index: int) -> Reply:
+        reply = responder(request, index)
+        if not reply.ok or reply.reasoning_content is not None:
+            return reply
+        return replace(reply, reasoning_content=thought * 8)
+
+    return thinking
+
+
+class _PromptCache:
+    """OpenAI's automatic prefix caching, imitated: a request's cached tokens are the longest prefix its
+    text shares with an earlier request's, in whole blocks, once the prompt is long enough."""
+
+    def __init__(self, block: int = 128, minimum: int = 1024) -> None:
+        self.block, self.minimum = block, minimum
+        self._seen: list[str] = []
+        self._lock = threading.Lock()
+
+    def cached(self, request: Mapping[str, Any]) -> int:
+        text = _all_text(request)
+        with self._lock:
+            common = max((_common_prefix(text, old) for old in self._seen), default=0)
+            self._seen.append(text)
+        if estimate_tokens(text) < self.minimum:
+            return 0
+        return (common // 4) // self.block * self.block
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 # --------------------------------------------------------------------------- response bodies
 
 
@@ -413,7 +588,7 @@ def _error_body(status: int, message: str, *, param: str | None = None, code: st
     return {"error": {"message": message, "type": kind, "param": param, "code": code or default_code}}
 
 
-def _usage(reply: Reply, request: Mapping[str, Any]) -> dict[str, Any]:
+def _usage(reply: Reply, request: Mapping[str, Any], cached: int = 0) -> dict[str, Any]:
     prompt = reply.prompt_tokens if reply.prompt_tokens is not None else estimate_tokens(_all_text(request))
     reasoning = reply.reasoning_tokens
     if reasoning is None and reply.reasoning_content:
@@ -428,10 +603,13 @@ def _usage(reply: Reply, request: Mapping[str, Any]) -> dict[str, Any]:
     }
     if reasoning is not None:
         usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    cached = reply.cached_tokens if reply.cached_tokens is not None else min(cached, prompt)
+    if cached:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
     return usage
 
 
-def _completion_body(reply: Reply, request: Mapping[str, Any], fingerprint: str) -> dict[str, Any]:
+def _completion_body(reply: Reply, request: Mapping[str, Any], fingerprint: str, cached: int = 0) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
     if reply.reasoning_content is not None:
         message["reasoning_content"] = reply.reasoning_content
@@ -442,7 +620,7 @@ def _completion_body(reply: Reply, request: Mapping[str, Any], fingerprint: str)
         "model": request.get("model"),
         "system_fingerprint": fingerprint,
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finish_reason}],
-        "usage": dict(reply.usage) if reply.usage is not None else _usage(reply, request),
+        "usage": dict(reply.usage) if reply.usage is not None else _usage(reply, request, cached),
     }
 
 
@@ -586,6 +764,8 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         index = self.owner._record(body, headers)
         reply = self.owner._respond(body, index)
+        cache = self.owner._prompt_cache
+        cached = cache.cached(body) if cache is not None and reply.ok else 0
         if reply.delay_s and self.owner._stopping.wait(reply.delay_s):
             self.close_connection = True
             return
@@ -597,7 +777,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.body is not None:
             payload = reply.body.encode("utf-8") if isinstance(reply.body, str) else reply.body
         elif reply.ok:
-            payload = _completion_body(reply, body, self.owner.system_fingerprint)
+            payload = _completion_body(reply, body, self.owner.system_fingerprint, cached)
         else:
             payload = _error_body(reply.status, reply.error or HTTPStatus(reply.status).phrase)
         self._send_json(reply.status, payload, extra, trickle=(reply.trickle_s, reply.trickle_bytes))
@@ -730,6 +910,9 @@ class ScriptedOpenAI:
     chat-completions request that passes validation is recorded (:attr:`requests`,
     :attr:`calls`) and answered by the responder; malformed ones get a 400 and are counted in
     :attr:`rejected`. A responder that raises yields a 500 and lands in :attr:`errors`.
+
+    ``prompt_cache``: report cached prompt tokens for prefixes repeated across requests (see
+    :class:`_PromptCache`: ``cache_block`` tokens a block, from ``cache_min_tokens`` prompt tokens).
     """
 
     def __init__(
@@ -741,11 +924,15 @@ class ScriptedOpenAI:
         system_fingerprint: str = "fp_rose_scripted",
         host: str = "127.0.0.1",
         port: int = 0,
+        prompt_cache: bool = False,
+        cache_block: int = 128,
+        cache_min_tokens: int = 1024,
         batch: BatchScript | None = None,
     ) -> None:
         from rose_sql.testing.batches import BatchAPI, BatchScript
 
         self.responder: Responder = responder or default_responder
+        self._prompt_cache = _PromptCache(cache_block, cache_min_tokens) if prompt_cache else None
         self.batch = BatchAPI(self, batch or BatchScript())
         """The Batch API (files and batches endpoints), scripted by ``batch``."""
         self.models = tuple(models)
