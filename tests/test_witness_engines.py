@@ -182,3 +182,19 @@ def test_a_scratch_database_left_by_a_dead_process_is_dropped(superhero_on: Call
     result = CliRunner().invoke(main, ["db", "scratch", PG_ADMIN, "--drop"])
     assert result.exit_code == 0, result.output
     assert dead in result.output and dead not in scratch_databases("postgresql")
+
+
+def test_a_search_stopped_by_the_wall_clock_is_a_guard_never_a_finding(
+    superhero_on: Callable[[str], tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from rose_sql.evidence.remote import EngineSpace
+
+    start = EngineSpace.start
+    monkeypatch.setattr(EngineSpace, "start", lambda self, deadline: start(self, time.monotonic() - 1))
+    source = parse(superhero_on("duckdb")[1])
+    assert isinstance(source, Source)
+    ev = gather(source.locate("superhero"), Config(workers=1))
+    assert ev.witness is None and ev.search is not None and ev.search.stopped == "budget"
+    assert ev.guard is not None and "wall-clock" in ev.guard

@@ -46,7 +46,8 @@ class Skip(Exception):
 
 def open_space(db: Remote, config: Config) -> EngineSpace:
     """A private copy of ``db`` for the witness search; raises :class:`Skip` saying why there is none."""
-    limits = Limits.of(config)
+    base = Limits.of(config)  # no statement of the search may outlast the item's budget
+    limits = Limits(min(base.timeout_s, config.evidence_budget_s), base.max_rows, base.max_bytes, base.max_sql_chars)
     if db.kind == "duckdb":
         return DuckSpace(
             db.target, limits, max_bytes=config.evidence_max_db_bytes, copy_seconds=config.evidence_budget_s
