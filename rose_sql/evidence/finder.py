@@ -183,7 +183,7 @@ class Finder:
 
     def _space(self, db: Remote, tables: frozenset[str] | set[str]) -> EngineSpace | str:
         """This thread's private copy of ``db`` holding ``tables``, or why there is none."""
-        from rose_sql.evidence.remote import Skip, open_space
+        from rose_sql.evidence.remote import open_space
 
         spaces: dict[str, EngineSpace | str] | None = getattr(self._local, "remote", None)
         if spaces is None:
@@ -191,19 +191,14 @@ class Finder:
             with self._lock:
                 self._remote.append(spaces)
         space = spaces.get(db.target)
-        try:
-            if space is None:
-                space = spaces[db.target] = open_space(db, self.config)
-                if not self._at_exit:  # a finder nobody closes still drops its scratch databases
-                    self._at_exit = True
-                    atexit.register(self.close)
-            if not isinstance(space, str):
-                space.need(tables)
-        except Skip as e:
-            if space is None:
-                spaces[db.target] = str(e)
-            return str(e)
-        return space
+        if space is None:
+            space = spaces[db.target] = open_space(db, self.config)  # why not, when not: kept for later items
+            if not isinstance(space, str) and not self._at_exit:  # a finder nobody closes still drops its copies
+                self._at_exit = True
+                atexit.register(self.close)
+        if isinstance(space, str):
+            return space
+        return space.need(tables) or space
 
     def close(self) -> None:
         """Close the private copies (dropping scratch databases); the finder may be used again after."""

@@ -40,20 +40,25 @@ UNBOUNDED = 2**40
 """``steps_left`` while the item's time lasts (these engines count no steps)."""
 
 
-class Skip(Exception):
-    """The copy cannot be made (too large, too slow, a type the scratch cannot hold): the reason is recorded."""
+class _Skip(Exception):
+    """This module's signal: the copy cannot be made (too large, too slow); :func:`open_space` returns why."""
 
 
-def open_space(db: Remote, config: Config) -> EngineSpace:
-    """A private copy of ``db`` for the witness search; raises :class:`Skip` saying why there is none."""
+def open_space(db: Remote, config: Config) -> EngineSpace | str:
+    """A private copy of ``db`` for the witness search, or why there is none (recorded on the item)."""
     base = Limits.of(config)  # no statement of the search may outlast the item's budget
     limits = Limits(min(base.timeout_s, config.evidence_budget_s), base.max_rows, base.max_bytes, base.max_sql_chars)
     if db.kind == "duckdb":
-        return DuckSpace(
-            db.target, limits, max_bytes=config.evidence_max_db_bytes, copy_seconds=config.evidence_budget_s
-        )
+        try:
+            return DuckSpace(
+                db.target, limits, max_bytes=config.evidence_max_db_bytes, copy_seconds=config.evidence_budget_s
+            )
+        except _Skip as e:
+            return str(e)
+        except Exception as e:  # unreadable now: the item says so
+            return f"the database could not be copied: {type(e).__name__}: {e}"
     if config.evidence_scratch is None:
-        raise Skip(
+        return (
             f"it changes a private copy of the database, and on {db.kind} that copy lives in a scratch database: "
             "give --evidence-scratch URL (a server and role where rose may create and drop databases)"
         )
@@ -143,8 +148,9 @@ class EngineSpace:
     def close(self) -> None:
         raise NotImplementedError
 
-    def need(self, tables: Iterable[str]) -> None:
-        """Make sure the copy holds ``tables`` (names as the queries write them); raises :class:`Skip`."""
+    def need(self, tables: Iterable[str]) -> str | None:
+        """Make sure the copy holds ``tables`` (names as the queries write them); why it cannot (None: it does)."""
+        return None
 
     # ------------------------------------------------------------------ budget
 
@@ -375,7 +381,7 @@ class DuckSpace(EngineSpace):
         self.errors = (duckdb.Error,)
         size = Path(path).stat().st_size
         if size > max_bytes:
-            raise Skip(f"database larger than {max_bytes // 2**20} MiB")
+            raise _Skip(f"database larger than {max_bytes // 2**20} MiB")
         conn = duckdb.connect(
             ":memory:",
             config={
@@ -398,7 +404,7 @@ class DuckSpace(EngineSpace):
                     conn.execute(ddl)
                     conn.execute(f"INSERT INTO {quote(info.name)} SELECT * FROM rose_source.main.{quote(info.name)}")
             except duckdb.InterruptException:
-                raise Skip(f"copying the database took longer than {copy_seconds:g} s") from None
+                raise _Skip(f"copying the database took longer than {copy_seconds:g} s") from None
             finally:
                 self._watchdog.disarm(self._conn)
             conn.execute("DETACH rose_source")

@@ -33,12 +33,18 @@ from urllib.parse import urlsplit, urlunsplit
 from rose_sql.config import Config
 from rose_sql.engines.base import ColumnInfo, Limits, TableInfo
 from rose_sql.engines.source import SCHEMES, Remote, redact
-from rose_sql.evidence.remote import EngineSpace, Skip, fetch_capped, tables_of
+from rose_sql.evidence.remote import EngineSpace, fetch_capped, tables_of
 from rose_sql.execute import ResultSet
 
 PREFIX = "rose_scratch_"
 ROWID = "rose_rowid"
 """The invisible column that names a row of a MySQL scratch table."""
+
+
+class _Skip(Exception):
+    """This module's signal: the copy cannot be made; :func:`server_space` and ``need`` return why."""
+
+
 _NAME = re.compile(r"^rose_scratch_([0-9a-f]{8})_(\d+)_[0-9a-f]+$")
 
 
@@ -193,10 +199,10 @@ def drop_leftovers(url: str, *, every: bool = False) -> list[str]:
     return dropped
 
 
-def server_space(db: Remote, scratch: str, config: Config, limits: Limits) -> EngineSpace:
-    """A scratch database on the server ``scratch`` names, for ``db``'s witness search."""
+def server_space(db: Remote, scratch: str, config: Config, limits: Limits) -> EngineSpace | str:
+    """A scratch database on the server ``scratch`` names, for ``db``'s witness search, or why there is none."""
     if _kind(scratch) != db.kind:
-        raise Skip(f"--evidence-scratch {redact(scratch)} is not a {db.kind} server like the database's")
+        return f"--evidence-scratch {redact(scratch)} is not a {db.kind} server like the database's"
     with contextlib.suppress(Exception):  # best effort: a leftover of a killed worker
         drop_leftovers(scratch)
     name = scratch_name()
@@ -204,16 +210,15 @@ def server_space(db: Remote, scratch: str, config: Config, limits: Limits) -> En
     try:
         s.create(name)
     except Exception as e:
-        raise Skip(f"could not create a scratch database on {redact(scratch)}: {type(e).__name__}: {e}") from None
+        return f"could not create a scratch database on {redact(scratch)}: {type(e).__name__}: {e}"
     try:
-        space: EngineSpace = (PgSpace if db.kind == "postgresql" else MySpace)(db, s, name, config, limits)
+        return (PgSpace if db.kind == "postgresql" else MySpace)(db, s, name, config, limits)
     except BaseException as e:
         with contextlib.suppress(Exception):
             s.drop(name, force=True)
-        if isinstance(e, Exception) and not isinstance(e, Skip):
-            raise Skip(f"could not open the scratch database {name}: {type(e).__name__}: {e}") from None
+        if isinstance(e, Exception):
+            return f"could not open the scratch database {name}: {type(e).__name__}: {e}"
         raise
-    return space
 
 
 # --------------------------------------------------------------------------- a scratch copy
@@ -267,12 +272,18 @@ class ServerSpace(EngineSpace):
     def _count(self, nbytes: int, deadline: float) -> None:
         self.copied_bytes += nbytes
         if self.copied_bytes > self.max_bytes:
-            raise Skip(f"the tables the queries read hold more than {self.max_bytes // 2**20} MiB")
+            raise _Skip(f"the tables the queries read hold more than {self.max_bytes // 2**20} MiB")
         if time.monotonic() > deadline:
-            raise Skip(f"copying the tables the queries read took longer than {self.copy_seconds:g} s")
+            raise _Skip(f"copying the tables the queries read took longer than {self.copy_seconds:g} s")
 
-    def need(self, tables: Iterable[str]) -> None:
-        wanted = {t.lower() for t in tables}
+    def need(self, tables: Iterable[str]) -> str | None:
+        try:
+            self._need({t.lower() for t in tables})
+        except _Skip as e:
+            return str(e)
+        return None
+
+    def _need(self, wanted: set[str]) -> None:
         src = None
         try:
             if self._source_tables is None:
@@ -291,23 +302,23 @@ class ServerSpace(EngineSpace):
                 return
             refused = next((self._refused[t] for t in todo if t in self._refused), None)
             if refused is not None:
-                raise Skip(refused)
+                raise _Skip(refused)
             deadline = time.monotonic() + self.copy_seconds
             try:
                 for info in todo.values():
                     self._copy(src, info, deadline)
                 self._finish(list(todo.values()))
             except Exception as e:
-                why = str(e) if isinstance(e, Skip) else f"copying failed: {type(e).__name__}: {e}"
+                why = str(e) if isinstance(e, _Skip) else f"copying failed: {type(e).__name__}: {e}"
                 self._refused.update(dict.fromkeys(todo, why))
                 self._undo(list(todo))
-                raise Skip(why) from None
+                raise _Skip(why) from None
             self.infos.update(todo)
             self.tables = tables_of(list(self.infos.values()), self.unique)
-        except Skip:
+        except _Skip:
             raise
         except Exception as e:  # the user's database could not be read
-            raise Skip(f"copying into the scratch database failed: {type(e).__name__}: {e}") from None
+            raise _Skip(f"copying into the scratch database failed: {type(e).__name__}: {e}") from None
         finally:
             if src is not None:
                 with contextlib.suppress(Exception):
@@ -461,7 +472,7 @@ class PgSpace(ServerSpace):
         try:
             c.execute(sql.SQL("CREATE TABLE {} ({})").format(q(info.name), sql.SQL(", ").join(parts)))
         except Exception as e:
-            raise Skip(f"table {info.name} cannot be made in the scratch database: {type(e).__name__}: {e}") from None
+            raise _Skip(f"table {info.name} cannot be made in the scratch database: {type(e).__name__}: {e}") from None
         with (
             src.cursor().copy(sql.SQL("COPY {} TO STDOUT").format(q(info.name))) as out,
             c.cursor().copy(sql.SQL("COPY {} FROM STDIN").format(q(info.name))) as into,
@@ -601,7 +612,7 @@ class MySpace(ServerSpace):
             row = cur.fetchone()
         ddl = re.sub(r"\bENGINE=\w+", "ENGINE=InnoDB", str(row[1]))  # a rollback must undo a candidate
         if ROWID in {c.name for c in info.columns}:
-            raise Skip(f"table {info.name} has a column named {ROWID}, the name the scratch copy needs")
+            raise _Skip(f"table {info.name} has a column named {ROWID}, the name the scratch copy needs")
         with self._conn.cursor() as cur:
             cur.execute("SET SESSION foreign_key_checks = 0")  # parents may come later in this copy
             cur.execute(ddl)
