@@ -198,3 +198,16 @@ def test_a_search_stopped_by_the_wall_clock_is_a_guard_never_a_finding(
     ev = gather(source.locate("superhero"), Config(workers=1))
     assert ev.witness is None and ev.search is not None and ev.search.stopped == "budget"
     assert ev.guard is not None and "wall-clock" in ev.guard
+
+
+def test_the_manifest_says_whether_a_scratch_server_searched_never_its_url(
+    superhero_on: Callable[[str], tuple[str, str]],
+) -> None:
+    from rose_sql.provenance import _engine
+
+    source = parse(superhero_on("postgresql")[1])
+    assert isinstance(source, Source)
+    without = _engine(source, ["superhero"], Config(workers=1))["options"]
+    with_ = _engine(source, ["superhero"], Config(workers=1, evidence_scratch="postgresql://u:secret@h/p"))["options"]
+    assert "evidence_scratch" not in without and with_["evidence_scratch"] is True  # older manifests still resume
+    assert "secret" not in json.dumps(with_)
