@@ -211,3 +211,38 @@ def test_the_manifest_says_whether_a_scratch_server_searched_never_its_url(
     with_ = _engine(source, ["superhero"], Config(workers=1, evidence_scratch="postgresql://u:secret@h/p"))["options"]
     assert "evidence_scratch" not in without and with_["evidence_scratch"] is True  # older manifests still resume
     assert "secret" not in json.dumps(with_)
+
+
+ATTACKS = {
+    "duckdb": ["SELECT * FROM read_csv('/etc/passwd')", "SELECT setseed(0.1)", "SELECT * FROM query('SELECT 1')"],
+    "postgresql": [
+        "SELECT pg_advisory_lock(1)",
+        "SELECT set_config('work_mem', '1MB', false)",
+        "WITH x AS (DELETE FROM superhero RETURNING 1) SELECT count(*) FROM x",
+        "SELECT pg_read_file('/etc/passwd')",
+    ],
+    "mysql": ["SELECT GET_LOCK('rose', 0)", "SELECT SLEEP(5)", "SELECT 1 INTO OUTFILE '/tmp/rose-witness-x'"],
+}
+
+
+@pytest.mark.parametrize("kind", ["duckdb", "postgresql", "mysql"])
+def test_the_copy_runs_queries_under_the_engines_sandbox_rules(
+    kind: str, superhero_on: Callable[[str], tuple[str, str]]
+) -> None:
+    from rose_sql.evidence.remote import open_space
+
+    source = parse(superhero_on(kind)[1])
+    assert isinstance(source, Source)
+    space = open_space(source.locate("superhero"), Config(workers=1, evidence_scratch=SCRATCH.get(kind)))
+    assert not isinstance(space, str), space
+    try:
+        assert space.need(["superhero"]) is None
+        space.start(float("inf"))
+        for attack in ATTACKS[kind]:
+            assert space.run(attack) is None, attack
+        count = space.run("SELECT COUNT(*) FROM superhero")
+        assert count is not None and count.rows == ((750,),)
+        assert not space.guard_fired
+    finally:
+        space.close()
+    assert not Path("/tmp/rose-witness-x").exists()

@@ -6,9 +6,9 @@ each candidate is made inside a transaction that is rolled back, the two queries
 through the engine's own gate and function policy with its row and byte caps, and the copy is never the
 user's database:
 
-- DuckDB (:class:`DuckSpace`): the file is attached read-only to an in-memory database, copied into it
-  (``COPY FROM DATABASE``) and detached; then external access is turned off and the configuration locked,
-  as on the engine's own connections. Rows are named by DuckDB's ``rowid``.
+- DuckDB (:class:`DuckSpace`): the file is attached read-only to an in-memory database, its tables copied
+  into it and detached; then external access is turned off and the configuration locked, as on the
+  engine's own connections. Rows are named by DuckDB's ``rowid``.
 - PostgreSQL and MySQL/MariaDB (:mod:`rose_sql.evidence.scratch`): a scratch database that rose creates
   and drops, into which the tables the queries read (and their foreign-key parents) are copied.
 
@@ -32,6 +32,7 @@ from rose_sql.config import Config
 from rose_sql.engines.base import ColumnInfo, Limits, TableInfo, batches, collect, policy
 from rose_sql.engines.source import Remote
 from rose_sql.evidence.findings import Change
+from rose_sql.evidence.probe import literal
 from rose_sql.evidence.workspace import Column, Table
 from rose_sql.execute import ResultSet
 from rose_sql.sql import gate
@@ -91,14 +92,6 @@ def tables_of(infos: Sequence[TableInfo], unique: Iterable[tuple[str, str]] = ()
     return tables
 
 
-def _literal(value: Any) -> exp.Expr:
-    if value is None:
-        return exp.Null()
-    if isinstance(value, bool | int | float):
-        return exp.Literal.number(value)
-    return exp.Literal.string(str(value))
-
-
 class EngineSpace:
     """A private copy on an engine other than SQLite (see the module docstring); subclasses say how to
     connect, quote, name rows, time-limit a statement and open a transaction."""
@@ -118,7 +111,7 @@ class EngineSpace:
         self.tables: dict[str, Table] = {}
         self.hard_deadline = float("inf")
         self.guard_fired = False
-        self._rendered: dict[str, str | None] = {}
+        self._verdicts: dict[str, str | None] = {}  # why a query under test may not run (None: it may)
 
     # ------------------------------------------------------------------ to implement
 
@@ -232,17 +225,23 @@ class EngineSpace:
         except sqlglot.errors.ParseError:
             return None
         values = iter(params)
-        tree = tree.transform(lambda n: _literal(next(values)) if isinstance(n, exp.Placeholder) else n)
+        tree = tree.transform(lambda n: literal(next(values)) if isinstance(n, exp.Placeholder) else n)
         return self._plain(tree.sql(dialect=self.dialect))
 
     def run(self, sql: str, steps: int | None = None) -> ResultSet | None:
         """A query under test, through the engine's gate and function policy, within the caps and the time
         left; None when it is refused, fails, is stopped or is too large to compare soundly."""
-        if sql not in self._rendered:
-            self._rendered[sql] = gate(sql, max_chars=self.limits.max_sql_chars, dialect=self.dialect) or policy(
-                sql, self.dialect, self.allowed
-            )
-        if self._rendered[sql] is not None:
+        if sql not in self._verdicts:
+            if len(self._verdicts) > 1000:  # an item's two queries are asked for many times, then never again
+                self._verdicts.clear()
+            try:  # the policy may read the catalogue: in a failed transaction it cannot, and we ask again later
+                verdict = gate(sql, max_chars=self.limits.max_sql_chars, dialect=self.dialect) or policy(
+                    sql, self.dialect, self.allowed
+                )
+            except self._failures:
+                return None
+            self._verdicts[sql] = verdict
+        if self._verdicts[sql] is not None:
             return None
         try:
             result = self._untrusted(sql, self._timeout())

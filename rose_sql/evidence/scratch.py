@@ -295,15 +295,14 @@ class ServerSpace(EngineSpace):
                 t = queue.pop()
                 if t in self.infos or t in todo:
                     continue
+                if t in self._refused:
+                    raise _Skip(self._refused[t])
                 src = src or self._source()
                 todo[t] = self._read(src, t)
                 queue += [p for _, p, _ in todo[t].foreign_keys if p not in self.infos and p not in todo]
             if not todo:
                 return
-            refused = next((self._refused[t] for t in todo if t in self._refused), None)
-            if refused is not None:
-                raise _Skip(refused)
-            deadline = time.monotonic() + self.copy_seconds
+            deadline, before = time.monotonic() + self.copy_seconds, self.copied_bytes
             try:
                 for info in todo.values():
                     self._copy(src, info, deadline)
@@ -312,6 +311,7 @@ class ServerSpace(EngineSpace):
                 why = str(e) if isinstance(e, _Skip) else f"copying failed: {type(e).__name__}: {e}"
                 self._refused.update(dict.fromkeys(todo, why))
                 self._undo(list(todo))
+                self.copied_bytes = before
                 raise _Skip(why) from None
             self.infos.update(todo)
             self.tables = tables_of(list(self.infos.values()), self.unique)
@@ -376,8 +376,10 @@ class PgSpace(ServerSpace):
         return cols, cur.fetchall() if cur.description else []
 
     def _untrusted(self, sql: str, timeout: float) -> ResultSet:
+        import psycopg
+
         c = self._conn
-        own = c.info.transaction_status == c.info.transaction_status.IDLE
+        own = c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # outside a candidate: one of its own
         if own:
             c.execute("BEGIN")
         try:
