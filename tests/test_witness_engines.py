@@ -246,3 +246,34 @@ def test_the_copy_runs_queries_under_the_engines_sandbox_rules(
     finally:
         space.close()
     assert not Path("/tmp/rose-witness-x").exists()
+
+
+def test_a_scratch_connection_lost_is_recorded_and_the_next_item_gets_a_new_copy(
+    superhero_on: Callable[[str], tuple[str, str]],
+) -> None:
+    import psycopg
+
+    source = parse(superhero_on("postgresql")[1])
+    assert isinstance(source, Source)
+    db = source.locate("superhero")
+    config = Config(workers=1, evidence_scratch=PG_ADMIN)
+    left = scratch_databases("postgresql")
+    with Executor(config) as ex:
+        g, p = ex.run(db, GOLD), ex.run(db, PRED)
+    assert g.result is not None and p.result is not None
+    cmp = compare(p.result, g.result, ordered=False)
+    finder = Finder(config)
+    try:
+        assert finder.gather(db, GOLD, PRED, g, p, cmp).witness is not None
+        with psycopg.connect(PG_ADMIN, autocommit=True) as c:  # the server drops the scratch session
+            c.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'rose-sql-scratch'"
+            )
+        lost = finder.gather(db, GOLD, PRED, g, p, cmp)
+        assert lost.witness is None and lost.skipped is not None
+        assert "the connection to the copy was lost" in lost.skipped or "the witness search failed" in lost.skipped
+        again = finder.gather(db, GOLD, PRED, g, p, cmp)
+        assert again.witness is not None and again.skipped is None
+    finally:
+        finder.close()
+    assert scratch_databases("postgresql") == left

@@ -168,7 +168,11 @@ class Finder:
                 )
             finally:
                 space.stop()
+            if not space.alive():  # what it found then is not the search's: the next item makes a new copy
+                self._forget(db)
+                return replace(found, skipped=f"on {db.kind}: the connection to the copy was lost during the search")
         except Exception as e:  # the item's, never the run's (a server gone away mid-search)
+            self._forget(db)  # the copy may be broken: the next item makes a new one
             return replace(found, skipped=f"the witness search failed on {db.kind}: {type(e).__name__}: {e}")
         finally:
             self.watch.disarm()
@@ -200,16 +204,23 @@ class Finder:
             return space
         return space.need(tables) or space
 
+    def _forget(self, db: Remote) -> None:
+        spaces: dict[str, EngineSpace | str] = getattr(self._local, "remote", {})
+        space = spaces.pop(db.target, None)
+        if space is not None and not isinstance(space, str):
+            with contextlib.suppress(Exception):  # best effort: `rose db scratch --drop` cleans up
+                space.close()
+
     def close(self) -> None:
         """Close the private copies (dropping scratch databases); the finder may be used again after."""
         with self._lock:
-            every, self._remote = self._remote, []
-        for spaces in every:
-            for space in spaces.values():
+            every = [(spaces, list(spaces.values())) for spaces in self._remote]
+        for spaces, values in every:
+            spaces.clear()
+            for space in values:
                 if not isinstance(space, str):
                     with contextlib.suppress(Exception):  # best effort: `rose db scratch --drop` cleans up
                         space.close()
-            spaces.clear()
 
     def _probe(self, db: Remote) -> EngineProbe:
         from rose_sql.engines.base import engine_for

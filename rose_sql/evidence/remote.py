@@ -141,6 +141,10 @@ class EngineSpace:
     def close(self) -> None:
         raise NotImplementedError
 
+    def alive(self) -> bool:
+        """Whether the copy can still be used (a server's connection can be lost)."""
+        return True
+
     def need(self, tables: Iterable[str]) -> str | None:
         """Make sure the copy holds ``tables`` (names as the queries write them); why it cannot (None: it does)."""
         return None

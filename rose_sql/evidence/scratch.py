@@ -360,6 +360,9 @@ class PgSpace(ServerSpace):
     def _close_conn(self) -> None:
         self._conn.close()
 
+    def alive(self) -> bool:
+        return not self._conn.broken and not self._conn.closed
+
     def _rid(self, native: Any) -> int:
         block, _, offset = str(native).strip("()").partition(",")
         return (int(block) << 16) | int(offset)
@@ -521,6 +524,9 @@ class MySpace(ServerSpace):
 
     def quote(self, name: str) -> str:
         return "`" + name.replace("`", "``") + "`"
+
+    def alive(self) -> bool:
+        return bool(self._conn.open)
 
     def _close_conn(self) -> None:
         self._conn.close()
