@@ -187,6 +187,10 @@ class Config:
     """Larger databases are not copied for a witness search."""
     evidence_result_rows: int = 10
     """Rows of each result on a witness database kept in the record (and shown to the judges)."""
+    evidence_scratch: str | None = None
+    """A PostgreSQL or MySQL/MariaDB URL where rose may create (and drops) a scratch database per worker for
+    the witness search on those engines, into which the tables the queries read are copied; None: no
+    witness search there (the evidence says why). Never the user's database."""
     judge: JudgeConfig | None = None
     """The LLM judges; None runs the deterministic stages only (items then await a judge)."""
 

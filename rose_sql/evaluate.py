@@ -332,5 +332,7 @@ async def _evaluate_items(items: Sequence[Item], db_root: Path | Source, config:
 
             return list(await asyncio.gather(*(one(it) for it in items)))
     finally:
+        if finder is not None:
+            finder.close()  # the scratch databases of the witness search on a server
         if llm is not None:
             await llm.aclose()

@@ -335,10 +335,13 @@ def _engine(source: Source, db_ids: list[str], config: Config) -> dict[str, Any]
     with Executor(config.with_(workers=1)) as ex:
         found = {d: ex.exists(source.locate(d)) for d in db_ids}
         server = next((v for v in (ex.server(source.locate(d)) for d in db_ids[:1]) if v), None)
+    options = {name: getattr(config, name) for name in (*SCORE_OPTIONS, "server_timeout_s")}
+    if config.evidence_scratch is not None:  # a witness search on a server: resuming without one is refused
+        options["evidence_scratch"] = True
     return {
         "db_root": source.shown,
         "databases": [DatabaseId(d, source.locate(d).shown, found[d]) for d in db_ids],
-        "options": {name: getattr(config, name) for name in (*SCORE_OPTIONS, "server_timeout_s")},
+        "options": options,
         "dialect": source.dialect,
         "server": server,
     }

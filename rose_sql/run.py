@@ -260,6 +260,11 @@ class _Worker:
     executor: Executor
     finder: Finder | None
 
+    def close(self) -> None:
+        """At the worker's end: drop the finder's scratch databases (the witness search on a server)."""
+        if self.finder is not None:
+            self.finder.close()
+
 
 def _init_worker(config: Config, watch: Watch) -> _Worker:
     limit_memory(config.worker_memory_bytes)

@@ -155,6 +155,13 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
     show_default=True,
     help="Wall-clock guard, in seconds, of one item's evidence search (past it a judged item is left unscored).",
 )
+@click.option(
+    "--evidence-scratch",
+    metavar="URL",
+    help="PostgreSQL or MySQL/MariaDB server (and a role that may create databases) where the witness search "
+    "makes, and drops, a scratch database per worker holding copies of the tables the queries read; never "
+    "the --db database. Without it there is no witness search on those servers (the evidence says so).",
+)
 @click.option("--judge-model", help="Model of the LLM judges; without it only the deterministic stages run.")
 @click.option("--judge-base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI).")
 @click.option(
@@ -292,6 +299,7 @@ def run_cmd(
     evidence: bool | None,
     evidence_steps: int,
     evidence_budget: float,
+    evidence_scratch: str | None,
     judge_model: str | None,
     judge_base_url: str | None,
     concurrency: int,
@@ -339,6 +347,7 @@ def run_cmd(
         evidence=evidence,
         evidence_max_steps=evidence_steps,
         evidence_budget_s=evidence_budget,
+        evidence_scratch=evidence_scratch,
     )
     if workers:
         config = config.with_(workers=workers)
