@@ -154,11 +154,11 @@ class _RemoteLLM(LLM):
         # the owner's fence secret: every actor, on any node, builds the very messages a local run builds
         self.fences = Fences(ray.get(owner.fence_key.remote()))
 
-    async def complete(self, messages: list[Message], *, fresh: bool = False) -> ChatReply:
+    async def complete(self, messages: list[Message], *, fresh: bool = False, sample: int = 0) -> ChatReply:
         from ray.exceptions import RayActorError
 
         try:
-            answer = await self._owner.complete.remote(messages, fresh)
+            answer = await self._owner.complete.remote(messages, fresh, sample)
         except RayActorError:
             raise EndpointError("the Ray actor owning the LLM client died") from None
         if answer[0] == "ok":
@@ -178,9 +178,9 @@ class LLMOwner:
     def __init__(self, judge: JudgeConfig) -> None:
         self.llm = LLM(judge)
 
-    async def complete(self, messages: list[Message], fresh: bool = False) -> tuple[Any, ...]:
+    async def complete(self, messages: list[Message], fresh: bool = False, sample: int = 0) -> tuple[Any, ...]:
         try:
-            return ("ok", await self.llm.complete(messages, fresh=fresh))
+            return ("ok", await self.llm.complete(messages, fresh=fresh, sample=sample))
         except BudgetExhausted as e:
             return ("budget", str(e))
         except EndpointError as e:

@@ -110,19 +110,24 @@ class LLM:
         self._cap = "max_completion_tokens" if _WANTS_MAX_COMPLETION_TOKENS.search(cfg.model) else "max_tokens"
         self._cap_switched = False
 
-    def _params(self) -> dict[str, Any]:
+    def _seed(self, sample: int) -> int | None:
+        """The seed of a sample: the configured seed plus the sample's index (each sample its own call)."""
+        return self.cfg.seed + sample if self.cfg.seed is not None else None
+
+    def _params(self, sample: int = 0) -> dict[str, Any]:
         params: dict[str, Any] = {}
         if self.cfg.temperature is not None:
             params["temperature"] = self.cfg.temperature
         if self.cfg.seed is not None:
-            params["seed"] = self.cfg.seed
+            params["seed"] = self._seed(sample)
         params = {k: v for k, v in params.items() if k not in self._refused}
         params[self._cap] = self.cfg.max_tokens  # never dropped: the budget's bound rests on it
         return params
 
-    def key(self, messages: list[Message]) -> str:
-        """The cache key of a call with this client's endpoint, model and configured parameters."""
-        wanted = {"temperature": self.cfg.temperature, "seed": self.cfg.seed, "max_tokens": self.cfg.max_tokens}
+    def key(self, messages: list[Message], sample: int = 0) -> str:
+        """The cache key of a call with this client's endpoint, model and configured parameters (the
+        seed of ``sample`` among them: each sample is its own entry; sample 0 is the single call's)."""
+        wanted = {"temperature": self.cfg.temperature, "seed": self._seed(sample), "max_tokens": self.cfg.max_tokens}
         blob = json.dumps(
             {"endpoint": self.endpoint, "model": self.cfg.model, "params": wanted, "messages": messages},
             sort_keys=True,
@@ -138,14 +143,15 @@ class LLM:
         """The most a call with these messages can cost: prompt tokens bounded, the whole completion cap."""
         return self.cost(prompt_tokens_bound(messages), self.cfg.max_tokens)
 
-    async def complete(self, messages: list[Message], *, fresh: bool = False) -> ChatReply:
+    async def complete(self, messages: list[Message], *, fresh: bool = False, sample: int = 0) -> ChatReply:
         """One chat completion: from the cache if this exact call was made before, else from the endpoint.
 
         ``fresh``: ask the endpoint even if the cache holds a reply (which the new one replaces).
+        ``sample``: which of several samples of this call (its seed is the configured one plus it).
         Raises :class:`~rose_sql.errors.BudgetExhausted` before a call that the budget no longer
         allows, and :class:`~rose_sql.errors.EndpointError` when the endpoint gave no usable reply.
         """
-        key = self.key(messages)
+        key = self.key(messages, sample)
         if not fresh and self.cache is not None and (hit := self.cache.get(key)) is not None:
             self.ledger.add(cached=True)
             return _from_entry(hit, key)
@@ -159,7 +165,7 @@ class LLM:
             spent = 0.0
             try:
                 start = time.monotonic()
-                done, params = await self._send(messages)
+                done, params = await self._send(messages, sample)
                 c = self._reply(done, params, key, time.monotonic() - start, worst)
                 spent = c.cost_usd or 0.0
             finally:
@@ -171,12 +177,12 @@ class LLM:
             self.cache.put(key, _to_entry(c, self.cfg.model))
         return c
 
-    async def _send(self, messages: list[Message]) -> tuple[Completion, dict[str, Any]]:
+    async def _send(self, messages: list[Message], sample: int = 0) -> tuple[Completion, dict[str, Any]]:
         """Post the request until a reply comes, retrying transient failures; each attempt has one deadline."""
         openai = self._openai
         retries = 0
         while True:
-            params = self._params()
+            params = self._params(sample)
             try:
                 async with asyncio.timeout(self.cfg.timeout_s):
                     body, cut = await self._post(messages, params)
