@@ -63,6 +63,7 @@ JUDGE_OPTIONS = (
     "result_rows",
     "cell_chars",
     "fence",
+    "votes",
 )
 """Judge settings that can change a score (what the judges are asked, and how): a resume with other
 values is refused."""
@@ -99,6 +100,9 @@ class JudgeInfo:
     everything fenced in the prompts, so runs that must ask the very same prompts share it."""
     provider: str | None = None
     """Where the judgements came from, when not from an endpoint of this run (``imported: ...``)."""
+    votes: str | None = None
+    """How stages vote (samples, panel, the model escalated to, the rule), when they do; None: one reply
+    decides each stage."""
 
 
 def judge_info(config: Config | None) -> JudgeInfo | None:
@@ -123,7 +127,19 @@ def judge_info(config: Config | None) -> JudgeInfo | None:
         result_rows=j.result_rows,
         cell_chars=j.cell_chars,
         fence=_fence_digest(j),
+        votes=_votes(j),
     )
+
+
+def _votes(j: JudgeConfig) -> str | None:
+    if not j.votes:
+        return None
+    parts = [f"samples={j.samples}" + (f" at temperature {j.samples_temperature:g}" if j.samples > 1 else "")]
+    if j.panel:
+        parts.append("panel=" + ",".join(m.partition("=")[0] for m in j.panel))  # endpoints may move
+    if j.escalate_to:
+        parts.append(f"escalate_to={j.escalate_to} below {j.escalate_below:g}")
+    return "; ".join([*parts, f"aggregate={j.aggregate}"])
 
 
 def _fence_digest(j: JudgeConfig) -> str | None:

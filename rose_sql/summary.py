@@ -51,12 +51,15 @@ class Brief(NamedTuple):
     comparison_reason: str | None
     """Our comparator's reason; None when nothing was compared."""
     calls: tuple[CallBrief, ...]
+    escalated: bool = False
+    """Whether a stage of the item escalated to the strong model (``--escalate-to``)."""
 
     @classmethod
     def of(cls, r: Record) -> Brief:
         calls = tuple(CallBrief(c.stage, c.cached, c.prompt_tokens, c.completion_tokens, c.cost_usd) for c in r.judges)
         reason = r.comparison.reason if r.comparison is not None else None
-        return cls(r.id, r.score, r.unscored_reason, r.decided_by, r.readings, r.difficulty, reason, calls)
+        escalated = any(v.escalated for v in r.votes or ())
+        return cls(r.id, r.score, r.unscored_reason, r.decided_by, r.readings, r.difficulty, reason, calls, escalated)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,12 @@ class Usage:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     by_stage: dict[str, StageUsage] = field(default_factory=dict)
+    judged: int = 0
+    """Items a judge was asked about (made or cached calls)."""
+    calls_per_judged_item: float = 0.0
+    """Calls made and cached, per judged item."""
+    escalated: int = 0
+    """Items the cheap-first policy escalated to the strong model (``--escalate-to``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +217,7 @@ def _usage(briefs: list[Brief]) -> Usage:
                 s["completion_tokens"] += c.completion_tokens or 0
                 s["cost_usd"] = round(s["cost_usd"] + (c.cost_usd or 0.0), 8)
     n = len(briefs) or 1
+    judged = sum(1 for b in briefs if b.calls)
     by_stage = {
         name: StageUsage(
             int(s["calls"]), int(s["cached"]), int(s["prompt_tokens"]), int(s["completion_tokens"]), s["cost_usd"]
@@ -222,6 +232,9 @@ def _usage(briefs: list[Brief]) -> Usage:
         completion_tokens=sum(s.completion_tokens for s in by_stage.values()),
         cost_usd=round(sum(s.cost_usd for s in by_stage.values()), 6),
         by_stage=by_stage,
+        judged=judged,
+        calls_per_judged_item=round(sum(len(b.calls) for b in briefs) / judged, 4) if judged else 0.0,
+        escalated=sum(b.escalated for b in briefs),
     )
 
 

@@ -10,16 +10,32 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 from rose_sql.errors import ReplyError
 from rose_sql.reasoning import strip_reasoning
 
 
+def _stated(value: object) -> float | None:
+    """A confidence the reply states of its verdict: a number in [0, 1], anything else as unstated (never
+    an invalid reply: the prompts do not ask for it, and a verdict stands without it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        return None
+    return float(value)
+
+
+Stated = Annotated[float | None, BeforeValidator(_stated)]
+
+
 class _Reply(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
+
+    confidence: Stated = Field(default=None, exclude=True)
+    """How sure the judge says it is of its verdict (0-1), when it says; the cheap-first policy escalates
+    below ``--escalate-below``. Kept out of dumps, so records and the prompts that quote a reply are
+    unchanged; the raw reply keeps it."""
 
 
 class ProverReply(_Reply):
