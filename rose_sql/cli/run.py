@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rose_sql.cli.main import console, err, fail
-from rose_sql.config import MAX_INPUT_BYTES, Config, JudgeConfig, MatchedRefuter, Policy
+from rose_sql.config import MAX_INPUT_BYTES, Aggregate, Config, JudgeConfig, MatchedRefuter, Policy
 from rose_sql.distributed import INSTALL_RAY, ray_address
 from rose_sql.distributed.shard import Shard
 from rose_sql.engines.source import Source
@@ -132,6 +132,50 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
     help="Wall-clock guard, in seconds, of one item's evidence search (past it a judged item is left unscored).",
 )
 @click.option("--judge-model", help="Model of the LLM judges; without it only the deterministic stages run.")
+@click.option(
+    "--panel",
+    metavar="M1,M2,...",
+    help="Judge models that vote together at each stage (their majority decides), after --judge-model when it is "
+    "given; MODEL=URL gives one model its own endpoint. Each model's verdict is on the record.",
+)
+@click.option(
+    "--samples",
+    type=click.IntRange(min=1),
+    default=JUDGE.samples,
+    show_default=True,
+    help="Replies per judge model and stage, at --samples-temperature with seeds seed+0..K-1 (each its own "
+    "cache entry); the stage's verdict is their majority, a tie failing the prediction, and the share of votes "
+    "agreeing with it is recorded as the stage's confidence. 1: one reply at temperature 0, as without it.",
+)
+@click.option(
+    "--samples-temperature",
+    type=click.FloatRange(min=0),
+    default=JUDGE.samples_temperature,
+    show_default=True,
+    help="Sampling temperature of the replies when --samples is above 1.",
+)
+@click.option(
+    "--escalate-to",
+    metavar="STRONG_MODEL",
+    help="Cheap first: --judge-model (the cheap one) judges every stage; STRONG_MODEL is asked, and decides, only "
+    "where the cheap votes split or are unsure (--escalate-below), fail a matching result, pass a match a witness "
+    "separates, or flag GoldX/AmbQ. Why an item escalated is on its record.",
+)
+@click.option(
+    "--escalate-below",
+    type=click.FloatRange(min=0, max=1),
+    default=JUDGE.escalate_below,
+    show_default=True,
+    help="Escalate a stage whose confidence (share of agreeing votes, or the confidence a reply states) is below this.",
+)
+@click.option(
+    "--aggregate",
+    type=click.Choice(get_args(Aggregate)),
+    default=JUDGE.aggregate,
+    show_default=True,
+    help="How a stage's votes decide: majority (a tie fails), unanimous (a split is unscored judges_split), any-fail, "
+    "strong-only (the --escalate-to model's votes alone). rose replay --aggregate re-decides under another.",
+)
 @click.option("--judge-base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI).")
 @click.option(
     "--concurrency",
@@ -224,6 +268,12 @@ def run_cmd(
     evidence_steps: int,
     evidence_budget: float,
     judge_model: str | None,
+    panel: str | None,
+    samples: int,
+    samples_temperature: float,
+    escalate_to: str | None,
+    escalate_below: float,
+    aggregate: str,
     judge_base_url: str | None,
     concurrency: int,
     policy: str,
@@ -254,6 +304,9 @@ def run_cmd(
       rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o --dry-run
       rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o --resume
     """
+    first = [judge_model] if judge_model else []
+    models = list(dict.fromkeys([*first, *(m.strip() for m in (panel or "").split(",") if m.strip())]))
+    judge_model = models[0].partition("=")[0] if models else None
     if evidence is None:
         evidence = judge_model is not None
     config = Config(
@@ -279,13 +332,22 @@ def run_cmd(
             max_tokens=judge_max_tokens,
             retry_invalid=retry_invalid,
             max_retries=max_retries,
+            samples=samples,
+            samples_temperature=samples_temperature,
+            panel=tuple(models) if len(models) > 1 else (),
+            escalate_to=escalate_to,
+            escalate_below=escalate_below,
+            aggregate=aggregate,  # type: ignore[arg-type]
         )
+        if models and "=" in models[0]:
+            judge = replace(judge, base_url=models[0].partition("=")[2] or judge_base_url)
         if no_cache:
             judge = replace(judge, cache_dir=None)
         elif cache_dir is not None:
             judge = replace(judge, cache_dir=cache_dir)
         config = config.with_(judge=judge)
     try:
+        _check_votes(config.judge, judge_model, escalate_to, aggregate, ray)
         root = databases(db_root, config, option="--db")
         if ray is not None and isinstance(root, Source):
             raise UsageError("--ray evaluates folders of SQLite files; with a URL, run rose run --shard on each node")
@@ -378,6 +440,22 @@ def _ray_backend(config: Config, address: str | None, workers: int | None, syste
 
     databases = {d.db_id: d for s in systems for d in s.manifest.databases}
     return RayBackend(config, address=address, workers=workers, databases=list(databases.values()))
+
+
+def _check_votes(
+    judge: JudgeConfig | None, model: str | None, escalate_to: str | None, aggregate: str, ray: str | None
+) -> None:
+    """Refuse vote options that cannot work together."""
+    if model is None and escalate_to is not None:
+        raise UsageError("--escalate-to needs --judge-model: the cheap model that judges first")
+    if judge is None:
+        return
+    if aggregate == "strong-only" and judge.escalate_to is None:
+        raise UsageError("--aggregate strong-only counts the --escalate-to model's votes: give --escalate-to")
+    if judge.votes and ray is not None:
+        raise UsageError("--ray runs one judge model with one reply per stage: drop --samples, --panel, --escalate-to")
+    for spec in [*judge.panel, *([judge.escalate_to] if judge.escalate_to else [])]:
+        _check_budget(replace(judge, model=spec.partition("=")[0]))
 
 
 def _check_budget(judge: JudgeConfig) -> None:
@@ -488,6 +566,12 @@ def print_summaries(summaries: Sequence[Summary]) -> None:
                 f"{s.system}: LLM {llm.calls} calls + {llm.cached} cached ({llm.calls_per_item} per item), "
                 f"{llm.prompt_tokens} + {llm.completion_tokens} tokens, ${llm.cost_usd:.4f}"
             )
+            if s.judge is not None and s.judge.votes:
+                console.print(
+                    f"{s.system}: votes ({s.judge.votes}): {llm.calls_per_judged_item} calls per judged item "
+                    f"({llm.judged} items), {llm.escalated} items escalated",
+                    highlight=False,
+                )
     waiting = sum(s.unscored.get("awaiting_judge", 0) for s in summaries)
     if waiting:
         console.print(
