@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from rose_sql.cli import main
+from rose_sql.judges.replies import ProverReply
 from rose_sql.record import read_records
 from rose_sql.testing import Reply, ScriptedOpenAI, by_model
 from rose_sql.testing.openai_server import RecordedRequest
@@ -252,3 +253,54 @@ def test_the_dry_run_bounds_every_vote_and_escalation(tmp_path: Path, league: Pa
             "gpt-4o",
         )
         assert voted.min_calls <= srv.calls <= voted.max_calls
+
+
+def _v(passing: bool, tier: str = "first", model: str = "m") -> Any:
+    from rose_sql.judges.votes import Vote
+
+    return Vote(model, 0, tier, ProverReply.model_validate({**PROVER, "answers_question": passing}))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("votes", "rule", "verdict"),
+    [
+        ("++-", "majority", "pass"),
+        ("+-", "majority", "fail"),  # a tie fails the prediction
+        ("+--", "majority", "fail"),
+        ("+++", "unanimous", "pass"),
+        ("---", "unanimous", "fail"),
+        ("++-", "unanimous", "split"),
+        ("++-", "any-fail", "fail"),
+        ("+++", "any-fail", "pass"),
+        ("", "majority", None),
+    ],
+)
+def test_aggregation_rules(votes: str, rule: Any, verdict: str | None) -> None:
+    from rose_sql.judges.votes import aggregate
+
+    assert aggregate([_v(c == "+") for c in votes], rule) == verdict
+
+
+def test_an_escalated_stage_counts_the_strong_votes_and_strong_only_needs_them() -> None:
+    from rose_sql.judges.votes import counted, outcome, tally
+
+    cheap, strong = [_v(False), _v(True)], [_v(True, "escalated", "big")]
+    assert counted(cheap + strong, "majority") == strong and counted(cheap, "strong-only") is None
+    assert outcome(cheap, "strong-only") is None and outcome(cheap, "majority") == cheap[0].reply  # tie: fail
+    t = tally("prover", cheap + strong, "majority", ["its votes split (1 of 2 pass)"])
+    assert (t.verdict, t.votes, t.escalated, t.models) == ("pass", 1, True, {"m": "split", "big": "pass"})
+
+
+@pytest.mark.parametrize(
+    ("opts", "says"),
+    [
+        (["--judge-model", "gpt-4o-mini", "--aggregate", "strong-only"], "rule for rose replay"),
+        (["--escalate-to", "gpt-4o"], "--escalate-to needs --judge-model"),
+        (["--judge-model", "gpt-4o-mini", "--samples", "3", "--ray"], "drop --samples"),
+    ],
+)
+def test_vote_options_that_cannot_work_are_refused(tmp_path: Path, league: Path, opts: list[str], says: str) -> None:
+    path = write_items(tmp_path / "items.jsonl", [item(1, DIFFERS)])
+    args = ["run", str(path), "--db-root", str(league), "--out", str(tmp_path / "out"), *opts]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and says in result.output, result.output

@@ -173,8 +173,9 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
     type=click.Choice(get_args(Aggregate)),
     default=JUDGE.aggregate,
     show_default=True,
-    help="How a stage's votes decide: majority (a tie fails), unanimous (a split is unscored judges_split), any-fail, "
-    "strong-only (the --escalate-to model's votes alone). rose replay --aggregate re-decides under another.",
+    help="How a stage's votes decide: majority (a tie fails), unanimous (a split is unscored judges_split), any-fail "
+    "(an escalated stage counts the --escalate-to model's votes). rose replay --aggregate re-decides under another, "
+    "or strong-only.",
 )
 @click.option("--judge-base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI).")
 @click.option(
@@ -450,8 +451,11 @@ def _check_votes(
         raise UsageError("--escalate-to needs --judge-model: the cheap model that judges first")
     if judge is None:
         return
-    if aggregate == "strong-only" and judge.escalate_to is None:
-        raise UsageError("--aggregate strong-only counts the --escalate-to model's votes: give --escalate-to")
+    if aggregate == "strong-only":
+        raise UsageError(
+            "--aggregate strong-only decides only the stages the strong model saw: it is a rule for rose replay "
+            "--aggregate; a run decides an escalated stage by the strong model's votes with any other rule"
+        )
     if judge.votes and ray is not None:
         raise UsageError("--ray runs one judge model with one reply per stage: drop --samples, --panel, --escalate-to")
     for spec in [*judge.panel, *([judge.escalate_to] if judge.escalate_to else [])]:

@@ -192,8 +192,11 @@ class Votes:
     escalate to, the samples, the rule. Every client shares the run's ledger (one budget)."""
 
     def __init__(self, cfg: JudgeConfig, primary: LLM) -> None:
+        from rose_sql.errors import UsageError
         from rose_sql.judges.llm import LLM
 
+        if cfg.aggregate == "strong-only":  # a stage the strong model never saw would have no verdict
+            raise UsageError("the aggregation rule strong-only is for replay: a run decides with another rule")
         self.cfg = cfg
         self.primary = primary
         temperature = cfg.samples_temperature if cfg.samples > 1 else cfg.temperature
