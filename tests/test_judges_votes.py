@@ -38,7 +38,7 @@ def item(i: int, pred: str, tags: str = "", gold: str = GOLD) -> dict[str, Any]:
 def judges(text: str, model: str, seed: int | None) -> Reply:
     """Scripted judges. Tags in the question decide; ``sample`` is the seed's offset from the base seed.
 
-    - ``[split]``: the Prover's sample 1 fails the prediction, samples 0 and 2 pass it (2 of 3);
+    - ``[split]``: the cheap Prover's sample 1 fails the prediction, samples 0 and 2 pass it (2 of 3);
     - ``[panel-split]``: the Prover of model ``judge-c`` fails it, the others pass it;
     - ``[unsure]``: the cheap model's Prover passes it but says it is 0.5 sure;
     - ``[overturn]``: the cheap model's Refuter overturns (the strong one, gpt-4o, upholds);
@@ -54,7 +54,7 @@ def judges(text: str, model: str, seed: int | None) -> Reply:
             body.update(gold_correct=False, gold_confidence=0.9 if strong else 0.6)
         return Reply(content=json.dumps(body), prompt_tokens=1000, completion_tokens=100)
     body = dict(PROVER)
-    if "[split]" in text and sample == 1:
+    if "[split]" in text and sample == 1 and not strong:
         body["answers_question"] = False
     if "[panel-split]" in text and model == "judge-c":
         body["answers_question"] = False
@@ -294,7 +294,7 @@ def test_an_escalated_stage_counts_the_strong_votes_and_strong_only_needs_them()
 @pytest.mark.parametrize(
     ("opts", "says"),
     [
-        (["--judge-model", "gpt-4o-mini", "--aggregate", "strong-only"], "rule for rose replay"),
+        (["--judge-model", "gpt-4o-mini", "--aggregate", "strong-only"], "'strong-only' is not one of"),
         (["--escalate-to", "gpt-4o"], "--escalate-to needs --judge-model"),
         (["--judge-model", "gpt-4o-mini", "--samples", "3", "--ray"], "drop --samples"),
     ],
@@ -304,3 +304,53 @@ def test_vote_options_that_cannot_work_are_refused(tmp_path: Path, league: Path,
     args = ["run", str(path), "--db-root", str(league), "--out", str(tmp_path / "out"), *opts]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and says in result.output, result.output
+
+
+def test_cheap_first_with_samples_escalates_the_split_stage_only(tmp_path: Path, league: Path) -> None:
+    items = [item(1, DIFFERS), item(2, DIFFERS, "[split]")]
+    with ScriptedOpenAI(by_model(judges)) as srv:
+        run(tmp_path, league, srv, items, "--judge-model", "gpt-4o-mini", "--samples", "3", "--escalate-to", "gpt-4o")
+        n = asked(srv.requests)
+    cheap, strong = "gpt-4o-mini", "gpt-4o"
+    assert n == {
+        (1, "prover", cheap): 3,
+        (1, "refuter", cheap): 3,
+        (2, "prover", cheap): 3,
+        (2, "prover", strong): 3,  # the cheap samples split 2 to 1: the strong model's three samples decide
+        (2, "refuter", cheap): 3,
+    }
+    r = records(tmp_path)
+    prover = r[2]["votes"][0]
+    assert prover["escalation"] == ["its votes split (2 of 3 pass)", "unsure: confidence 0.6667 < 0.75"]
+    assert (prover["votes"], prover["passes"], prover["agreement"]) == (3, 3, 1.0)
+    assert prover["models"] == {cheap: "pass", strong: "pass"} and r[2]["score"] == 1
+
+
+def test_a_panel_model_can_have_its_own_endpoint(tmp_path: Path, league: Path) -> None:
+    with ScriptedOpenAI(by_model(judges)) as main_srv, ScriptedOpenAI(by_model(judges)) as other:
+        panel = f"judge-a,judge-b,judge-c={other.base_url}"
+        run(tmp_path, league, main_srv, [item(1, DIFFERS, "[panel-split]")], "--panel", panel)
+        assert {r.model for r in main_srv.requests} == {"judge-a", "judge-b"}
+        assert {r.model for r in other.requests} == {"judge-c"} and other.calls == 2
+    assert records(tmp_path)[1]["votes"][0]["models"]["judge-c"] == "fail"
+
+
+def test_escalation_reasons() -> None:
+    from rose_sql.judges.replies import RefuterReply
+    from rose_sql.judges.votes import Vote, escalation
+
+    def refuter(**kw: Any) -> Vote:
+        return Vote("m", 0, "first", RefuterReply.model_validate({**REFUTER, **kw}))
+
+    assert escalation("refuter_matched", [refuter()], 0.75, witness=False) == []
+    assert escalation("refuter_matched", [refuter()], 0.75, witness=True) == [
+        "it passes a match that a witness database separates from the gold"
+    ]
+    assert escalation("refuter", [refuter(ambiguity="question")], 0.75, witness=False) == [
+        "it flags the question as ambiguous (AmbQ)"
+    ]
+    assert escalation("refuter", [refuter(confidence=0.7)], 0.75, witness=False) == ["unsure: confidence 0.7 < 0.75"]
+    assert escalation("prover", [Vote("m", 0, "first", None, "invalid")], 0.75, witness=False) == [
+        "no valid vote from the first model"
+    ]
+    assert escalation("prover", [Vote("m", 0, "first", None, "failed")], 0.75, witness=False) == []

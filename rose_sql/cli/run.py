@@ -170,12 +170,12 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
 )
 @click.option(
     "--aggregate",
-    type=click.Choice(get_args(Aggregate)),
+    type=click.Choice([a for a in get_args(Aggregate) if a != "strong-only"]),
     default=JUDGE.aggregate,
     show_default=True,
-    help="How a stage's votes decide: majority (a tie fails), unanimous (a split is unscored judges_split), any-fail "
-    "(an escalated stage counts the --escalate-to model's votes). rose replay --aggregate re-decides under another, "
-    "or strong-only.",
+    help="How a stage's votes decide: majority (a tie fails the prediction), unanimous (a split is unscored "
+    "judges_split), any-fail. An escalated stage counts the --escalate-to model's votes. rose replay --aggregate "
+    "re-decides stored votes under another rule (strong-only too).",
 )
 @click.option("--judge-base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI).")
 @click.option(
@@ -304,6 +304,8 @@ def run_cmd(
           --db-root ../shared/data/spider/database --out runs/
       rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o --dry-run
       rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o --resume
+      rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o-mini --samples 3 \\
+          --escalate-to o3
     """
     first = [judge_model] if judge_model else []
     models = list(dict.fromkeys([*first, *(m.strip() for m in (panel or "").split(",") if m.strip())]))
@@ -348,7 +350,7 @@ def run_cmd(
             judge = replace(judge, cache_dir=cache_dir)
         config = config.with_(judge=judge)
     try:
-        _check_votes(config.judge, judge_model, escalate_to, aggregate, ray)
+        _check_votes(config.judge, judge_model, escalate_to, ray)
         root = databases(db_root, config, option="--db")
         if ray is not None and isinstance(root, Source):
             raise UsageError("--ray evaluates folders of SQLite files; with a URL, run rose run --shard on each node")
@@ -443,19 +445,12 @@ def _ray_backend(config: Config, address: str | None, workers: int | None, syste
     return RayBackend(config, address=address, workers=workers, databases=list(databases.values()))
 
 
-def _check_votes(
-    judge: JudgeConfig | None, model: str | None, escalate_to: str | None, aggregate: str, ray: str | None
-) -> None:
+def _check_votes(judge: JudgeConfig | None, model: str | None, escalate_to: str | None, ray: str | None) -> None:
     """Refuse vote options that cannot work together."""
     if model is None and escalate_to is not None:
         raise UsageError("--escalate-to needs --judge-model: the cheap model that judges first")
     if judge is None:
         return
-    if aggregate == "strong-only":
-        raise UsageError(
-            "--aggregate strong-only decides only the stages the strong model saw: it is a rule for rose replay "
-            "--aggregate; a run decides an escalated stage by the strong model's votes with any other rule"
-        )
     if judge.votes and ray is not None:
         raise UsageError("--ray runs one judge model with one reply per stage: drop --samples, --panel, --escalate-to")
     for spec in [*judge.panel, *([judge.escalate_to] if judge.escalate_to else [])]:
