@@ -123,6 +123,10 @@ class ComparisonInfo:
         return cls(c.equal, c.reason, c.detail, list(c.notes), c.pred_only, c.gold_only)
 
 
+Tier = Literal["first", "escalated"]
+"""Who cast a vote: the judge model or panel (``first``), or the strong model escalated to."""
+
+
 @dataclass(frozen=True, slots=True)
 class JudgeCall:
     """One call of a judge, as the record keeps it."""
@@ -171,8 +175,6 @@ class JudgeCall:
         return data
 
 
-Tier = Literal["first", "escalated"]
-"""Who cast a vote: the judge model or panel (``first``), or the strong model escalated to."""
 Verdict = Literal["pass", "fail", "split"]
 """A stage's verdict on the prediction: a pass (the Prover accepts, the Refuter upholds), a fail, or a split
 (the votes disagree under a rule that needs them to agree)."""

@@ -141,6 +141,7 @@ def test_three_samples_vote_and_replay_under_other_rules(tmp_path: Path, league:
     # the records read back typed
     typed = {x.id: x for x in read_records(tmp_path / "out" / "items" / "records.jsonl")}
     assert typed[2].votes is not None and typed[2].votes[0].passes == 2 and typed[2].judges[1].sample is not None
+    assert json.loads(typed[2].to_json()) == r[2]  # written, read back typed, written again: the same line
     summary = json.loads((tmp_path / "out" / "items" / "summary.json").read_text())
     assert summary["llm"]["calls_per_judged_item"] == 6.0 and summary["judge"]["votes"].startswith("samples=3")
 
