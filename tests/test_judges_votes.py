@@ -254,6 +254,24 @@ def test_the_dry_run_bounds_every_vote_and_escalation(tmp_path: Path, league: Pa
             "gpt-4o",
         )
         assert voted.min_calls <= srv.calls <= voted.max_calls
+    with ScriptedOpenAI(by_model(judges)) as srv:
+        dry = run(
+            tmp_path,
+            league,
+            srv,
+            [item(1, DIFFERS)],
+            "--judge-model",
+            "gpt-4o-mini",
+            "--panel",
+            "gpt-4o",
+            "--samples",
+            "2",
+            "--escalate-to",
+            "o3",
+            "--dry-run",
+        )
+        assert srv.calls == 0
+    assert "the estimate counts 4 call(s) per stage" in dry.output and "the bound 6" in dry.output
 
 
 def _v(passing: bool, tier: str = "first", model: str = "m") -> Any:

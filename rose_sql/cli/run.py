@@ -642,6 +642,14 @@ def print_estimate(estimates: Sequence[Estimate], judge: JudgeConfig) -> None:
         f"{judge.max_tokens}: no run can cost more.",
         highlight=False,
     )
+    if judge.votes:
+        first = judge.samples * max(1, len(judge.panel))
+        most = first + (judge.samples if judge.escalate_to else 0)
+        console.print(
+            f"Votes: the estimate counts {first} call(s) per stage (--samples x the panel); the bound {most}, every "
+            "stage escalated, at the dearest model's prices.",
+            highlight=False,
+        )
     unasked = sum(e.no_question for e in estimates)
     if unasked:
         err.print(
