@@ -199,7 +199,7 @@ class Judged:
     calls: list[JudgeCall] = field(default_factory=list)
     """Every call made, in order (re-asks included)."""
     votes: list[StageVotes] | None = None
-    """Each stage's tally, when stages vote (None: one reply decided each stage)."""
+    """Each stage's tally, when stages voted (None: one reply decided each stage, or no judge was asked)."""
 
 
 async def judge_item(
@@ -258,7 +258,7 @@ async def judge_item(
         while True:
             step = steps.send(await answer(step))
     except StopIteration as done:
-        return Judged(done.value, calls, tallies if votes is not None else None)
+        return Judged(done.value, calls, tallies or None)  # no stage asked: no tally, as in any run
 
 
 # --------------------------------------------------------------------------- records
