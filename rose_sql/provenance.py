@@ -65,6 +65,7 @@ JUDGE_OPTIONS = (
     "fence",
     "options",
     "reasoning_effort",
+    "votes",
 )
 """Judge settings that can change a score (what the judges are asked, and how): a resume with other
 values is refused."""
@@ -107,6 +108,9 @@ class JudgeInfo:
     """``--reasoning-effort``, when given."""
     structured: str | None = None
     """``--judge-structured``: whether replies were asked as a JSON schema (each call records what was used)."""
+    votes: str | None = None
+    """How stages vote (samples, panel, the model escalated to, the rule), when they do; None: one reply
+    decides each stage."""
 
 
 def judge_info(config: Config | None) -> JudgeInfo | None:
@@ -134,7 +138,19 @@ def judge_info(config: Config | None) -> JudgeInfo | None:
         options=dict(j.options) or None,
         reasoning_effort=j.reasoning_effort,
         structured=j.structured,
+        votes=_votes(j),
     )
+
+
+def _votes(j: JudgeConfig) -> str | None:
+    if not j.votes:
+        return None
+    parts = [f"samples={j.samples}" + (f" at temperature {j.samples_temperature:g}" if j.samples > 1 else "")]
+    if j.panel:
+        parts.append("panel=" + ",".join(m.partition("=")[0] for m in j.panel))  # endpoints may move
+    if j.escalate_to:
+        parts.append(f"escalate_to={j.escalate_to} below {j.escalate_below:g}")
+    return "; ".join([*parts, f"aggregate={j.aggregate}"])
 
 
 def _fence_digest(j: JudgeConfig) -> str | None:

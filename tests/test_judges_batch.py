@@ -181,6 +181,10 @@ def test_batch_needs_a_judge_and_the_cache(tmp_path: Path, league: Path) -> None
         result = CliRunner().invoke(main, [*base, *judge_args(srv, tmp_path), "--no-cache"])
         assert srv.batch.batches == []
     assert result.exit_code == 2 and "drop --no-cache" in result.output
+    with ScriptedOpenAI(by_content(verdicts)) as srv:  # votes ask several replies per stage: live only
+        result = CliRunner().invoke(main, [*base, *judge_args(srv, tmp_path), "--samples", "3"])
+        assert srv.batch.batches == [] and srv.requests == []
+    assert result.exit_code == 2 and "drop --samples" in result.output
 
 
 def submitted_ids(out: Path) -> list[str]:

@@ -195,12 +195,15 @@ class BatchLLM(LLM):
                     self.made[requests[cid]] = e["batch"]
 
     async def complete(
-        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None
+        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None, sample: int = 0
     ) -> ChatReply:
         """The reply of a call from the cache (a reply a batch of this run gave counts as fresh); else the
         call is noted for the next round and :class:`Pending` raised. Raises
         :class:`~rose_sql.errors.EndpointError` once its requests failed ``max_attempts`` times, and
-        :class:`~rose_sql.errors.BudgetExhausted` when the budget left no room to send it."""
+        :class:`~rose_sql.errors.BudgetExhausted` when the budget left no room to send it. Batches carry
+        one reply per stage: a stage that votes (``sample`` past 0) is refused with :class:`UsageError`."""
+        if sample:
+            raise UsageError("--batch asks one reply per judge stage: drop --samples, --panel and --escalate-to")
         assert self.cache is not None
         key = self.key(messages, schema)
         made = self.made.get(key)
