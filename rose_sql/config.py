@@ -360,3 +360,11 @@ class ServeConfig:
 MAX_INPUT_BYTES = 256 * 2**20
 """Largest prediction or gold file read (``rose run --max-input-mb``): 250 times BIRD dev's largest
 prediction file, and small enough that parsing it stays within a few GiB of memory."""
+BATCH_MAX_REQUESTS = 50_000
+"""Requests one Batch API batch may hold (``rose run --batch``; OpenAI's limit)."""
+BATCH_MAX_BYTES = 200 * 1024 * 1024
+"""Bytes one Batch API batch's input file may have (OpenAI's limit: 200 MB)."""
+BATCH_MAX_ATTEMPTS = 3
+"""Times a request is sent in a batch before its call fails (the item: ``judge_error``)."""
+BATCH_POLL_S = 30.0
+"""Seconds between two polls of a batch (a batch takes minutes to hours)."""

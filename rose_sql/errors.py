@@ -15,6 +15,7 @@ on the item; the third belongs to the RL reward::
      +-- EndpointError        the endpoint kept failing, or answered outside the protocol (raw text kept)
      +-- JudgeFailed          no valid reply after the re-asks, or the endpoint kept failing
      +-- BudgetExhausted      the budget forbids the next LLM call
+     +-- Pending              a judge call a batch has not answered yet (rose run --batch: the item waits)
      |   the worker engine: caught by the run, recorded on the items of the unit
      +-- Lost                 a unit of work whose worker process died twice
      |   the reward
@@ -82,6 +83,10 @@ class BudgetExhausted(RoseError):
         super().__init__(message)
         self.calls = list(calls)
         """The calls this item made before the budget ran out: they go on its record."""
+
+
+class Pending(RoseError):
+    """A judge call whose reply no batch has brought yet (``rose run --batch``: the item waits for the next round)."""
 
 
 class LabelError(RoseError, ValueError):

@@ -14,7 +14,8 @@ Layout versions (``schema``):
   recorded when a judge is configured), ``evidence.guard`` and an execution's ``limit`` are new; judge
   calls may carry ``imported_from``. Items evaluated on PostgreSQL, MySQL/MariaDB or DuckDB carry
   ``dialect`` and ``server``; a record without them was evaluated on SQLite (written only when set, so
-  SQLite records are unchanged, and readers of this layout that predate them ignore them).
+  SQLite records are unchanged, and readers of this layout that predate them ignore them). Judge calls
+  answered by a Batch API batch (``rose run --batch``) carry ``batch_id``, written the same way.
 """
 
 from __future__ import annotations
@@ -158,12 +159,15 @@ class JudgeCall:
     reply_format: ReplyFormat = "text"
     """``json_schema``: the reply's JSON schema was sent to the endpoint; ``text``: it was asked as plain
     text and parsed tolerantly (every call of records written before this field)."""
+    batch_id: str | None = None
+    """The Batch API batch that answered the call (``rose run --batch``; its cost is at the batch price)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _CALL_FIELDS}
         data["reply"] = self.reply.model_dump() if self.reply is not None else None
-        if self.imported_from is None:
-            del data["imported_from"]
+        for optional in ("imported_from", "batch_id"):  # written only when set: older readers still read the rest
+            if data[optional] is None:
+                del data[optional]
         return data
 
 
@@ -269,11 +273,12 @@ _LABEL_FIELDS = tuple(f.name for f in fields(DatasetLabels))
 _CALL_FIELDS = tuple(f.name for f in fields(JudgeCall))
 
 
-EXEMPT = frozenset({"seconds", "cached", "llm_calls", "cost_usd"})
+EXEMPT = frozenset({"seconds", "cached", "llm_calls", "cost_usd", "batch_id"})
 """The only fields that may differ between two runs of the same inputs and options, on any machine and
 at any load: timing (``seconds`` at every level), cache flags (``cached``: which executions or replies a
-cache served), and this run's own counters of calls made and their cost (``llm_calls``, and the
-record's ``cost_usd``). Everything else is the same, for a given SQLite version."""
+cache served; ``batch_id``: which Batch API batch answered), and this run's own counters of calls made
+and their cost (``llm_calls``, and the record's ``cost_usd``). Everything else is the same, for a given
+SQLite version."""
 
 
 def comparable(record: Record) -> dict[str, Any]:

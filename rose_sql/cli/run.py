@@ -5,17 +5,28 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rose_sql.batch_run import BatchBackend
 from rose_sql.cli.main import console, err, fail
-from rose_sql.config import MAX_INPUT_BYTES, Config, JudgeConfig, MatchedRefuter, Policy, ReasoningEffort, Structured
+from rose_sql.config import (
+    BATCH_MAX_REQUESTS,
+    BATCH_POLL_S,
+    MAX_INPUT_BYTES,
+    Config,
+    JudgeConfig,
+    MatchedRefuter,
+    Policy,
+    ReasoningEffort,
+    Structured,
+)
 from rose_sql.distributed import INSTALL_RAY, ray_address
 from rose_sql.distributed.shard import Shard
 from rose_sql.engines.source import Source
@@ -243,6 +254,28 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "(put it after the prediction files). --workers is then the number of Ray workers (default: one per CPU of "
     f"the cluster). Needs the optional extra: {INSTALL_RAY}.",
 )
+@click.option(
+    "--batch",
+    is_flag=True,
+    help="Send the judges' calls through the provider's Batch API (OpenAI's files and batches endpoints), in "
+    "rounds as the cascade needs them, at the batch price (OpenAI: half). Replies can take up to 24 hours; the "
+    "batches are kept in OUT/batches.jsonl, so an interrupted run continues them with --resume without sending "
+    "them again. Needs the LLM cache.",
+)
+@click.option(
+    "--batch-poll",
+    type=POSITIVE,
+    default=BATCH_POLL_S,
+    show_default=True,
+    help="With --batch: seconds between two polls of a batch.",
+)
+@click.option(
+    "--batch-max-requests",
+    type=click.IntRange(min=1),
+    default=BATCH_MAX_REQUESTS,
+    show_default=True,
+    help="With --batch: requests per batch at most (the provider's limit; lower it to stay under a queue limit).",
+)
 def run_cmd(
     preds: tuple[Path, ...],
     gold: Path | None,
@@ -278,6 +311,9 @@ def run_cmd(
     dry_run: bool,
     shard: str | None,
     ray: str | None,
+    batch: bool,
+    batch_poll: float,
+    batch_max_requests: int,
 ) -> None:
     """Evaluate one or more prediction files against the gold and the databases.
 
@@ -292,6 +328,7 @@ def run_cmd(
           --db-root ../shared/data/spider/database --out runs/
       rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o --dry-run
       rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o --resume
+      rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o --batch
     """
     if evidence is None:
         evidence = judge_model is not None
@@ -333,6 +370,8 @@ def run_cmd(
         root = databases(db_root, config, option="--db")
         if ray is not None and isinstance(root, Source):
             raise UsageError("--ray evaluates folders of SQLite files; with a URL, run rose run --shard on each node")
+        if batch and ray is not None:
+            raise UsageError("--batch and --ray cannot be combined: the batches are sent from this machine")
         if dry_run and config.judge is None:
             raise UsageError("--dry-run estimates LLM calls and needs --judge-model")
         share = Shard.parse(shard) if shard is not None else None
@@ -362,6 +401,8 @@ def run_cmd(
             shard=share,
         )
         backend = _ray_backend(config, address, workers, systems) if ray is not None else None
+        if batch:
+            backend = _batch_backend(config, out, batch_poll, batch_max_requests)
     except RoseError as e:
         fail(e)
     for lf in loaded:
@@ -388,6 +429,8 @@ def run_cmd(
         )
         sys.exit(130)
     print_summaries(summaries)
+    if isinstance(backend, BatchBackend):
+        console.print(backend.report(), highlight=False)
     console.print(f"records: {', '.join(str(s.out_dir / 'records.jsonl') for s in systems)}", highlight=False)
     _exit_if_nothing_could_run(systems, summaries, root)
 
@@ -422,6 +465,12 @@ def _ray_backend(config: Config, address: str | None, workers: int | None, syste
 
     databases = {d.db_id: d for s in systems for d in s.manifest.databases}
     return RayBackend(config, address=address, workers=workers, databases=list(databases.values()))
+
+
+def _batch_backend(config: Config, out: Path, poll_s: float, max_requests: int) -> Backend:
+    from rose_sql.judges.batch import BatchOptions
+
+    return BatchBackend(config, out, BatchOptions(poll_s=poll_s, max_requests=max_requests))
 
 
 def _check_budget(judge: JudgeConfig) -> None:
@@ -504,6 +553,8 @@ def _run_with_progress(
     shown = [0.0]
     with Progress(*columns, console=err, disable=total < 20 or not err.is_terminal, auto_refresh=False) as bar:
         task = bar.add_task("evaluating", total=total, llm="")
+        if isinstance(backend, BatchBackend):
+            backend.status = _batch_status(bar)
 
         def tick(name: str, ledger: Ledger | None) -> None:
             llm = f"LLM {ledger.calls} calls, {ledger.cached} cached, ${ledger.cost_usd:.4f}" if ledger else ""
@@ -514,6 +565,26 @@ def _run_with_progress(
                 bar.refresh()
 
         return run(systems, db_root, config, progress=tick, backend=backend)
+
+
+def _batch_status(bar: Progress) -> Callable[[str], None]:
+    """Show the state of the batch being polled: a line of the progress display on a terminal, else a line
+    on stderr each time it changes."""
+    task: list[TaskID] = []
+    last = [""]
+
+    def show(text: str) -> None:
+        if bar.disable:
+            if text != last[0]:
+                err.print(text, highlight=False)
+            last[0] = text
+            return
+        if not task:
+            task.append(bar.add_task(text, total=None, llm=""))
+        bar.update(task[0], description=text)
+        bar.refresh()
+
+    return show
 
 
 def print_summaries(summaries: Sequence[Summary]) -> None:

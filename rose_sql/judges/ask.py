@@ -149,6 +149,7 @@ def _call(
         error=error,
         cached_tokens=c.cached_tokens if c else 0,
         reply_format=c.reply_format if c else fmt,
+        batch_id=c.batch_id if c else None,
     )
 
 

@@ -90,6 +90,8 @@ class ChatReply:
     """Of the prompt tokens, those the provider read from its prefix cache (priced at the cached rate)."""
     reply_format: ReplyFormat = "text"
     """Whether the reply's JSON schema was sent (``json_schema``) or the reply was asked as text."""
+    batch_id: str | None = None
+    """The Batch API batch that answered this call (``rose run --batch``); None for a live call."""
 
 
 class _SchemaRefused(Exception):

@@ -30,6 +30,9 @@ A :class:`Reply` can also break the protocol the way real endpoints and proxies 
 trickled a few bytes at a time (``trickle_s``), a body that is not JSON (``body``), a usage
 object with wrong types or negative counts (``usage``), or a huge body (a long ``content``).
 
+The Batch API's files and batches endpoints are served too (:mod:`rose_sql.testing.batches`), each
+request of a batch answered by the same responder.
+
 Example::
 
     with ScriptedOpenAI(by_content(lambda text: Reply(content=text.upper()))) as srv:
@@ -54,7 +57,10 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import BaseServer, TCPServer
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
+
+if TYPE_CHECKING:
+    from rose_sql.testing.batches import BatchScript
 
 __all__ = [
     "DEFAULT_FAULT_KINDS",
@@ -83,6 +89,8 @@ __all__ = [
 
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
+BATCH_API_PATHS = ("/v1/files", "/v1/batches")
+"""Served by :class:`rose_sql.testing.batches.BatchAPI`."""
 MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_FAULT_KINDS: tuple[str, ...] = ("429", "500", "timeout", "drop")
 _FAULT_KINDS = frozenset({"429", "500", "502", "503", "timeout", "drop"})
@@ -714,10 +722,13 @@ class _Handler(BaseHTTPRequestHandler):
     # ----- routing
 
     def do_POST(self) -> None:
-        """Route POST requests: only chat completions exist."""
+        """Route POST requests: chat completions, and the Batch API's files and batches."""
         self.owner._count_http()
         try:
             self._check_auth()
+            if self._path().startswith(BATCH_API_PATHS):
+                self.owner.batch.post(self, self._path())
+                return
             if self._path() != CHAT_PATH:
                 self._read_body()  # keep the connection usable
                 raise _BadRequest(f"Unknown request URL: POST {self.path}", status=404, code="unknown_url")
@@ -726,10 +737,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(problem)
 
     def do_GET(self) -> None:
-        """Route GET requests: the model list and single models."""
+        """Route GET requests: the model list and single models, the Batch API's files and batches."""
         self.owner._count_http()
         try:
             self._check_auth()
+            if self._path().startswith(BATCH_API_PATHS):
+                self.owner.batch.get(self, self._path())
+                return
             self._send_json(200, self._models(self._path()))
         except _BadRequest as problem:
             self._refuse(problem)
@@ -913,9 +927,14 @@ class ScriptedOpenAI:
         prompt_cache: bool = False,
         cache_block: int = 128,
         cache_min_tokens: int = 1024,
+        batch: BatchScript | None = None,
     ) -> None:
+        from rose_sql.testing.batches import BatchAPI, BatchScript
+
         self.responder: Responder = responder or default_responder
         self._prompt_cache = _PromptCache(cache_block, cache_min_tokens) if prompt_cache else None
+        self.batch = BatchAPI(self, batch or BatchScript())
+        """The Batch API (files and batches endpoints), scripted by ``batch``."""
         self.models = tuple(models)
         self.api_key = api_key
         self.system_fingerprint = system_fingerprint

@@ -1,0 +1,430 @@
+"""The judges' calls through the OpenAI Batch API (``rose run --batch``): sent in rounds, at the batch price.
+
+:class:`BatchLLM` is an :class:`~rose_sql.judges.llm.LLM` whose :meth:`~BatchLLM.complete` never calls the
+endpoint: a call the cache answers is answered, any other is noted and :class:`Pending` is raised, which
+stops that item's walk over the decision table for this round. :meth:`~BatchLLM.submit` then sends the
+noted calls as batches (a JSONL file uploaded with ``purpose="batch"``, one batch per file, split at
+:class:`BatchOptions`' limits), each request's worst case reserved in the ledger first;
+:meth:`~BatchLLM.collect` polls the open batches to their end and writes every reply into the cache under
+the key a live call would have (so the walk, run again, replays it like any cached reply). Requests are
+matched back by ``custom_id``, a hash of the cache key.
+
+Every batch is written to the run's ``batches.jsonl`` (:class:`Log`) before it is polled: the file it was
+uploaded as and the custom ids it holds, then the batch id, then what came back. A run killed at any point
+resumes by polling the batches it left open, never by sending them again. A request that fails (a line of
+the error file, a non-200 response, or left unfinished by a batch that expired or was cancelled) is sent
+again in the next round, :attr:`BatchOptions.max_attempts` times at most; then the call fails as a live
+call that got no reply does (the item: ``judge_error``, an infrastructure failure, never a score).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+from rose_sql.config import BATCH_MAX_ATTEMPTS, BATCH_MAX_BYTES, BATCH_MAX_REQUESTS, BATCH_POLL_S, JudgeConfig
+from rose_sql.errors import BudgetExhausted, EndpointError, InputError, Pending, UsageError
+from rose_sql.judges.budget import Ledger, Message, Price, price_of
+from rose_sql.judges.llm import LLM, ChatReply, ReplySchema, _from_entry, _to_entry
+from rose_sql.judges.replies import ReplyFormat
+from rose_sql.judges.wire import read_completion
+
+__all__ = ["BatchLLM", "BatchOptions", "Log", "Pending", "batch_discount", "custom_id", "for_item"]
+
+ENDPOINT: Final = "/v1/chat/completions"
+TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+"""Batch statuses after which nothing more will come."""
+
+RECOVER_LOOKS_AT = 1000
+"""The provider's most recent batches searched for one a killed run created but did not record."""
+
+Status = Callable[[str], None]
+"""Shown the state of the batch being polled (a line of text)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    """How calls are batched, and how long between polls."""
+
+    max_requests: int = BATCH_MAX_REQUESTS
+    """Requests per batch at most (the provider's limit)."""
+    max_bytes: int = BATCH_MAX_BYTES
+    """Bytes of a batch's input file at most (the provider's limit)."""
+    max_attempts: int = BATCH_MAX_ATTEMPTS
+    """Times a request is sent before its call fails (``judge_error``)."""
+    poll_s: float = BATCH_POLL_S
+    """Seconds between two polls of a batch."""
+
+
+_ITEM: contextvars.ContextVar[str] = contextvars.ContextVar("rose_batch_item", default="")
+
+
+def for_item(token: str) -> None:
+    """Name the item whose walk runs in this task: a reply the batch gave is charged to the first item
+    that reads it (cost and ``cached=false``); any other item reading it gets it as cached."""
+    _ITEM.set(token)
+
+
+def custom_id(key: str) -> str:
+    """The ``custom_id`` of a call: a hash of its cache key."""
+    return "rose-" + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def batch_discount(model: str, extra: Path | None = None) -> float:
+    """The share of the price a batch saves for ``model`` (``batch_discount`` in the price table: 0.5 for
+    OpenAI's models); 0 where the table gives none (charged at the full price, which a budget can keep)."""
+    table: dict[str, Any] = json.loads(resources.files("rose_sql.judges").joinpath("prices.json").read_text())
+    if extra is not None:
+        try:
+            more = json.loads(extra.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise InputError(extra, f"cannot read the price table: {e}") from None
+        if isinstance(more, dict):
+            table.update(more)
+    discounts: dict[str, Price] = {}
+    for name, p in table.items():
+        value = p.get("batch_discount", 0.0) if isinstance(p, dict) and not name.startswith("_") else 0.0
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+            raise InputError(extra or "prices.json", f"batch_discount of {name!r} must be a number in [0, 1)")
+        discounts[name] = Price(float(value), 0.0)
+    found = price_of(model, discounts)
+    return found[0] if found is not None else 0.0
+
+
+# --------------------------------------------------------------------------- batches.jsonl
+
+
+class Log:
+    """The run's ``batches.jsonl``: every batch sent, what it holds and what came back, appended and synced
+    before the next step, so that a killed run knows every batch it sent."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.events: list[dict[str, Any]] = []
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            lines = []
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:  # a line torn by a crash: its step is done again
+                continue
+            if isinstance(event, dict) and isinstance(event.get("event"), str):
+                self.events.append(event)
+
+    def append(self, event: dict[str, Any]) -> None:
+        """Add an event, on disk before this returns."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(event) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.events.append(event)
+
+    def of(self, kind: str) -> Iterator[dict[str, Any]]:
+        """The events of one kind (``uploaded``, ``submitted``, ``collected``), oldest first."""
+        return (e for e in self.events if e["event"] == kind)
+
+    def uploads(self) -> dict[str, dict[str, Any]]:
+        """Uploaded input files by id: their requests (custom id -> cache key) and sampling parameters."""
+        return {e["file"]: e for e in self.of("uploaded")}
+
+    def submitted(self) -> dict[str, str]:
+        """Batch id -> its input file's id."""
+        return {e["batch"]: e["file"] for e in self.of("submitted")}
+
+    def open(self) -> list[str]:
+        """The batches sent and not yet collected, oldest first."""
+        collected = {e["batch"] for e in self.of("collected")}
+        return [b for b in self.submitted() if b not in collected]
+
+    def unsent(self) -> list[str]:
+        """Files uploaded for a batch whose creation was never recorded (the run was killed in between)."""
+        sent = set(self.submitted().values())
+        return [f for f in self.uploads() if f not in sent]
+
+
+# --------------------------------------------------------------------------- the client
+
+
+class BatchLLM(LLM):
+    """An :class:`LLM` that answers from the cache and batches every other call (see the module's text).
+
+    Raises :class:`~rose_sql.errors.UsageError` without a cache: the batches' replies are kept there.
+    """
+
+    def __init__(
+        self, cfg: JudgeConfig, log: Log, options: BatchOptions | None = None, *, ledger: Ledger | None = None
+    ) -> None:
+        super().__init__(cfg, ledger=ledger)
+        if self.cache is None:
+            raise UsageError("--batch keeps the batches' replies in the LLM cache: drop --no-cache")
+        self.log = log
+        self.options = options or BatchOptions()
+        self.discount = batch_discount(cfg.model, cfg.prices_path)
+        self.api = self.client.with_options(max_retries=cfg.max_retries)
+        self.wanted: dict[str, tuple[list[Message], ReplySchema | None]] = {}
+        """Calls the walk asked for and the cache could not answer: the next round's requests."""
+        self.made: dict[str, str] = {}
+        """Cache key -> the batch of this run that answered it."""
+        self.failures: dict[str, list[str]] = {}
+        """Cache key -> why each of its requests failed (in this process)."""
+        self.batches_sent = 0
+        """Batches this process created."""
+        self.requests_failed = 0
+        """Requests of this process's polls that failed (each sent again, up to ``max_attempts``)."""
+        self._no_budget: dict[str, str] = {}
+        self._reserved: dict[str, float] = {}
+        self._owner: dict[str, str] = {}
+        uploads, submitted = log.uploads(), log.submitted()
+        for e in log.of("collected"):  # an earlier process's failures are not counted: --resume tries again
+            requests = uploads.get(submitted.get(e["batch"], ""), {}).get("requests", {})
+            for cid in e.get("ok", []):
+                if cid in requests:
+                    self.made[requests[cid]] = e["batch"]
+
+    async def complete(
+        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None
+    ) -> ChatReply:
+        """The reply of a call from the cache (a reply a batch of this run gave counts as fresh); else the
+        call is noted for the next round and :class:`Pending` raised. Raises
+        :class:`~rose_sql.errors.EndpointError` once its requests failed ``max_attempts`` times, and
+        :class:`~rose_sql.errors.BudgetExhausted` when the budget left no room to send it."""
+        assert self.cache is not None
+        key = self.key(messages, schema)
+        made = self.made.get(key)
+        hit = self.cache.get(key) if made is not None or not fresh else None
+        if hit is not None:
+            c = _from_entry(hit, key)
+            if made is None:
+                return c
+            who = _ITEM.get()
+            return replace(c, cached=self._owner.setdefault(key, who) != who, batch_id=made)
+        failed = self.failures.get(key, [])
+        if len(failed) >= self.options.max_attempts:
+            raise EndpointError(f"the Batch API failed this request {len(failed)} times; the last: {failed[-1]}")
+        if key in self._no_budget:
+            raise BudgetExhausted(self._no_budget[key])
+        self.wanted.setdefault(key, (list(messages), schema))
+        raise Pending(key)
+
+    # ----- sending
+
+    async def submit(self) -> tuple[int, int]:
+        """Send the calls noted since the last round as batches: (requests sent, calls refused for the budget).
+
+        Each request's worst case (at the batch price) is reserved first; one that fits only once the round
+        settles waits for the next round, one the money spent leaves no room for is refused."""
+        params = self._params()
+        lines: list[tuple[str, bytes]] = []
+        refused = 0
+        structured: list[str] = []
+        for key, (messages, schema) in self.wanted.items():
+            worst = (self.worst_cost(messages) or 0.0) * (1 - self.discount)
+            try:
+                if not self.ledger.reserve(worst):
+                    continue  # asked again by the next round's walk
+            except BudgetExhausted as e:
+                self._no_budget[key], refused = str(e), refused + 1
+                continue
+            self._reserved[key] = worst
+            body = {"model": self.cfg.model, "messages": messages, **params}
+            if schema is not None and not self._format_refused:  # the reply's JSON schema, as the key says
+                name, body_schema = schema
+                body["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": name, "schema": body_schema, "strict": True},
+                }
+                structured.append(custom_id(key))
+            line = {"custom_id": custom_id(key), "method": "POST", "url": ENDPOINT, "body": body}
+            lines.append((key, (json.dumps(line) + "\n").encode()))  # ASCII: a lone surrogate stays JSON
+        self.wanted.clear()
+        for chunk in self._split(lines):
+            with self._api("sending a batch"):
+                await self._upload(chunk, params, structured)
+        return len(lines), refused
+
+    def _split(self, lines: list[tuple[str, bytes]]) -> Iterator[list[tuple[str, bytes]]]:
+        chunk: list[tuple[str, bytes]] = []
+        size = 0
+        for key, line in lines:
+            if len(line) > self.options.max_bytes:  # alone past the limit: it can never be sent
+                why = f"the request has {len(line)} bytes, more than a batch may ({self.options.max_bytes})"
+                self.failures[key] = [why] * self.options.max_attempts
+                self.ledger.settle(self._reserved.pop(key, 0.0), 0.0)
+                continue
+            if chunk and (len(chunk) >= self.options.max_requests or size + len(line) > self.options.max_bytes):
+                yield chunk
+                chunk, size = [], 0
+            chunk.append((key, line))
+            size += len(line)
+        if chunk:
+            yield chunk
+
+    async def _upload(self, chunk: list[tuple[str, bytes]], params: dict[str, Any], structured: list[str]) -> None:
+        data = b"".join(line for _, line in chunk)
+        uploaded = await self.api.files.create(file=("rose-batch.jsonl", data), purpose="batch")
+        requests = {custom_id(key): key for key, _ in chunk}
+        event = {"event": "uploaded", "file": uploaded.id, "params": params, "requests": requests}
+        if with_schema := sorted(cid for cid in structured if cid in requests):
+            event["json_schema"] = with_schema  # the requests sent with response_format
+        self.log.append(event)
+        batch = await self.api.batches.create(
+            input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h", metadata={"made_by": "rose-sql"}
+        )
+        self.log.append({"event": "submitted", "batch": batch.id, "file": uploaded.id})
+        self.batches_sent += 1
+
+    async def recover(self) -> None:
+        """Find the batches of files a killed run uploaded without recording the batch (among the provider's
+        recent batches); a file no batch was made of is left: its calls are asked again."""
+        unsent = set(self.log.unsent())
+        if not unsent:
+            return
+        with self._api("listing the batches"):
+            seen = 0
+            async for b in self.api.batches.list(limit=100):  # newest first: the lost ones are near the top
+                if b.input_file_id in unsent:
+                    self.log.append({"event": "submitted", "batch": b.id, "file": b.input_file_id})
+                    unsent.discard(b.input_file_id)
+                seen += 1
+                if not unsent or seen >= RECOVER_LOOKS_AT:
+                    break
+
+    # ----- receiving
+
+    async def collect(self, status: Status) -> None:
+        """Poll every open batch to its end and take in what came back (replies into the cache).
+
+        Raises :class:`~rose_sql.errors.EndpointError` when the Batch API keeps failing (after the
+        retries): the batches stay open in the log, and ``--resume`` polls them again."""
+        for batch_id in self.log.open():
+            with self._api(f"polling batch {batch_id}"):
+                await self._collect(batch_id, status)
+
+    @contextlib.contextmanager
+    def _api(self, doing: str) -> Iterator[None]:
+        """The SDK's errors of the files and batches endpoints as an :class:`EndpointError` (which stops the run)."""
+        try:
+            yield
+        except self._openai.APIError as e:
+            raise EndpointError(f"the Batch API failed while {doing}: {type(e).__name__}: {e}") from None
+
+    async def _collect(self, batch_id: str, status: Status) -> None:
+        upload = self.log.uploads()[self.log.submitted()[batch_id]]
+        requests: dict[str, str] = upload["requests"]
+        while True:
+            b = await self.api.batches.retrieve(batch_id)
+            counts = b.request_counts
+            done = f"{counts.completed}/{counts.total} done, {counts.failed} failed" if counts else "no counts yet"
+            status(f"batch {batch_id}: {b.status}, {done}")
+            if b.status in TERMINAL:
+                break
+            await asyncio.sleep(self.options.poll_s)
+        ok: list[str] = []
+        failed: dict[str, str] = {}
+        for line in [*await self._lines(b.output_file_id), *await self._lines(b.error_file_id)]:
+            cid = line.get("custom_id")
+            if not isinstance(cid, str) or cid not in requests or cid in ok:
+                continue
+            reply, why = self._read(line)
+            key = requests[cid]
+            if reply is None:
+                failed[cid] = why
+                continue
+            fmt: ReplyFormat = "json_schema" if cid in upload.get("json_schema", ()) else "text"
+            c = self._chat_reply(reply, key, upload.get("params", {}), batch_id, fmt)
+            entry = _to_entry(c, self.cfg.model)
+            assert self.cache is not None  # checked when built
+            self.cache.put(key, {**entry, "batch_id": batch_id})
+            ok.append(cid)
+            failed.pop(cid, None)
+            self.ledger.settle(self._reserved.pop(key, 0.0), c.cost_usd or 0.0)
+            self.ledger.add(cached=False)
+        ended = f"not answered: the batch ended {b.status}"
+        if b.errors is not None and b.errors.data:  # a batch that failed as a whole says why here
+            ended += ": " + "; ".join(f"{e.code}: {e.message}" for e in b.errors.data[:3])
+        for cid in requests:
+            if cid not in ok and cid not in failed:
+                failed[cid] = ended
+        self.log.append({"event": "collected", "batch": batch_id, "status": b.status, "ok": ok, "failed": failed})
+        for cid in ok:
+            self.made[requests[cid]] = batch_id
+        self.requests_failed += len(failed)
+        for cid, why in failed.items():
+            self.failures.setdefault(requests[cid], []).append(why)
+            self.ledger.settle(self._reserved.pop(requests[cid], 0.0), 0.0)  # failed requests are not charged
+
+    async def _lines(self, file_id: str | None) -> list[dict[str, Any]]:
+        if not file_id:
+            return []
+        content = await self.api.files.content(file_id)
+        out = []
+        for raw in content.content.splitlines():
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(line, dict):
+                out.append(line)
+        return out
+
+    def _read(self, line: dict[str, Any]) -> tuple[Any, str]:
+        """A result line's completion, or why there is none."""
+        response, error = line.get("response"), line.get("error")
+        if isinstance(response, dict) and response.get("status_code") == 200:
+            raw = json.dumps(response.get("body"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+            limit = self.cfg.max_reply_bytes
+            try:
+                return read_completion(raw[:limit], limit=limit, cut=len(raw) > limit), ""
+            except EndpointError as e:
+                return None, str(e)
+        if isinstance(error, dict):
+            return None, f"{error.get('code')}: {error.get('message')}"
+        if isinstance(response, dict):
+            body = response.get("body")
+            detail = body.get("error") if isinstance(body, dict) else None
+            message = detail.get("message") if isinstance(detail, dict) else None
+            text = str(message or body)[:500]
+            if response.get("status_code") == 400:
+                self._adapt(self._params(), text)  # a parameter the model refuses: dropped next round
+            return None, f"HTTP {response.get('status_code')}: {text}"
+        return None, "a result line with neither response nor error"
+
+    def _chat_reply(
+        self, done: Any, key: str, params: dict[str, Any], batch_id: str, fmt: ReplyFormat = "text"
+    ) -> ChatReply:
+        factor = 1 - self.discount
+        if done.prompt_tokens is None or done.completion_tokens is None:  # no usage: charged the worst
+            pt, ct = 0, 0
+            full = self.cost(0, self.cfg.max_tokens)
+            spent = self._reserved.get(key) if key in self._reserved else (full * factor if full is not None else None)
+        else:
+            pt, ct = done.prompt_tokens, done.completion_tokens
+            full = self.cost(pt, ct, done.cached_tokens)
+            spent = round(full * factor, 8) if full is not None else None
+        return ChatReply(
+            content=done.content,
+            reasoning=done.reasoning,
+            prompt_tokens=pt,
+            completion_tokens=ct,
+            reasoning_tokens=done.reasoning_tokens,
+            cost_usd=spent,
+            cached=False,
+            params=params,
+            seconds=0.0,
+            key=key,
+            cached_tokens=done.cached_tokens,
+            reply_format=fmt,
+            batch_id=batch_id,
+        )
