@@ -23,6 +23,8 @@ Structured = Literal["auto", "on", "off"]
 """Whether the judges' replies are asked for as a JSON schema (``response_format``): try it and fall back
 to plain text where the endpoint refuses it, always, or never."""
 ReasoningEffort = Literal["minimal", "low", "medium", "high"]
+Aggregate = Literal["majority", "unanimous", "any-fail", "strong-only"]
+"""How a judge stage's votes become its verdict (see :mod:`rose_sql.judges.votes`)."""
 Schedule = Literal["constant", "linear", "cosine"]
 """How the syntax weight alpha moves over training steps (see :func:`rose_sql.reward.weights`)."""
 
@@ -100,6 +102,28 @@ class JudgeConfig:
     schema. Part of the cache key and the manifest."""
     reasoning_effort: ReasoningEffort | None = None
     """``reasoning_effort`` for reasoning models (o-series, gpt-5, and endpoints that take it); None sends none."""
+
+    samples: int = 1
+    """Replies asked of each judge model per stage (``--samples``); the stage's verdict is their majority."""
+    samples_temperature: float = 0.7
+    """The temperature of the samples when ``samples`` > 1 (with one sample, ``temperature`` stays)."""
+    panel: tuple[str, ...] = ()
+    """Judge models that vote together (``--panel``; ``model`` is the first); ``MODEL=URL`` gives a model
+    its own endpoint. Empty or one model: no panel."""
+    escalate_to: str | None = None
+    """The strong model of the cheap-first policy (``--escalate-to``): asked only where ``model``'s
+    votes are unsure, disagree with the deterministic evidence, or flag GoldX/AmbQ."""
+    escalate_below: float = 0.75
+    """A stage whose confidence (the share of votes agreeing with the majority, or a lower confidence the
+    replies state) is below this escalates."""
+    aggregate: Aggregate = "majority"
+    """How a stage's votes become its verdict: ``majority`` (ties fail the prediction), ``unanimous``
+    (a split leaves the item unscored ``judges_split``), ``any-fail``, ``strong-only``."""
+
+    @property
+    def votes(self) -> bool:
+        """Whether a stage asks more than one reply (samples, a panel or a strong model to escalate to)."""
+        return self.samples > 1 or len(self.panel) > 1 or self.escalate_to is not None
 
     @property
     def effective_matched_refuter(self) -> MatchedRefuter:
@@ -187,6 +211,10 @@ class Config:
     """Larger databases are not copied for a witness search."""
     evidence_result_rows: int = 10
     """Rows of each result on a witness database kept in the record (and shown to the judges)."""
+    evidence_scratch: str | None = None
+    """A PostgreSQL or MySQL/MariaDB URL where rose may create (and drops) a scratch database per worker for
+    the witness search on those engines, into which the tables the queries read are copied; None: no
+    witness search there (the evidence says why). Never the user's database."""
     judge: JudgeConfig | None = None
     """The LLM judges; None runs the deterministic stages only (items then await a judge)."""
 

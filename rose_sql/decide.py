@@ -17,7 +17,8 @@
 - a judge would be asked but the item has no question text -> unscored ``no_question`` (the
   judges judge whether the SQL answers the question: without one they would guess);
 - a judge that answers but never validly -> unscored ``judge_invalid``; an endpoint that gives no
-  usable answer -> unscored ``judge_error``; the budget is spent -> unscored ``budget_exhausted``.
+  usable answer -> unscored ``judge_error``; the budget is spent -> unscored ``budget_exhausted``; a
+  judge's votes split under a rule that needs them to agree -> unscored ``judges_split``.
 
 :func:`walk` walks the table, asking for each judge's answer as the table calls for it: evaluation
 answers with the LLM, replay and the import of the ROSE authors' outputs with stored replies, the dry
@@ -48,6 +49,7 @@ Unscored = Literal[
     "no_question",
     "judge_error",
     "judge_invalid",
+    "judges_split",
     "budget_exhausted",
     "internal_error",
     "wall_guard",
@@ -104,6 +106,10 @@ UNSCORED: dict[Unscored, Reason] = {
         "cache); if it persists, try another model",
         transient=True,
     ),
+    "judges_split": Reason(
+        "the judges' votes split and the aggregation rule (unanimous) needs them to agree",
+        "nothing: the votes are on the record; `rose replay --aggregate majority` decides them by majority",
+    ),
     "budget_exhausted": Reason(
         "the --budget was spent before this item's judges could be asked",
         "--resume with a larger --budget",
@@ -134,9 +140,9 @@ DecidedBy = Literal["execution", "prover", "refuter", "imported"]
 """The stage that settled a score (``imported``: taken as published from outputs we could not re-decide)."""
 Step = Literal["prover", "refuter", "refuter_matched"]
 """A judge the table asks for: the Prover, the Refuter on a Prover's pass, or the Refuter on a match."""
-JudgeOutcome = Literal["failed", "invalid", "no_budget"]
-"""A judge that was asked but gave no usable answer: its endpoint failed, its replies were invalid, or
-the budget forbade the call."""
+JudgeOutcome = Literal["failed", "invalid", "no_budget", "split"]
+"""A judge that was asked but gave no usable answer: its endpoint failed, its replies were invalid, the
+budget forbade the call, or its votes split under a rule that needs them to agree (``unanimous``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +213,8 @@ def _judge_problem(value: object, stage: str) -> Decision | None:
         return Decision(None, "judge_invalid", None, f"the {stage} gave no valid reply")
     if value == "no_budget":
         return Decision(None, "budget_exhausted", None, f"the budget ran out before the {stage} could be asked")
+    if value == "split":
+        return Decision(None, "judges_split", None, f"the {stage}'s votes split and the rule needs them to agree")
     return None
 
 

@@ -122,6 +122,10 @@ class _Usage:
             self.completion_tokens + other.completion_tokens,
         )
 
+    def times(self, k: int) -> _Usage:
+        """The usage of ``k`` such calls (the votes of a stage)."""
+        return _Usage(self.calls * k, self.prompt_tokens * k, self.completion_tokens * k)
+
     def usd(self, price: Price | None) -> float:
         return cost(price, self.prompt_tokens, self.completion_tokens) or 0.0
 
@@ -131,7 +135,19 @@ def estimate(loaded: Sequence[Loaded], db_root: Path | Source, config: Config) -
     evidence included)."""
     assert config.judge is not None
     judge = config.judge
-    price = price_of(judge.model, load_prices(judge.prices_path))
+    prices = load_prices(judge.prices_path)
+    price = price_of(judge.model, prices)
+    # voting stages (--samples, --panel, --escalate-to): the estimate counts the first tier's votes at the
+    # judge model's price; the bound also every escalation, at the dearest model's prices
+    first = judge.samples * max(1, len(judge.panel))
+    most = first + (judge.samples if judge.escalate_to else 0)
+    models = [m.partition("=")[0] for m in (*judge.panel, *([judge.escalate_to] if judge.escalate_to else []))]
+    dearest: Price | None = price
+    for m in models:
+        p = price_of(m, prices)
+        dearest = (
+            None if p is None or dearest is None else Price(max(p.input, dearest.input), max(p.output, dearest.output))
+        )
     fences = Fences(fence_key(judge.cache_dir, create=False))  # markers of the same length as the run's
     schemas = Schemas()
     finder = Finder(config) if config.evidence else None
@@ -154,15 +170,15 @@ def estimate(loaded: Sequence[Loaded], db_root: Path | Source, config: Config) -
                 assert ex.pred is not None
                 case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence=ex.evidence_text())
                 built = _Prompts(case, schemas.get(ex.db), judge, fences)
-                guesses = [built.path(p, bound=False) for p in paths]
-                bounds = [built.path(p, bound=True) for p in paths]
+                guesses = [built.path(p, bound=False).times(first) for p in paths]
+                bounds = [built.path(p, bound=True).times(most) for p in paths]
                 shortest = min(guesses, key=lambda u: (u.calls, u.usd(price), u.prompt_tokens))
                 longest = max(guesses, key=lambda u: (u.calls, u.usd(price), u.prompt_tokens))
-                worst = max(bounds, key=lambda u: (u.usd(price), u.calls, u.prompt_tokens))
+                worst = max(bounds, key=lambda u: (u.usd(dearest), u.calls, u.prompt_tokens))
                 low, likely = low + shortest, likely + longest
                 bound += _Usage(max(u.calls for u in bounds), max(u.prompt_tokens for u in bounds), 0)
                 low_usd, likely_usd = low_usd + shortest.usd(price), likely_usd + longest.usd(price)
-                bound_usd += worst.usd(price)
+                bound_usd += worst.usd(dearest)
 
             def usd(value: float) -> float | None:
                 return None if price is None else round(value, 6)
@@ -180,7 +196,7 @@ def estimate(loaded: Sequence[Loaded], db_root: Path | Source, config: Config) -
                     bound.prompt_tokens,
                     usd(low_usd),
                     usd(likely_usd),
-                    None if price is None else round(bound_usd + 5e-7, 6),  # rounded up: a bound
+                    None if dearest is None else round(bound_usd + 5e-7, 6),  # rounded up: a bound
                 )
             )
     return out

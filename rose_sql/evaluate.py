@@ -22,13 +22,14 @@ from rose_sql.evidence.findings import Evidence, questions_match, render
 from rose_sql.execute import Execution, Executor, ResultSet
 from rose_sql.items import Item, db_file
 from rose_sql.readings import Readings, bird_ex, soft_f1, ts_equal, ts_gold_sql, ts_order_matters, ts_pred_sql
-from rose_sql.record import ComparisonInfo, ExecutionInfo, JudgeCall, Record
+from rose_sql.record import ComparisonInfo, ExecutionInfo, JudgeCall, Record, StageVotes
 from rose_sql.sql import NO_STATEMENT, has_top_level_order_by
 
 if TYPE_CHECKING:  # loaded when evidence or a judge is configured: a judge-free run starts faster
     from rose_sql.evidence.finder import Finder
     from rose_sql.judges.context import Schemas
     from rose_sql.judges.llm import LLM
+    from rose_sql.judges.votes import Votes
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,15 +198,23 @@ class Judged:
     """The decision, with GoldX / AmbQ from the Refuter's reply."""
     calls: list[JudgeCall] = field(default_factory=list)
     """Every call made, in order (re-asks included)."""
+    votes: list[StageVotes] | None = None
+    """Each stage's tally, when stages voted (None: one reply decided each stage, or no judge was asked)."""
 
 
-async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched_refuter: MatchedRefuter) -> Judged:
-    """Walk the decision table, asking each judge it calls for; the decision with the calls made."""
+async def judge_item(
+    ex: Executed, llm: LLM | None, schemas: Schemas, *, matched_refuter: MatchedRefuter, votes: Votes | None = None
+) -> Judged:
+    """Walk the decision table, asking each judge it calls for; the decision with the calls made.
+
+    ``votes``: each stage asks several replies (samples, a panel, the cheap-first policy) and
+    aggregates them (:mod:`rose_sql.judges.votes`); without it one reply decides each stage."""
     from rose_sql.errors import BudgetExhausted, JudgeFailed
     from rose_sql.judges.ask import Case, ask, prover_messages, refuter_messages
     from rose_sql.judges.replies import ProverReply, RefuterReply
 
     calls: list[JudgeCall] = []
+    tallies: list[StageVotes] = []
     passed: ProverReply | None = None  # the Prover's pass, which the Refuter reads
 
     async def answer(step: Step) -> ProverReply | RefuterReply | JudgeOutcome:
@@ -214,6 +223,19 @@ async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched
         schema = await asyncio.to_thread(schemas.get, ex.db)
         case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence=ex.evidence_text())
         reply: ProverReply | RefuterReply
+        if votes is not None:
+            if step == "prover":
+                msgs = prover_messages(case, schema, llm.cfg, llm.fences)
+            else:
+                msgs = refuter_messages(case, schema, passed, llm.cfg, llm.fences, matched=step == "refuter_matched")
+            witness = ex.evidence is not None and ex.evidence.witness is not None
+            kind = ProverReply if step == "prover" else RefuterReply
+            got, made, tally = await votes.stage(step, msgs, kind, witness=witness)
+            calls.extend(made)
+            tallies.append(tally)
+            if isinstance(got, ProverReply):
+                passed = got
+            return got
         try:
             if step == "prover":
                 passed, made = await ask(llm, step, prover_messages(case, schema, llm.cfg, llm.fences), ProverReply)
@@ -236,7 +258,7 @@ async def judge_item(ex: Executed, llm: LLM | None, schemas: Schemas, *, matched
         while True:
             step = steps.send(await answer(step))
     except StopIteration as done:
-        return Judged(done.value, calls)
+        return Judged(done.value, calls, tallies or None)  # no stage asked: no tally, as in any run
 
 
 # --------------------------------------------------------------------------- records
@@ -268,6 +290,7 @@ def to_record(ex: Executed, judged: Judged) -> Record:
         doubts=ex.doubts,
         dialect=ex.dialect,
         server=ex.server,
+        votes=judged.votes,
         llm_calls=len(made),
         cost_usd=round(sum((c.cost_usd or 0.0 for c in made), 0.0), 8),
     )
@@ -307,6 +330,7 @@ def evaluate_items(items: Sequence[Item], db_root: Path | Source, config: Config
 async def _evaluate_items(items: Sequence[Item], db_root: Path | Source, config: Config) -> list[Record]:
     llm: LLM | None = None
     schemas: Schemas | None = None
+    votes: Votes | None = None
     finder: Finder | None = None
     if config.evidence:
         from rose_sql.evidence.finder import Finder
@@ -317,6 +341,10 @@ async def _evaluate_items(items: Sequence[Item], db_root: Path | Source, config:
         from rose_sql.judges.llm import LLM
 
         llm, schemas = LLM(config.judge), Schemas()
+        if config.judge.votes:
+            from rose_sql.judges.votes import Votes
+
+            votes = Votes(config.judge, llm)
     policy = config.judge.effective_matched_refuter if config.judge else "always"
     try:
         with Executor(config) as executor:
@@ -326,11 +354,15 @@ async def _evaluate_items(items: Sequence[Item], db_root: Path | Source, config:
                     ex = await asyncio.to_thread(execute_item, item, db_root, executor, finder, doubts=llm is not None)
                     if llm is None or schemas is None:
                         return unjudged_record(ex)
-                    return to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy))
+                    return to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy, votes=votes))
                 except Exception as e:  # a bug of ours: the item says so, the others go on
                     return failed_record(item, e)
 
             return list(await asyncio.gather(*(one(it) for it in items)))
     finally:
+        if finder is not None:
+            finder.close()  # the scratch databases of the witness search on a server
+        if votes is not None:
+            await votes.aclose()
         if llm is not None:
             await llm.aclose()

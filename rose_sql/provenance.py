@@ -65,6 +65,7 @@ JUDGE_OPTIONS = (
     "fence",
     "options",
     "reasoning_effort",
+    "votes",
 )
 """Judge settings that can change a score (what the judges are asked, and how): a resume with other
 values is refused."""
@@ -107,6 +108,9 @@ class JudgeInfo:
     """``--reasoning-effort``, when given."""
     structured: str | None = None
     """``--judge-structured``: whether replies were asked as a JSON schema (each call records what was used)."""
+    votes: str | None = None
+    """How stages vote (samples, panel, the model escalated to, the rule), when they do; None: one reply
+    decides each stage."""
 
 
 def judge_info(config: Config | None) -> JudgeInfo | None:
@@ -134,7 +138,19 @@ def judge_info(config: Config | None) -> JudgeInfo | None:
         options=dict(j.options) or None,
         reasoning_effort=j.reasoning_effort,
         structured=j.structured,
+        votes=_votes(j),
     )
+
+
+def _votes(j: JudgeConfig) -> str | None:
+    if not j.votes:
+        return None
+    parts = [f"samples={j.samples}" + (f" at temperature {j.samples_temperature:g}" if j.samples > 1 else "")]
+    if j.panel:
+        parts.append("panel=" + ",".join(m.partition("=")[0] for m in j.panel))  # endpoints may move
+    if j.escalate_to:
+        parts.append(f"escalate_to={j.escalate_to} below {j.escalate_below:g}")
+    return "; ".join([*parts, f"aggregate={j.aggregate}"])
 
 
 def _fence_digest(j: JudgeConfig) -> str | None:
@@ -335,10 +351,13 @@ def _engine(source: Source, db_ids: list[str], config: Config) -> dict[str, Any]
     with Executor(config.with_(workers=1)) as ex:
         found = {d: ex.exists(source.locate(d)) for d in db_ids}
         server = next((v for v in (ex.server(source.locate(d)) for d in db_ids[:1]) if v), None)
+    options = {name: getattr(config, name) for name in (*SCORE_OPTIONS, "server_timeout_s")}
+    if config.evidence_scratch is not None:  # a witness search on a server: resuming without one is refused
+        options["evidence_scratch"] = True
     return {
         "db_root": source.shown,
         "databases": [DatabaseId(d, source.locate(d).shown, found[d]) for d in db_ids],
-        "options": {name: getattr(config, name) for name in (*SCORE_OPTIONS, "server_timeout_s")},
+        "options": options,
         "dialect": source.dialect,
         "server": server,
     }

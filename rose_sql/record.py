@@ -15,7 +15,10 @@ Layout versions (``schema``):
   calls may carry ``imported_from``. Items evaluated on PostgreSQL, MySQL/MariaDB or DuckDB carry
   ``dialect`` and ``server``; a record without them was evaluated on SQLite (written only when set, so
   SQLite records are unchanged, and readers of this layout that predate them ignore them). Judge calls
-  answered by a Batch API batch (``rose run --batch``) carry ``batch_id``, written the same way.
+  answered by a Batch API batch (``rose run --batch``) carry ``batch_id``, written the same way. Runs that
+  ask several replies per judge stage (``--samples``, ``--panel``, ``--escalate-to``) carry ``votes``
+  (each stage's tally, the rule that decided it, and why it escalated), and their calls ``sample`` and
+  ``tier``; written only when set, so other records are unchanged and older readers ignore them.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rose_sql.compare import Comparison, json_value
+from rose_sql.config import Aggregate
 from rose_sql.decide import DatasetLabels, DecidedBy, Unscored
 from rose_sql.errors import InputError
 from rose_sql.evidence.findings import Evidence
@@ -120,6 +124,10 @@ class ComparisonInfo:
         return cls(c.equal, c.reason, c.detail, list(c.notes), c.pred_only, c.gold_only)
 
 
+Tier = Literal["first", "escalated"]
+"""Who cast a vote: the judge model or panel (``first``), or the strong model escalated to."""
+
+
 @dataclass(frozen=True, slots=True)
 class JudgeCall:
     """One call of a judge, as the record keeps it."""
@@ -161,14 +169,53 @@ class JudgeCall:
     text and parsed tolerantly (every call of records written before this field)."""
     batch_id: str | None = None
     """The Batch API batch that answered the call (``rose run --batch``; its cost is at the batch price)."""
+    sample: int | None = None
+    """Which sample of its model this call was (seed = the configured seed + it), when a stage votes."""
+    tier: Tier | None = None
+    """``first`` (the judge model or the panel) or ``escalated`` (the strong model), when a stage votes."""
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _CALL_FIELDS}
         data["reply"] = self.reply.model_dump() if self.reply is not None else None
-        for optional in ("imported_from", "batch_id"):  # written only when set: older readers still read the rest
-            if data[optional] is None:
+        for optional in ("imported_from", "batch_id", "sample", "tier"):  # written only when set: older readers
+            if data[optional] is None:  # still read the rest
                 del data[optional]
         return data
+
+
+Verdict = Literal["pass", "fail", "split"]
+"""A stage's verdict on the prediction: a pass (the Prover accepts, the Refuter upholds), a fail, or a split
+(the votes disagree under a rule that needs them to agree)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageVotes:
+    """How one judge stage's votes became its verdict (``record.votes``)."""
+
+    stage: Literal["prover", "refuter"]
+    """The judge."""
+    rule: Aggregate
+    """The aggregation rule that decided (:data:`rose_sql.config.Aggregate`)."""
+    verdict: Verdict | None
+    """The stage's verdict; None when no vote was valid (the item is then unscored)."""
+    votes: int
+    """Valid votes the rule counted (the strong model's alone when the stage escalated)."""
+    passes: int
+    """How many of them pass the prediction."""
+    invalid: int = 0
+    """Samples asked that gave no valid reply, re-asks included (every tier)."""
+    agreement: float | None = None
+    """Share of the counted votes agreeing with their majority (1.0: unanimous)."""
+    stated: float | None = None
+    """Mean confidence the counted replies stated, when any did."""
+    confidence: float | None = None
+    """The stage's confidence: the agreement, or the stated confidence when lower."""
+    models: dict[str, Verdict] = field(default_factory=dict)
+    """Each model's own verdict (the majority of its samples; ties ``split``)."""
+    escalated: bool = False
+    """Whether the strong model was asked."""
+    escalation: list[str] = field(default_factory=list)
+    """Why it was asked (empty when it was not)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +270,9 @@ class Record:
     """sqlglot's dialect of the engine the item ran on (``postgres``, ``mysql``, ``duckdb``); None: SQLite."""
     server: str | None = None
     """The engine and its version (``PostgreSQL 15.20``, ``MariaDB 10.11.19``...); None: SQLite."""
+    votes: list[StageVotes] | None = None
+    """Each judge stage's tally, when stages vote (``--samples``, ``--panel``, ``--escalate-to``); None
+    otherwise (one reply decides a stage, as it always did)."""
     schema: int = SCHEMA_VERSION
     """Version of this record's layout."""
 
@@ -238,6 +288,10 @@ class Record:
         data["evidence"] = self.evidence.to_dict() if self.evidence is not None else None
         if self.dialect is None and self.server is None:  # SQLite: the layout as it always was
             del data["dialect"], data["server"]
+        if self.votes is None:  # one reply per stage: the layout as it always was
+            del data["votes"]
+        else:
+            data["votes"] = [_plain(v, _VOTES_FIELDS) for v in self.votes]
         return data
 
     def to_json(self) -> str:
@@ -271,6 +325,7 @@ _EXECUTION_FIELDS = tuple(f.name for f in fields(ExecutionInfo))
 _COMPARISON_FIELDS = tuple(f.name for f in fields(ComparisonInfo))
 _LABEL_FIELDS = tuple(f.name for f in fields(DatasetLabels))
 _CALL_FIELDS = tuple(f.name for f in fields(JudgeCall))
+_VOTES_FIELDS = tuple(f.name for f in fields(StageVotes))
 
 
 EXEMPT = frozenset({"seconds", "cached", "llm_calls", "cost_usd", "batch_id"})

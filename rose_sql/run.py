@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # evidence and judges are loaded only when configured: a judg
     from rose_sql.evidence.finder import Finder
     from rose_sql.judges.context import Schemas
     from rose_sql.judges.llm import LLM, Ledger
+    from rose_sql.judges.votes import Votes
 
 
 @dataclass
@@ -260,6 +261,11 @@ class _Worker:
     executor: Executor
     finder: Finder | None
 
+    def close(self) -> None:
+        """At the worker's end: drop the finder's scratch databases (the witness search on a server)."""
+        if self.finder is not None:
+            self.finder.close()
+
 
 def _init_worker(config: Config, watch: Watch) -> _Worker:
     limit_memory(config.worker_memory_bytes)
@@ -340,6 +346,7 @@ class Evaluator:
         self.stage1 = stage1
         self.llm = llm
         self.schemas: Schemas | None = None
+        self.votes: Votes | None = None
         if config.judge is not None:
             from rose_sql.judges.context import Schemas
 
@@ -348,6 +355,10 @@ class Evaluator:
 
                 self.llm = LLM(config.judge)
             self.schemas = Schemas()
+            if config.judge.votes:
+                from rose_sql.judges.votes import Votes
+
+                self.votes = Votes(config.judge, self.llm)
         self.policy = config.judge.effective_matched_refuter if config.judge else "always"
 
     async def batch(self, batch: list[tuple[str, Item]], db_root: Path | Source, write: Write) -> None:
@@ -371,13 +382,15 @@ class Evaluator:
             if isinstance(ex, str):
                 raise RuntimeError(ex)
             assert not isinstance(ex, _Line) and self.schemas is not None  # a judge is configured
-            judged = await judge_item(ex, self.llm, self.schemas, matched_refuter=self.policy)
+            judged = await judge_item(ex, self.llm, self.schemas, matched_refuter=self.policy, votes=self.votes)
             record = to_record(ex, judged)
         except Exception as e:  # a bug of ours: the item is unscored, the run goes on
             record = failed_record(item, e)
         write(name, record.to_json(), Brief.of(record))
 
     async def aclose(self) -> None:
+        if self.votes is not None:
+            await self.votes.aclose()
         if self.llm is not None:
             await self.llm.aclose()
 

@@ -53,6 +53,8 @@ class Brief(NamedTuple):
     comparison_reason: str | None
     """Our comparator's reason; None when nothing was compared."""
     calls: tuple[CallBrief, ...]
+    escalated: bool = False
+    """Whether a stage of the item escalated to the strong model (``--escalate-to``)."""
 
     @classmethod
     def of(cls, r: Record) -> Brief:
@@ -63,7 +65,8 @@ class Brief(NamedTuple):
             for c in r.judges
         )
         reason = r.comparison.reason if r.comparison is not None else None
-        return cls(r.id, r.score, r.unscored_reason, r.decided_by, r.readings, r.difficulty, reason, calls)
+        escalated = any(v.escalated for v in r.votes or ())
+        return cls(r.id, r.score, r.unscored_reason, r.decided_by, r.readings, r.difficulty, reason, calls, escalated)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +127,12 @@ class Usage:
     """cached_tokens / prompt_tokens of the calls made (None when they had no prompt tokens)."""
     reasoning_tokens: int = 0
     """Of the output tokens, those the provider reported as reasoning."""
+    judged: int = 0
+    """Items a judge was asked about (made or cached calls)."""
+    calls_per_judged_item: float = 0.0
+    """Calls made and cached, per judged item."""
+    escalated: int = 0
+    """Items the cheap-first policy escalated to the strong model (``--escalate-to``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +240,7 @@ def _usage(briefs: list[Brief]) -> Usage:
                 s["reasoning_tokens"] += c.reasoning_tokens or 0
                 s["cost_usd"] = round(s["cost_usd"] + (c.cost_usd or 0.0), 8)
     n = len(briefs) or 1
+    judged = sum(1 for b in briefs if b.calls)
     by_stage = {
         name: StageUsage(
             int(s["calls"]),
@@ -256,6 +266,9 @@ def _usage(briefs: list[Brief]) -> Usage:
         cached_tokens=cached,
         cache_hit_share=round(cached / prompt, 4) if prompt else None,
         reasoning_tokens=sum(s.reasoning_tokens for s in by_stage.values()),
+        judged=judged,
+        calls_per_judged_item=round(sum(len(b.calls) for b in briefs) / judged, 4) if judged else 0.0,
+        escalated=sum(b.escalated for b in briefs),
     )
 
 

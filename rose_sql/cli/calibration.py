@@ -6,7 +6,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
 
 import click
 from rich import box
@@ -26,6 +26,7 @@ from rose_sql.analysis.replay import MEANING, VARIANTS, Variant, replay_table
 from rose_sql.analysis.runs import Run, load_runs
 from rose_sql.cli.main import PATH, console, err, fail
 from rose_sql.cli.tables import name_column, number_columns, show
+from rose_sql.config import Aggregate
 from rose_sql.errors import RoseError, UsageError
 
 
@@ -331,6 +332,13 @@ import_rose_cmd.help = (import_rose_cmd.help or "").replace("{policies}", POLICI
     show_default=True,
     help=f"Comma-separated policies to replay, among {', '.join(VARIANTS)} (see above).",
 )
+@click.option(
+    "--aggregate",
+    "aggregates",
+    default="",
+    help="Comma-separated aggregation rules to re-decide voting stages under, among majority, unanimous, any-fail, "
+    "strong-only (runs made with --samples, --panel or --escalate-to); each policy is replayed under each rule.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 def replay_cmd(
     runs: tuple[Path, ...],
@@ -340,6 +348,7 @@ def replay_cmd(
     unscored: str,
     reviewed_only: bool,
     variants: str,
+    aggregates: str,
     as_json: bool,
 ) -> None:
     """Re-decide runs under other policies from their stored judgements, and compare agreement.
@@ -352,18 +361,22 @@ def replay_cmd(
     {policies}
 
     A policy that needs a reply the run never asked for leaves the item unscored (not_replayable).
-    Runs pair with the labels files as in rose agree.
+    Runs pair with the labels files as in rose agree. Stages that voted are re-decided under each
+    --aggregate rule from their stored votes; items whose votes cannot support a rule (strong-only
+    where the strong model was never asked) are named.
 
     \b
-    Example:
+    Examples:
       rose replay runs/o3-bird --labels rose-vec-bird.json --variants always,never
+      rose replay runs/k3 --labels labels.json --variants evidence --aggregate majority,unanimous,any-fail
     """
     try:
         chosen = [_variant(v.strip()) for v in variants.split(",") if v.strip()]
+        rules = [_rule(a.strip()) for a in aggregates.split(",") if a.strip()]
         loaded = _runs(runs)
         sets = _label_sets(labels, goldx_ids, ambq_ids, reviewed_only)
         warnings = pairing_warnings(pair_runs(loaded, sets))
-        table = replay_table(loaded, sets, chosen, _policy(unscored))
+        table = replay_table(loaded, sets, chosen, _policy(unscored), rules)
     except RoseError as e:
         fail(e)
     _warn(warnings)
@@ -386,6 +399,21 @@ def replay_cmd(
             *(_fmt(row["subsets"][s]) for s in subsets),
         )
     show(t)
+    for row in table:
+        if row["unsupported"]:
+            ids = ", ".join(json.dumps(i) for i in row["unsupported"][:10])
+            more = f" and {len(row['unsupported']) - 10} more" if len(row["unsupported"]) > 10 else ""
+            console.print(
+                f"{row['policy']}: the stored votes of {len(row['unsupported'])} items cannot support this rule "
+                f"(not_replayable): {ids}{more}",
+                highlight=False,
+            )
+
+
+def _rule(text: str) -> Aggregate:
+    if text not in get_args(Aggregate):
+        raise UsageError(f"unknown aggregation rule {text!r}: choose among {', '.join(get_args(Aggregate))}")
+    return cast(Aggregate, text)
 
 
 replay_cmd.help = (replay_cmd.help or "").replace("{policies}", POLICIES)

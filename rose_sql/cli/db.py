@@ -1,4 +1,5 @@
-"""``rose db``: load a benchmark's SQLite database into another engine, and make a read-only role."""
+"""``rose db``: load a benchmark's SQLite database into another engine, make a read-only role, list or drop
+the witness search's scratch databases."""
 
 from __future__ import annotations
 
@@ -117,3 +118,29 @@ def reader_cmd(url: str, name: str, password: str | None, db_id: str | None) -> 
     except RoseError as e:
         fail(e)
     console.print(f"created {name}: it can read {shown} and write nothing; use it in the URL of --db", highlight=False)
+
+
+@db_cmd.command("scratch")
+@click.argument("url")
+@click.option("--drop", is_flag=True, help="Drop those left behind by processes of this machine that are gone.")
+@click.option(
+    "--all", "every", is_flag=True, help="With --drop: drop every scratch database, in use or not (no run active)."
+)
+def scratch_cmd(url: str, drop: bool, every: bool) -> None:
+    """List (or drop) the scratch databases the witness search made on the server URL names.
+
+    A run drops its own (rose_scratch_<host>_<pid>_<random>) when it ends; a worker that was killed leaves
+    its one behind, dropped by the next run on this machine or by this command.
+    """
+    from rose_sql.evidence.scratch import drop_leftovers, leftovers
+
+    try:
+        names = drop_leftovers(url, every=every) if drop else leftovers(url)
+    except RoseError as e:
+        fail(e)
+    except Exception as e:  # the server cannot be reached
+        from rose_sql.engines.source import redact
+
+        fail(UsageError(f"{redact(url)}: {type(e).__name__}: {e}"))
+    verb = "dropped" if drop else "found"
+    console.print(f"{verb} {len(names)} scratch database(s)" + "".join(f"\n  {n}" for n in names), highlight=False)

@@ -20,6 +20,7 @@ from rose_sql.config import (
     BATCH_MAX_REQUESTS,
     BATCH_POLL_S,
     MAX_INPUT_BYTES,
+    Aggregate,
     Config,
     JudgeConfig,
     MatchedRefuter,
@@ -155,7 +156,59 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
     show_default=True,
     help="Wall-clock guard, in seconds, of one item's evidence search (past it a judged item is left unscored).",
 )
+@click.option(
+    "--evidence-scratch",
+    metavar="URL",
+    help="PostgreSQL or MySQL/MariaDB server (and a role that may create databases) where the witness search "
+    "makes, and drops, a scratch database per worker holding copies of the tables the queries read; never "
+    "the --db database. Without it there is no witness search on those servers (the evidence says so).",
+)
 @click.option("--judge-model", help="Model of the LLM judges; without it only the deterministic stages run.")
+@click.option(
+    "--panel",
+    metavar="M1,M2,...",
+    help="Judge models that vote together at each stage (their majority decides), after --judge-model when it is "
+    "given; MODEL=URL gives one model its own endpoint. Each model's verdict is on the record.",
+)
+@click.option(
+    "--samples",
+    type=click.IntRange(min=1),
+    default=JUDGE.samples,
+    show_default=True,
+    help="Replies per judge model and stage, at --samples-temperature with seeds seed+0..K-1 (each its own "
+    "cache entry); the stage's verdict is their majority, a tie failing the prediction, and the share of votes "
+    "agreeing with it is recorded as the stage's confidence. 1: one reply at temperature 0, as without it.",
+)
+@click.option(
+    "--samples-temperature",
+    type=click.FloatRange(min=0),
+    default=JUDGE.samples_temperature,
+    show_default=True,
+    help="Sampling temperature of the replies when --samples is above 1.",
+)
+@click.option(
+    "--escalate-to",
+    metavar="STRONG_MODEL",
+    help="Cheap first: --judge-model (the cheap one) judges every stage; STRONG_MODEL is asked, and decides, only "
+    "where the cheap votes split or are unsure (--escalate-below), fail a matching result, pass a match a witness "
+    "separates, or flag GoldX/AmbQ. Why an item escalated is on its record.",
+)
+@click.option(
+    "--escalate-below",
+    type=click.FloatRange(min=0, max=1),
+    default=JUDGE.escalate_below,
+    show_default=True,
+    help="Escalate a stage whose confidence (share of agreeing votes, or the confidence a reply states) is below this.",
+)
+@click.option(
+    "--aggregate",
+    type=click.Choice([a for a in get_args(Aggregate) if a != "strong-only"]),
+    default=JUDGE.aggregate,
+    show_default=True,
+    help="How a stage's votes decide: majority (a tie fails the prediction), unanimous (a split is unscored "
+    "judges_split), any-fail. An escalated stage counts the --escalate-to model's votes. rose replay --aggregate "
+    "re-decides stored votes under another rule (strong-only too).",
+)
 @click.option("--judge-base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI).")
 @click.option(
     "--concurrency",
@@ -292,7 +345,14 @@ def run_cmd(
     evidence: bool | None,
     evidence_steps: int,
     evidence_budget: float,
+    evidence_scratch: str | None,
     judge_model: str | None,
+    panel: str | None,
+    samples: int,
+    samples_temperature: float,
+    escalate_to: str | None,
+    escalate_below: float,
+    aggregate: str,
     judge_base_url: str | None,
     concurrency: int,
     policy: str,
@@ -329,7 +389,12 @@ def run_cmd(
       rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o --dry-run
       rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o --resume
       rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o --batch
+      rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o-mini --samples 3 \\
+          --escalate-to o3
     """
+    first = [judge_model] if judge_model else []
+    models = list(dict.fromkeys([*first, *(m.strip() for m in (panel or "").split(",") if m.strip())]))
+    judge_model = models[0].partition("=")[0] if models else None
     if evidence is None:
         evidence = judge_model is not None
     config = Config(
@@ -339,6 +404,7 @@ def run_cmd(
         evidence=evidence,
         evidence_max_steps=evidence_steps,
         evidence_budget_s=evidence_budget,
+        evidence_scratch=evidence_scratch,
     )
     if workers:
         config = config.with_(workers=workers)
@@ -360,16 +426,27 @@ def run_cmd(
             structured=judge_structured,  # type: ignore[arg-type]
             options=judge_options,
             reasoning_effort=reasoning_effort,  # type: ignore[arg-type]
+            samples=samples,
+            samples_temperature=samples_temperature,
+            panel=tuple(models) if len(models) > 1 else (),
+            escalate_to=escalate_to,
+            escalate_below=escalate_below,
+            aggregate=aggregate,  # type: ignore[arg-type]
         )
+        if models and "=" in models[0]:
+            judge = replace(judge, base_url=models[0].partition("=")[2] or judge_base_url)
         if no_cache:
             judge = replace(judge, cache_dir=None)
         elif cache_dir is not None:
             judge = replace(judge, cache_dir=cache_dir)
         config = config.with_(judge=judge)
     try:
+        _check_votes(config.judge, judge_model, escalate_to, ray)
         root = databases(db_root, config, option="--db")
         if ray is not None and isinstance(root, Source):
             raise UsageError("--ray evaluates folders of SQLite files; with a URL, run rose run --shard on each node")
+        if batch and config.judge is not None and config.judge.votes:
+            raise UsageError("--batch asks one reply per judge stage: drop --samples, --panel and --escalate-to")
         if batch and ray is not None:
             raise UsageError("--batch and --ray cannot be combined: the batches are sent from this machine")
         if dry_run and config.judge is None:
@@ -471,6 +548,18 @@ def _batch_backend(config: Config, out: Path, poll_s: float, max_requests: int) 
     from rose_sql.judges.batch import BatchOptions
 
     return BatchBackend(config, out, BatchOptions(poll_s=poll_s, max_requests=max_requests))
+
+
+def _check_votes(judge: JudgeConfig | None, model: str | None, escalate_to: str | None, ray: str | None) -> None:
+    """Refuse vote options that cannot work together."""
+    if model is None and escalate_to is not None:
+        raise UsageError("--escalate-to needs --judge-model: the cheap model that judges first")
+    if judge is None:
+        return
+    if judge.votes and ray is not None:
+        raise UsageError("--ray runs one judge model with one reply per stage: drop --samples, --panel, --escalate-to")
+    for spec in [*judge.panel, *([judge.escalate_to] if judge.escalate_to else [])]:
+        _check_budget(replace(judge, model=spec.partition("=")[0]))
 
 
 def _check_budget(judge: JudgeConfig) -> None:
@@ -605,6 +694,12 @@ def print_summaries(summaries: Sequence[Summary]) -> None:
                 f"{llm.prompt_tokens} + {llm.completion_tokens} tokens, ${llm.cost_usd:.4f}"
                 + (f" ({share:.0%} of prompt tokens from the provider's cache)" if share else "")
             )
+            if s.judge is not None and s.judge.votes:
+                console.print(
+                    f"{s.system}: votes ({s.judge.votes}): {llm.calls_per_judged_item} calls per judged item "
+                    f"({llm.judged} items), {llm.escalated} items escalated",
+                    highlight=False,
+                )
     waiting = sum(s.unscored.get("awaiting_judge", 0) for s in summaries)
     if waiting:
         console.print(
@@ -676,6 +771,14 @@ def print_estimate(estimates: Sequence[Estimate], judge: JudgeConfig) -> None:
         f"{judge.max_tokens}: no run can cost more.",
         highlight=False,
     )
+    if judge.votes:
+        first = judge.samples * max(1, len(judge.panel))
+        most = first + (judge.samples if judge.escalate_to else 0)
+        console.print(
+            f"Votes: the estimate counts {first} call(s) per stage (--samples x the panel); the bound {most}, every "
+            "stage escalated, at the dearest model's prices.",
+            highlight=False,
+        )
     unasked = sum(e.no_question for e in estimates)
     if unasked:
         err.print(

@@ -156,12 +156,12 @@ class _RemoteLLM(LLM):
         self._format_refused = cfg.structured == "off"  # what a failed call records; the owner decides
 
     async def complete(
-        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None
+        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None, sample: int = 0
     ) -> ChatReply:
         from ray.exceptions import RayActorError
 
         try:
-            answer = await self._owner.complete.remote(messages, fresh, schema)
+            answer = await self._owner.complete.remote(messages, fresh, schema, sample)
         except RayActorError:
             raise EndpointError("the Ray actor owning the LLM client died") from None
         if answer[0] == "ok":
@@ -182,10 +182,10 @@ class LLMOwner:
         self.llm = LLM(judge)
 
     async def complete(
-        self, messages: list[Message], fresh: bool = False, schema: ReplySchema | None = None
+        self, messages: list[Message], fresh: bool = False, schema: ReplySchema | None = None, sample: int = 0
     ) -> tuple[Any, ...]:
         try:
-            return ("ok", await self.llm.complete(messages, fresh=fresh, schema=schema))
+            return ("ok", await self.llm.complete(messages, fresh=fresh, schema=schema, sample=sample))
         except BudgetExhausted as e:
             return ("budget", str(e))
         except EndpointError as e:

@@ -94,14 +94,7 @@ class DuckDB(Pooled[_Conn]):
                 if not Path(path).is_file():
                     raise FileNotFoundError(f"no DuckDB database at {path}")
                 root = open_read_only(path)
-                functions: dict[str, bool] = {}
-                for name, kind, side in root.execute(
-                    "SELECT function_name, function_type, bool_or(coalesce(has_side_effects, false)) "
-                    "FROM duckdb_functions() GROUP BY ALL"
-                ).fetchall():
-                    safe = not side and kind in ("scalar", "aggregate", "macro")
-                    functions[name.lower()] = functions.get(name.lower(), True) and safe
-                self._files[path], self._functions[path] = root, functions
+                self._files[path], self._functions[path] = root, functions_of(root)
             return root, self._functions[path]
 
     def _connect(self, db: Remote) -> _Conn:
@@ -225,6 +218,19 @@ def open_read_only(path: str) -> duckdb.DuckDBPyConnection:
     if not locked:  # another engine of this process opened the same file (DuckDB shares it): locked already
         conn.execute("SET lock_configuration = true")
     return conn
+
+
+def functions_of(conn: duckdb.DuckDBPyConnection) -> dict[str, bool]:
+    """Each function the catalogue knows, and whether a query may call it (no side effects, not a table
+    function)."""
+    functions: dict[str, bool] = {}
+    for name, kind, side in conn.execute(
+        "SELECT function_name, function_type, bool_or(coalesce(has_side_effects, false)) "
+        "FROM duckdb_functions() GROUP BY ALL"
+    ).fetchall():
+        safe = not side and kind in ("scalar", "aggregate", "macro")
+        functions[name.lower()] = functions.get(name.lower(), True) and safe
+    return functions
 
 
 def quote(name: str) -> str:

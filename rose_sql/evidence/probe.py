@@ -57,7 +57,7 @@ class EngineProbe:
         except sqlglot.errors.ParseError:
             return None
         values = iter(params)
-        tree = tree.transform(lambda n: _literal(next(values)) if isinstance(n, exp.Placeholder) else n)
+        tree = tree.transform(lambda n: literal(next(values)) if isinstance(n, exp.Placeholder) else n)
         result = self.run(tree.sql(dialect=self.dialect))
         return list(result.rows) if result is not None else None
 
@@ -66,7 +66,8 @@ class EngineProbe:
         return quote_identifier(name)
 
 
-def _literal(value: Any) -> exp.Expr:
+def literal(value: Any) -> exp.Expr:
+    """A Python value as a SQL literal (our probes' parameters, rendered in any dialect)."""
     if value is None:
         return exp.Null()
     if isinstance(value, bool | int | float):

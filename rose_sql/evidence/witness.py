@@ -11,7 +11,6 @@ difference is reported only after a replay with ``reverse_unordered_selects`` st
 from __future__ import annotations
 
 import random
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,11 +19,11 @@ from typing import Any
 from rose_sql.compare import Comparison, compare, json_value
 from rose_sql.evidence.features import Features
 from rose_sql.evidence.findings import Change, ResultSample, Witness
-from rose_sql.evidence.workspace import Workspace
+from rose_sql.evidence.workspace import Space
 from rose_sql.execute import STEP_GRAIN, ResultSet
 from rose_sql.sql import quote_identifier as _q
 
-Apply = Callable[[Workspace], list[Change]]
+Apply = Callable[[Space], list[Change]]
 
 MAX_WITNESSES = 3
 EXTRA_AFTER_FIRST = 40
@@ -69,17 +68,14 @@ class Search:
     """Why it stopped: ``found``, ``budget`` (time) or ``exhausted`` (no candidates left)."""
 
 
-def _lineage(ws: Workspace, table: str, cols: list[str], values: list[Any], limit: int = 4) -> list[int]:
+def _lineage(ws: Space, table: str, cols: list[str], values: list[Any], limit: int = 4) -> list[int]:
     """Rowids of rows whose read columns hold values seen in the results, then the first rows."""
     ids: list[int] = []
-    if ws.tables[table].rowid and values:
-        for c in cols:
-            marks = ",".join("?" * len(values))
-            sql = f"SELECT rowid FROM {_q(table)} WHERE {_q(c)} IN ({marks}) LIMIT ?"
-            try:
-                ids += [r[0] for r in ws.query(sql, (*values, limit)) or []]
-            except sqlite3.Error:
-                continue
+    for c in cols:
+        try:
+            ids += ws.rowids_where(table, c, values, limit)
+        except ws.errors:
+            continue
     for rid in ws.sample_rowids(table, limit):
         if rid not in ids:
             ids.append(rid)
@@ -101,7 +97,7 @@ def _variants(value: Any) -> list[Any]:
     return []
 
 
-def candidates(ws: Workspace, feats: Features, result_values: list[Any], seed: int = 0) -> Iterator[Candidate]:
+def candidates(ws: Space, feats: Features, result_values: list[Any], seed: int = 0) -> Iterator[Candidate]:
     """Mutations in rank order: guided by the queries' features first, random ones last."""
     tables = [t for t in (ws.table_of(n) for n in sorted(feats.tables)) if t is not None and t.rowid]
     for t in tables:
@@ -198,7 +194,7 @@ def candidates(ws: Workspace, feats: Features, result_values: list[Any], seed: i
             yield Candidate("random", f"delete {t.name} row {rid}", drop(t.name, rid))
 
 
-def _caveats(ws: Workspace, changes: list[Change]) -> list[str]:
+def _caveats(ws: Space, changes: list[Change]) -> list[str]:
     """Realism notes: what the change does that the real data never shows."""
     notes = []
     for ch in changes:
@@ -228,7 +224,7 @@ def _caveats(ws: Workspace, changes: list[Change]) -> list[str]:
 
 
 def search(
-    ws: Workspace,
+    ws: Space,
     gold_sql: str,
     pred_sql: str,
     feats: Features,
@@ -253,6 +249,7 @@ def search(
     found: list[Witness] = []
     extra = 0
     pending = candidates(ws, feats, result_values, seed)
+    spent: tuple[type[BaseException], ...] = (*ws.errors, TimeoutError)
     drawn = 0
     while True:
         if n >= max_candidates or drawn >= DRAWN_PER_TRIED * max_candidates or ws.steps_left <= 0:
@@ -263,7 +260,7 @@ def search(
             cand = next(pending)
         except StopIteration:
             break
-        except sqlite3.Error:  # a probe of ours ran out of steps: the budget is spent
+        except spent:  # a probe of ours ran out of steps (or time): the budget is spent
             stopped = "budget"
             break
         if found and (extra >= EXTRA_AFTER_FIRST or len(found) >= MAX_WITNESSES or not found[0].caveats):
@@ -300,7 +297,7 @@ def search(
 
 
 def _try(
-    ws: Workspace,
+    ws: Space,
     cand: Candidate,
     gold_sql: str,
     pred_sql: str,
@@ -310,11 +307,12 @@ def _try(
     reverse: bool,
     steps: int,
 ) -> tuple[list[Change], ResultSet, ResultSet, Comparison] | None:
+    invalid: tuple[type[BaseException], ...] = (*ws.errors, ValueError, OverflowError, KeyError, TimeoutError)
     ws.begin()
     try:
         try:
             changes = cand.apply(ws)
-        except (sqlite3.Error, ValueError, OverflowError, KeyError):
+        except invalid:
             return None  # a constraint forbids it: not a valid database
         if reverse:
             ws.set_reverse_order(True)

@@ -20,7 +20,7 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rose_sql.engines.sqlite import Authorizer, connect_read_only
 from rose_sql.evidence.findings import Change
@@ -57,11 +57,58 @@ class Table:
     rows: int = 0
 
 
+class Space(Protocol):
+    """What the candidate generation and the witness search need of a private copy of a database.
+
+    :class:`Workspace` is SQLite's (an in-memory copy, step budgets, savepoints);
+    :class:`rose_sql.evidence.remote.EngineSpace` is the other engines' (an in-memory DuckDB copy, or a
+    scratch database on the server; a transaction per candidate; wall-clock limits). Rows are named by an
+    integer ``rowid`` of the copy. Our own queries (:meth:`query`) are written in SQLite's syntax with
+    ``?`` parameters; the queries under test (:meth:`run`) in the copy's dialect.
+    """
+
+    tables: dict[str, Table]
+    dialect: str
+    errors: tuple[type[BaseException], ...]
+    """What the copy's driver raises when a statement fails (a constraint, a limit)."""
+    guard_fired: bool
+
+    @property
+    def steps_left(self) -> int: ...
+
+    def table_of(self, name: str) -> Table | None: ...
+
+    def profile(self, table: str) -> bool: ...
+
+    def run(self, sql: str, steps: int | None = None) -> ResultSet | None: ...
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]] | None: ...
+
+    def set_reverse_order(self, on: bool) -> None: ...
+
+    def begin(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+    def sample_rowids(self, table: str, limit: int) -> list[int]: ...
+
+    def rowids_where(self, table: str, column: str, values: list[Any], limit: int) -> list[int]: ...
+
+    def row(self, table: str, rowid: int) -> dict[str, Any]: ...
+
+    def update(self, table: str, rowid: int, column: str, value: Any) -> Change: ...
+
+    def insert_copy(self, table: str, rowid: int, overrides: dict[str, Any] | None = None) -> Change: ...
+
+    def delete(self, table: str, rowid: int) -> list[Change]: ...
+
+
 class Workspace:
     """An in-memory copy of a database, its schema and column profiles."""
 
     dialect = "sqlite"
     """The SQL dialect of the copy (the gold smells write their probes in it)."""
+    errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
 
     def __init__(
         self,
@@ -276,6 +323,14 @@ class Workspace:
             self.conn.execute("RELEASE candidate")
         finally:
             self._free = False
+
+    def rowids_where(self, table: str, column: str, values: list[Any], limit: int) -> list[int]:
+        """Rowids of up to ``limit`` rows whose ``column`` holds one of ``values``."""
+        if not self.tables[table].rowid or not values:
+            return []
+        marks = ",".join("?" * len(values))
+        sql = f"SELECT rowid FROM {_q(table)} WHERE {_q(column)} IN ({marks}) LIMIT ?"
+        return [r[0] for r in self.query(sql, (*values, limit)) or []]
 
     def sample_rowids(self, table: str, limit: int) -> list[int]:
         t = self.tables[table]

@@ -77,21 +77,25 @@ class InspectLLM(LLM):
         self.price = None
         self.cache = None
 
-    def _generate_config(self, schema: ReplySchema | None) -> GenerateConfig:
+    def _generate_config(self, schema: ReplySchema | None, sample: int = 0) -> GenerateConfig:
         wanted = None
         if schema is not None and self.cfg.structured != "off":
             name, body = schema
             wanted = ResponseSchema(name=name, json_schema=JSONSchema.model_validate(body), strict=True)
         return GenerateConfig(
-            temperature=self.cfg.temperature, seed=self.cfg.seed, max_tokens=self.cfg.max_tokens, response_schema=wanted
+            temperature=self.cfg.temperature,
+            seed=self._seed(sample),
+            max_tokens=self.cfg.max_tokens,
+            response_schema=wanted,
         )
 
     async def complete(
-        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None
+        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None, sample: int = 0
     ) -> ChatReply:
         """One chat completion from the inspect model (``fresh`` is moot: this seam keeps no cache); the
-        reply's schema goes to inspect as its ``response_schema``, which each provider maps its own way."""
-        config = self._generate_config(schema)
+        reply's schema goes to inspect as its ``response_schema``, which each provider maps its own way;
+        ``sample`` shifts the seed, as for our own client."""
+        config = self._generate_config(schema, sample)
         started = time.monotonic()
         try:
             output = await self.model.generate([_message(m) for m in messages], config=config)

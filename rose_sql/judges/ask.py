@@ -153,8 +153,12 @@ def _call(
     )
 
 
-async def ask(llm: LLM, stage: Step, messages: list[Message], kind: type[R]) -> tuple[R, list[Call]]:
+async def ask(
+    llm: LLM, stage: Step, messages: list[Message], kind: type[R], *, sample: int = 0
+) -> tuple[R, list[Call]]:
     """Call a judge and validate its reply; re-ask once (by default) when the reply is invalid.
+
+    ``sample``: which sample of the stage this is (its seed is the configured one plus it).
 
     With ``retry_invalid``, a cached reply that fails validation is asked again with a fresh call
     (which replaces it in the cache) before any re-ask. Raises :class:`JudgeFailed` (with the calls
@@ -167,10 +171,10 @@ async def ask(llm: LLM, stage: Step, messages: list[Message], kind: type[R]) -> 
     schema = reply_schema(kind)
     for _attempt in range(1 + llm.cfg.reask):
         try:
-            c = await llm.complete(convo, schema=schema)
+            c = await llm.complete(convo, schema=schema, sample=sample)
             reply, problem = _validated(kind, c)
             if problem is not None and c.cached and llm.cfg.retry_invalid:
-                c = await llm.complete(convo, fresh=True, schema=schema)
+                c = await llm.complete(convo, fresh=True, schema=schema, sample=sample)
                 reply, problem = _validated(kind, c)
         except BudgetExhausted as e:
             raise BudgetExhausted(str(e), calls) from None

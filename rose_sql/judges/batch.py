@@ -34,7 +34,7 @@ from typing import Any, Final
 from rose_sql.config import BATCH_MAX_ATTEMPTS, BATCH_MAX_BYTES, BATCH_MAX_REQUESTS, BATCH_POLL_S, JudgeConfig
 from rose_sql.errors import BudgetExhausted, EndpointError, InputError, Pending, UsageError
 from rose_sql.judges.budget import Ledger, Message, Price, price_of
-from rose_sql.judges.llm import LLM, ChatReply, ReplySchema, _from_entry, _to_entry
+from rose_sql.judges.llm import _FORMAT, LLM, ChatReply, ReplySchema, _from_entry, _substitute, _to_entry
 from rose_sql.judges.replies import ReplyFormat
 from rose_sql.judges.wire import read_completion
 
@@ -174,7 +174,8 @@ class BatchLLM(LLM):
         self.discount = batch_discount(cfg.model, cfg.prices_path)
         self.api = self.client.with_options(max_retries=cfg.max_retries)
         self.wanted: dict[str, tuple[list[Message], ReplySchema | None]] = {}
-        """Calls the walk asked for and the cache could not answer: the next round's requests."""
+        """Calls the walk asked for and the cache could not answer (with the reply's schema): the next round's
+        requests."""
         self.made: dict[str, str] = {}
         """Cache key -> the batch of this run that answered it."""
         self.failures: dict[str, list[str]] = {}
@@ -194,12 +195,15 @@ class BatchLLM(LLM):
                     self.made[requests[cid]] = e["batch"]
 
     async def complete(
-        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None
+        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None, sample: int = 0
     ) -> ChatReply:
         """The reply of a call from the cache (a reply a batch of this run gave counts as fresh); else the
         call is noted for the next round and :class:`Pending` raised. Raises
         :class:`~rose_sql.errors.EndpointError` once its requests failed ``max_attempts`` times, and
-        :class:`~rose_sql.errors.BudgetExhausted` when the budget left no room to send it."""
+        :class:`~rose_sql.errors.BudgetExhausted` when the budget left no room to send it. Batches carry
+        one reply per stage: a stage that votes (``sample`` past 0) is refused with :class:`UsageError`."""
+        if sample:
+            raise UsageError("--batch asks one reply per judge stage: drop --samples, --panel and --escalate-to")
         assert self.cache is not None
         key = self.key(messages, schema)
         made = self.made.get(key)
@@ -227,8 +231,8 @@ class BatchLLM(LLM):
         settles waits for the next round, one the money spent leaves no room for is refused."""
         params = self._params()
         lines: list[tuple[str, bytes]] = []
+        formats: dict[str, ReplyFormat] = {}
         refused = 0
-        structured: list[str] = []
         for key, (messages, schema) in self.wanted.items():
             worst = (self.worst_cost(messages) or 0.0) * (1 - self.discount)
             try:
@@ -238,20 +242,23 @@ class BatchLLM(LLM):
                 self._no_budget[key], refused = str(e), refused + 1
                 continue
             self._reserved[key] = worst
-            body = {"model": self.cfg.model, "messages": messages, **params}
-            if schema is not None and not self._format_refused:  # the reply's JSON schema, as the key says
+            body: dict[str, Any] = {"model": self.cfg.model, "messages": messages, **params}
+            if self.cfg.options:  # merged into the body as they are, as a live call's extra_body
+                body.update(_substitute(dict(self.cfg.options), schema[1] if schema else None))
+            if schema is not None and not self._format_refused:  # the body a live call sends (llm.LLM._send)
                 name, body_schema = schema
                 body["response_format"] = {
                     "type": "json_schema",
                     "json_schema": {"name": name, "schema": body_schema, "strict": True},
                 }
-                structured.append(custom_id(key))
+            formats[custom_id(key)] = self.reply_format(schema)
             line = {"custom_id": custom_id(key), "method": "POST", "url": ENDPOINT, "body": body}
             lines.append((key, (json.dumps(line) + "\n").encode()))  # ASCII: a lone surrogate stays JSON
         self.wanted.clear()
+        recorded = {**params, **self.cfg.options}  # as a live call records them
         for chunk in self._split(lines):
             with self._api("sending a batch"):
-                await self._upload(chunk, params, structured)
+                await self._upload(chunk, recorded, {custom_id(k): formats[custom_id(k)] for k, _ in chunk})
         return len(lines), refused
 
     def _split(self, lines: list[tuple[str, bytes]]) -> Iterator[list[tuple[str, bytes]]]:
@@ -271,13 +278,13 @@ class BatchLLM(LLM):
         if chunk:
             yield chunk
 
-    async def _upload(self, chunk: list[tuple[str, bytes]], params: dict[str, Any], structured: list[str]) -> None:
+    async def _upload(
+        self, chunk: list[tuple[str, bytes]], params: dict[str, Any], formats: dict[str, ReplyFormat]
+    ) -> None:
         data = b"".join(line for _, line in chunk)
         uploaded = await self.api.files.create(file=("rose-batch.jsonl", data), purpose="batch")
         requests = {custom_id(key): key for key, _ in chunk}
-        event = {"event": "uploaded", "file": uploaded.id, "params": params, "requests": requests}
-        if with_schema := sorted(cid for cid in structured if cid in requests):
-            event["json_schema"] = with_schema  # the requests sent with response_format
+        event = {"event": "uploaded", "file": uploaded.id, "params": params, "formats": formats, "requests": requests}
         self.log.append(event)
         batch = await self.api.batches.create(
             input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h", metadata={"made_by": "rose-sql"}
@@ -337,12 +344,12 @@ class BatchLLM(LLM):
             cid = line.get("custom_id")
             if not isinstance(cid, str) or cid not in requests or cid in ok:
                 continue
-            reply, why = self._read(line)
+            fmt: ReplyFormat = "json_schema" if upload.get("formats", {}).get(cid) == "json_schema" else "text"
+            reply, why = self._read(line, fmt)
             key = requests[cid]
             if reply is None:
                 failed[cid] = why
                 continue
-            fmt: ReplyFormat = "json_schema" if cid in upload.get("json_schema", ()) else "text"
             c = self._chat_reply(reply, key, upload.get("params", {}), batch_id, fmt)
             entry = _to_entry(c, self.cfg.model)
             assert self.cache is not None  # checked when built
@@ -379,8 +386,8 @@ class BatchLLM(LLM):
                 out.append(line)
         return out
 
-    def _read(self, line: dict[str, Any]) -> tuple[Any, str]:
-        """A result line's completion, or why there is none."""
+    def _read(self, line: dict[str, Any], fmt: ReplyFormat) -> tuple[Any, str]:
+        """A result line's completion, or why there is none (``fmt``: how the request asked for the reply)."""
         response, error = line.get("response"), line.get("error")
         if isinstance(response, dict) and response.get("status_code") == 200:
             raw = json.dumps(response.get("body"), ensure_ascii=False).encode("utf-8", "surrogatepass")
@@ -396,14 +403,16 @@ class BatchLLM(LLM):
             detail = body.get("error") if isinstance(body, dict) else None
             message = detail.get("message") if isinstance(detail, dict) else None
             text = str(message or body)[:500]
-            if response.get("status_code") == 400:
+            if response.get("status_code") == 400 and fmt == "json_schema" and _FORMAT.search(text):
+                if self.cfg.structured == "on":
+                    return None, f"the endpoint refuses the reply's JSON schema as response_format ({text})"
+                self._format_refused = True  # asked as text from the next round on, under the key of that
+            elif response.get("status_code") == 400:
                 self._adapt(self._params(), text)  # a parameter the model refuses: dropped next round
             return None, f"HTTP {response.get('status_code')}: {text}"
         return None, "a result line with neither response nor error"
 
-    def _chat_reply(
-        self, done: Any, key: str, params: dict[str, Any], batch_id: str, fmt: ReplyFormat = "text"
-    ) -> ChatReply:
+    def _chat_reply(self, done: Any, key: str, params: dict[str, Any], batch_id: str, fmt: ReplyFormat) -> ChatReply:
         factor = 1 - self.discount
         if done.prompt_tokens is None or done.completion_tokens is None:  # no usage: charged the worst
             pt, ct = 0, 0

@@ -144,12 +144,16 @@ class LLM:
         self._format_refused = cfg.structured == "off"
         """True once ``response_format`` is not to be sent: ``off``, or the endpoint refused it."""
 
-    def _params(self) -> dict[str, Any]:
+    def _seed(self, sample: int) -> int | None:
+        """The seed of a sample: the configured seed plus the sample's index (each sample its own call)."""
+        return self.cfg.seed + sample if self.cfg.seed is not None else None
+
+    def _params(self, sample: int = 0) -> dict[str, Any]:
         params: dict[str, Any] = {}
         if self.cfg.temperature is not None:
             params["temperature"] = self.cfg.temperature
         if self.cfg.seed is not None:
-            params["seed"] = self.cfg.seed
+            params["seed"] = self._seed(sample)
         if self.cfg.reasoning_effort is not None:
             params["reasoning_effort"] = self.cfg.reasoning_effort
         params = {k: v for k, v in params.items() if k not in self._refused}
@@ -164,12 +168,14 @@ class LLM:
         sent = not self._format_refused or _mentions_schema(self.cfg.options)
         return "json_schema" if sent else "text"
 
-    def key(self, messages: list[Message], schema: ReplySchema | None = None) -> str:
+    def key(self, messages: list[Message], schema: ReplySchema | None = None, sample: int = 0) -> str:
         """The cache key of a call with this client's endpoint, model and configured parameters.
 
         Calls without options, ``reasoning_effort`` or a schema sent keep the keys of earlier versions.
+        The seed of ``sample`` is among the parameters: each sample is its own entry; sample 0 is the
+        single call's.
         """
-        wanted = {"temperature": self.cfg.temperature, "seed": self.cfg.seed, "max_tokens": self.cfg.max_tokens}
+        wanted = {"temperature": self.cfg.temperature, "seed": self._seed(sample), "max_tokens": self.cfg.max_tokens}
         what: dict[str, Any] = {"endpoint": self.endpoint, "model": self.cfg.model, "params": wanted}
         if self.cfg.options:
             what["options"] = dict(self.cfg.options)
@@ -189,28 +195,29 @@ class LLM:
         return self.cost(prompt_tokens_bound(messages), self.cfg.max_tokens)
 
     async def complete(
-        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None
+        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None, sample: int = 0
     ) -> ChatReply:
         """One chat completion: from the cache if this exact call was made before, else from the endpoint.
 
         ``fresh``: ask the endpoint even if the cache holds a reply (which the new one replaces).
         ``schema``: the reply's JSON schema, sent as ``response_format`` unless the endpoint refused it.
+        ``sample``: which of several samples of this call (its seed is the configured one plus it).
         Raises :class:`~rose_sql.errors.BudgetExhausted` before a call that the budget no longer
         allows, and :class:`~rose_sql.errors.EndpointError` when the endpoint gave no usable reply.
         """
         while True:
             with_format = schema is not None and not self._format_refused  # what the key says, what is sent
-            key = self.key(messages, schema)
+            key = self.key(messages, schema, sample)
             if not fresh and self.cache is not None and (hit := self.cache.get(key)) is not None:
                 self.ledger.add(cached=True)
                 return _from_entry(hit, key)
             try:
-                return await self._complete(messages, key, schema, with_format)
+                return await self._complete(messages, key, schema, with_format, sample)
             except _SchemaRefused:
                 continue  # asked as text now: under another key, which the cache may hold
 
     async def _complete(
-        self, messages: list[Message], key: str, schema: ReplySchema | None, with_format: bool
+        self, messages: list[Message], key: str, schema: ReplySchema | None, with_format: bool, sample: int = 0
     ) -> ChatReply:
         if self._sem is None or self._settled is None:
             self._sem, self._settled = asyncio.Semaphore(self.cfg.concurrency), asyncio.Condition()
@@ -222,7 +229,7 @@ class LLM:
             spent = 0.0
             try:
                 start = time.monotonic()
-                done, params, fmt = await self._send(messages, schema, with_format)
+                done, params, fmt = await self._send(messages, schema, with_format, sample)
                 c = self._reply(done, params, key, time.monotonic() - start, worst, fmt)
                 spent = c.cost_usd or 0.0
             finally:
@@ -235,7 +242,7 @@ class LLM:
         return c
 
     async def _send(
-        self, messages: list[Message], schema: ReplySchema | None, with_format: bool
+        self, messages: list[Message], schema: ReplySchema | None, with_format: bool, sample: int = 0
     ) -> tuple[Completion, dict[str, Any], ReplyFormat]:
         """Post the request until a reply comes, retrying transient failures; each attempt has one deadline.
 
@@ -248,7 +255,7 @@ class LLM:
         while True:
             if with_format and self._format_refused:  # another call learnt it while this one waited
                 raise _SchemaRefused
-            params = self._params()
+            params = self._params(sample)
             fmt = self.reply_format(schema)
             sent = dict(params)
             if schema is not None and with_format:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 from rose_sql.errors import ReplyError
 from rose_sql.reasoning import strip_reasoning
@@ -22,8 +22,24 @@ ReplyFormat = Literal["json_schema", "text"]
 carrying ``$schema``), or as plain text that is parsed tolerantly."""
 
 
+def _stated(value: object) -> float | None:
+    """A confidence the reply states of its verdict: a number in [0, 1], anything else as unstated (never
+    an invalid reply: the prompts do not ask for it, and a verdict stands without it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        return None
+    return float(value)
+
+
+Stated = Annotated[float | None, BeforeValidator(_stated)]
+
+
 class _Reply(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
+
+    confidence: Stated = Field(default=None, exclude=True)
+    """How sure the judge says it is of its verdict (0-1), when it says; the cheap-first policy escalates
+    below ``--escalate-below``. Kept out of dumps, so records and the prompts that quote a reply are
+    unchanged; the raw reply keeps it."""
 
 
 class ProverReply(_Reply):
@@ -155,6 +171,10 @@ def _text(description: str) -> dict[str, Any]:
     return {"type": "string", "description": description}
 
 
+_CONFIDENCE = {"type": ["number", "null"], "description": "How sure you are of your verdict, 0 to 1."}
+"""The stated confidence (``_Reply.confidence``): asked through the schema, so that a schema-enforced judge
+states it and the cheap-first policy can escalate below ``--escalate-below`` with one sample."""
+
 _SCHEMAS: dict[type[_Reply], tuple[str, dict[str, Any]]] = {
     ProverReply: (
         "prover_reply",
@@ -171,8 +191,9 @@ _SCHEMAS: dict[type[_Reply], tuple[str, dict[str, Any]]] = {
                 },
                 "reasoning": _text("Why the result does or does not answer the question."),
                 "answers_question": {"type": "boolean"},
+                "confidence": _CONFIDENCE,
             },
-            "required": ["expected_answer", "sql_behaviour", "checks", "reasoning", "answers_question"],
+            "required": ["expected_answer", "sql_behaviour", "checks", "reasoning", "answers_question", "confidence"],
             "additionalProperties": False,
         },
     ),
@@ -187,8 +208,17 @@ _SCHEMAS: dict[type[_Reply], tuple[str, dict[str, Any]]] = {
                 "ambiguity": {"type": "string", "enum": ["none", "question", "schema"]},
                 "gold_correct": {"type": "boolean"},
                 "gold_confidence": {"type": ["number", "null"], "description": "0 to 1."},
+                "confidence": _CONFIDENCE,
             },
-            "required": ["reasoning", "overturn", "label", "ambiguity", "gold_correct", "gold_confidence"],
+            "required": [
+                "reasoning",
+                "overturn",
+                "label",
+                "ambiguity",
+                "gold_correct",
+                "gold_confidence",
+                "confidence",
+            ],
             "additionalProperties": False,
         },
     ),

@@ -10,7 +10,8 @@ over real sockets; only the model is replaced by a *responder*::
 
 ``request`` is the parsed JSON body, ``index`` the 0-based arrival number of the request at
 the server. Helpers build responders: :func:`script` (replies in order), :func:`by_content`
-(decide from the user text, whatever the arrival order), :func:`latency` (add a delay),
+(decide from the user text, whatever the arrival order), :func:`by_model` (from the text, the
+model and the seed), :func:`latency` (add a delay),
 :func:`with_faults` (deterministic transient 429/5xx/timeout/dropped-connection faults that a
 client with bounded retries always gets through) and :func:`at_cap` (every reply uses all the
 completion tokens the request allows: the worst case a budget must cover).
@@ -71,6 +72,7 @@ __all__ = [
     "ScriptedOpenAI",
     "at_cap",
     "by_content",
+    "by_model",
     "conform",
     "default_responder",
     "enforce_schema",
@@ -268,6 +270,19 @@ def by_content(fn: Callable[[str], Reply]) -> Responder:
 
     def responder(request: dict[str, Any], index: int) -> Reply:
         return fn(user_text(request))
+
+    return responder
+
+
+def by_model(fn: Callable[[str, str, int | None], Reply]) -> Responder:
+    """Decide each reply from the user text, the requested model and the request's seed:
+    ``fn(user_text, model, seed)``. Lets a test script a panel whose models disagree, or samples
+    (which differ by seed) whose votes split.
+    """
+
+    def responder(request: dict[str, Any], index: int) -> Reply:
+        seed = request.get("seed")
+        return fn(user_text(request), str(request.get("model", "")), seed if isinstance(seed, int) else None)
 
     return responder
 

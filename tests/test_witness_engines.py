@@ -1,0 +1,279 @@
+"""The witness search on DuckDB (an in-memory copy) and on PostgreSQL and MariaDB (a scratch database
+that rose creates and drops): it finds the witness the SQLite search finds on the same data, leaves the
+user's database as it was, drops its scratch database, and without ``--evidence-scratch`` says why it did
+not search. Tests that need a server skip, naming it, when it cannot be reached."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from servers import MYSQL_ADMIN, PG_ADMIN, SUPERHERO, superhero_fixture  # noqa: F401
+
+from rose_sql.cli.main import main
+from rose_sql.compare import compare
+from rose_sql.config import Config
+from rose_sql.engines.source import Source, parse
+from rose_sql.evidence import Evidence
+from rose_sql.evidence.finder import Finder
+from rose_sql.execute import Executor
+from rose_sql.sql import has_top_level_order_by
+
+MARVEL = (
+    "FROM superhero AS T1 JOIN publisher AS T2 ON T1.publisher_id = T2.id WHERE T2.publisher_name = 'Marvel Comics'"
+)
+GOLD = f"SELECT COUNT(*) {MARVEL}"
+PRED = f"SELECT COUNT(T1.gender_id) {MARVEL}"
+"""Equal today (no Marvel hero lacks a gender) by coincidence: a NULL gender_id tells them apart."""
+SCRATCH = {"postgresql": PG_ADMIN, "mysql": MYSQL_ADMIN}
+
+
+def gather(db: Any, config: Config) -> Evidence:
+    with Executor(config) as ex:
+        g, p = ex.run(db, GOLD), ex.run(db, PRED)
+    assert g.result is not None and p.result is not None, (g.error, p.error)
+    cmp = compare(p.result, g.result, ordered=has_top_level_order_by(GOLD))
+    assert cmp.equal is True
+    finder = Finder(config)
+    try:
+        return finder.gather(db, GOLD, PRED, g, p, cmp)
+    finally:
+        finder.close()
+
+
+def checksums(kind: str, admin: str) -> dict[str, Any]:
+    """Every table of the user's database (a DuckDB file's bytes)."""
+    if kind == "duckdb":
+        path = Path(parse(admin).locate("superhero").target)  # type: ignore[union-attr]
+        return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    if kind == "postgresql":
+        import psycopg
+
+        with psycopg.connect(admin, autocommit=True) as c:
+            names = [r[0] for r in c.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()]
+            return {
+                t: c.execute(
+                    f"SELECT md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) FROM \"{t}\" x"
+                ).fetchone()
+                for t in sorted(names)
+            }
+    import pymysql
+
+    from rose_sql.engines.mysql import connect_args
+
+    c = pymysql.connect(**connect_args(admin))
+    try:
+        with c.cursor() as cur:
+            cur.execute("SHOW TABLES")
+            names = sorted(r[0] for r in cur.fetchall())
+            out = {}
+            for t in names:
+                cur.execute(f"CHECKSUM TABLE `{t}` EXTENDED")
+                out[t] = cur.fetchone()
+            return out
+    finally:
+        c.close()
+
+
+def scratch_databases(kind: str) -> list[str]:
+    from rose_sql.evidence.scratch import leftovers
+
+    return leftovers(SCRATCH[kind])
+
+
+@pytest.fixture(scope="module")
+def sqlite_witness() -> Evidence:
+    if not SUPERHERO.is_file():
+        pytest.skip(f"shared data not found at {SUPERHERO}")
+    ev = gather(SUPERHERO, Config(workers=1))
+    assert ev.witness is not None
+    return ev
+
+
+@pytest.mark.parametrize("kind", ["duckdb", "postgresql", "mysql"])
+def test_the_witness_search_finds_on_each_engine_what_it_finds_on_sqlite(
+    kind: str, superhero_on: Callable[[str], tuple[str, str]], sqlite_witness: Evidence
+) -> None:
+    admin, reader = superhero_on(kind)
+    before = checksums(kind, admin)
+    left_before = scratch_databases(kind) if kind != "duckdb" else []
+    source = parse(reader)
+    assert isinstance(source, Source)
+    config = Config(workers=1, evidence_scratch=SCRATCH.get(kind))
+    ev = gather(source.locate("superhero"), config)
+    assert ev.skipped is None and ev.guard is None, (ev.skipped, ev.guard)
+    w, lite = ev.witness, sqlite_witness.witness
+    assert w is not None and lite is not None
+    assert w.kind == lite.kind == "null"
+    change, lite_change = w.changes[0], lite.changes[0]
+    assert (
+        (change.op, change.table.lower(), change.column, change.new)
+        == (
+            lite_change.op,
+            lite_change.table,
+            lite_change.column,
+            lite_change.new,
+        )
+        == ("update", "superhero", "gender_id", None)
+    )
+    assert (w.gold_result.rows, w.pred_result.rows) == (lite.gold_result.rows, lite.pred_result.rows)
+    assert ev.search is not None and ev.search.stopped == "found"
+    assert checksums(kind, admin) == before  # the user's database is as it was
+    if kind != "duckdb":
+        assert scratch_databases(kind) == left_before  # the scratch database is gone
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+def test_without_a_scratch_url_the_reason_is_recorded(
+    kind: str, superhero_on: Callable[[str], tuple[str, str]]
+) -> None:
+    source = parse(superhero_on(kind)[1])
+    assert isinstance(source, Source)
+    ev = gather(source.locate("superhero"), Config(workers=1))
+    assert ev.witness is None and ev.search is None
+    assert ev.skipped is not None and "--evidence-scratch" in ev.skipped and kind in ev.skipped
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+def test_rose_run_drops_its_scratch_database(
+    kind: str, superhero_on: Callable[[str], tuple[str, str]], tmp_path: Path
+) -> None:
+    admin, reader = superhero_on(kind)
+    before, left_before = checksums(kind, admin), scratch_databases(kind)
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": 1, "db_id": "superhero", "gold_sql": GOLD, "pred_sql": PRED}) + "\n")
+    out = tmp_path / "out"
+    args = ["run", str(items), "--db", reader, "--out", str(out), "--workers", "1", "--evidence"]
+    result = CliRunner().invoke(main, [*args, "--evidence-scratch", SCRATCH[kind]])
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "items" / "records.jsonl").read_text())
+    assert record["evidence"]["witness"]["kind"] == "null", record["evidence"]
+    assert scratch_databases(kind) == left_before
+    assert checksums(kind, admin) == before
+
+
+def test_a_database_too_large_to_copy_is_skipped_with_its_reason(
+    superhero_on: Callable[[str], tuple[str, str]],
+) -> None:
+    source = parse(superhero_on("duckdb")[1])
+    assert isinstance(source, Source)
+    ev = gather(source.locate("superhero"), Config(workers=1, evidence_max_db_bytes=1000))
+    assert ev.witness is None and ev.skipped is not None and "larger than" in ev.skipped
+    pg = parse(superhero_on("postgresql")[1])
+    assert isinstance(pg, Source)
+    left = scratch_databases("postgresql")
+    ev = gather(pg.locate("superhero"), Config(workers=1, evidence_max_db_bytes=1000, evidence_scratch=PG_ADMIN))
+    assert ev.witness is None and ev.skipped is not None and "more than 0 MiB" in ev.skipped
+    assert scratch_databases("postgresql") == left
+
+
+def test_a_scratch_database_left_by_a_dead_process_is_dropped(superhero_on: Callable[[str], tuple[str, str]]) -> None:
+    from rose_sql.evidence.scratch import PREFIX, host_tag, server
+
+    superhero_on("postgresql")
+    dead = f"{PREFIX}{host_tag()}_999999999_deadbeef"
+    server(PG_ADMIN).create(dead)
+    assert dead in scratch_databases("postgresql")
+    result = CliRunner().invoke(main, ["db", "scratch", PG_ADMIN, "--drop"])
+    assert result.exit_code == 0, result.output
+    assert dead in result.output and dead not in scratch_databases("postgresql")
+
+
+def test_a_search_stopped_by_the_wall_clock_is_a_guard_never_a_finding(
+    superhero_on: Callable[[str], tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from rose_sql.evidence.remote import EngineSpace
+
+    start = EngineSpace.start
+    monkeypatch.setattr(EngineSpace, "start", lambda self, deadline: start(self, time.monotonic() - 1))
+    source = parse(superhero_on("duckdb")[1])
+    assert isinstance(source, Source)
+    ev = gather(source.locate("superhero"), Config(workers=1))
+    assert ev.witness is None and ev.search is not None and ev.search.stopped == "budget"
+    assert ev.guard is not None and "wall-clock" in ev.guard
+
+
+def test_the_manifest_says_whether_a_scratch_server_searched_never_its_url(
+    superhero_on: Callable[[str], tuple[str, str]],
+) -> None:
+    from rose_sql.provenance import _engine
+
+    source = parse(superhero_on("postgresql")[1])
+    assert isinstance(source, Source)
+    without = _engine(source, ["superhero"], Config(workers=1))["options"]
+    with_ = _engine(source, ["superhero"], Config(workers=1, evidence_scratch="postgresql://u:secret@h/p"))["options"]
+    assert "evidence_scratch" not in without and with_["evidence_scratch"] is True  # older manifests still resume
+    assert "secret" not in json.dumps(with_)
+
+
+ATTACKS = {
+    "duckdb": ["SELECT * FROM read_csv('/etc/passwd')", "SELECT setseed(0.1)", "SELECT * FROM query('SELECT 1')"],
+    "postgresql": [
+        "SELECT pg_advisory_lock(1)",
+        "SELECT set_config('work_mem', '1MB', false)",
+        "WITH x AS (DELETE FROM superhero RETURNING 1) SELECT count(*) FROM x",
+        "SELECT pg_read_file('/etc/passwd')",
+    ],
+    "mysql": ["SELECT GET_LOCK('rose', 0)", "SELECT SLEEP(5)", "SELECT 1 INTO OUTFILE '/tmp/rose-witness-x'"],
+}
+
+
+@pytest.mark.parametrize("kind", ["duckdb", "postgresql", "mysql"])
+def test_the_copy_runs_queries_under_the_engines_sandbox_rules(
+    kind: str, superhero_on: Callable[[str], tuple[str, str]]
+) -> None:
+    from rose_sql.evidence.remote import open_space
+
+    source = parse(superhero_on(kind)[1])
+    assert isinstance(source, Source)
+    space = open_space(source.locate("superhero"), Config(workers=1, evidence_scratch=SCRATCH.get(kind)))
+    assert not isinstance(space, str), space
+    try:
+        assert space.need(["superhero"]) is None
+        space.start(float("inf"))
+        for attack in ATTACKS[kind]:
+            assert space.run(attack) is None, attack
+        count = space.run("SELECT COUNT(*) FROM superhero")
+        assert count is not None and count.rows == ((750,),)
+        assert not space.guard_fired
+    finally:
+        space.close()
+    assert not Path("/tmp/rose-witness-x").exists()
+
+
+def test_a_scratch_connection_lost_is_recorded_and_the_next_item_gets_a_new_copy(
+    superhero_on: Callable[[str], tuple[str, str]],
+) -> None:
+    import psycopg
+
+    source = parse(superhero_on("postgresql")[1])
+    assert isinstance(source, Source)
+    db = source.locate("superhero")
+    config = Config(workers=1, evidence_scratch=PG_ADMIN)
+    left = scratch_databases("postgresql")
+    with Executor(config) as ex:
+        g, p = ex.run(db, GOLD), ex.run(db, PRED)
+    assert g.result is not None and p.result is not None
+    cmp = compare(p.result, g.result, ordered=False)
+    finder = Finder(config)
+    try:
+        assert finder.gather(db, GOLD, PRED, g, p, cmp).witness is not None
+        with psycopg.connect(PG_ADMIN, autocommit=True) as c:  # the server drops the scratch session
+            c.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'rose-sql-scratch'"
+            )
+        lost = finder.gather(db, GOLD, PRED, g, p, cmp)
+        assert lost.witness is None and lost.skipped is not None
+        assert "the connection to the copy was lost" in lost.skipped or "the witness search failed" in lost.skipped
+        again = finder.gather(db, GOLD, PRED, g, p, cmp)
+        assert again.witness is not None and again.skipped is None
+    finally:
+        finder.close()
+    assert scratch_databases("postgresql") == left
