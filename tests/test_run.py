@@ -162,3 +162,21 @@ def test_systems_that_predict_alike_get_the_same_outcome_with_cached_executions(
         assert a == b
     assert {r["comparison"]["reason"] for r in found["alpha"].values() if r["comparison"]} >= {"same", "values"}
     assert any(r["pred"]["status"] == "error" for r in found["beta"].values())
+
+
+def test_a_run_without_a_judge_imports_none_of_the_judges(make_db: Callable[..., Path], tmp_path: Path) -> None:
+    """Starting up is most of a small run's time: the judges' modules (pydantic, openai) stay unimported."""
+    db = make_db("CREATE TABLE t (a INT); INSERT INTO t VALUES (1);")
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": 1, "db_id": "t", "pred_sql": "SELECT a FROM t", "gold_sql": "SELECT 1"}) + "\n")
+    script = (
+        "import sys\nfrom rose_sql.cli import main\n"
+        f"sys.argv = ['rose', 'run', {str(items)!r}, '--db-root', {str(db.parent.parent)!r}, "
+        f"'--out', {str(tmp_path / 'out')!r}, '--workers', '1']\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('rose_sql.judges', 'openai', 'pydantic'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / "out" / "items" / "records.jsonl").is_file()

@@ -48,9 +48,11 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 def _parse_judge_options(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if not values:
+        return options  # the judges' modules (pydantic, openai) are imported only when a judge is configured
     from rose_sql.judges.llm import parse_option
 
-    options: dict[str, Any] = {}
     for text in values:
         try:
             key, value = parse_option(text)
