@@ -316,6 +316,8 @@ def test_an_escalated_stage_counts_the_strong_votes_and_strong_only_needs_them()
         (["--judge-model", "gpt-4o-mini", "--aggregate", "strong-only"], "'strong-only' is not one of"),
         (["--escalate-to", "gpt-4o"], "--escalate-to needs --judge-model"),
         (["--judge-model", "gpt-4o-mini", "--samples", "3", "--ray"], "drop --samples"),
+        (["--judge-model", "gpt-4o-mini", "--panel", "gpt-4o,,=http://h/v1"], "name a model in each"),
+        (["--evidence-scratch", "notaurl"], "Invalid value for '--evidence-scratch'"),
     ],
 )
 def test_vote_options_that_cannot_work_are_refused(tmp_path: Path, league: Path, opts: list[str], says: str) -> None:
@@ -323,6 +325,7 @@ def test_vote_options_that_cannot_work_are_refused(tmp_path: Path, league: Path,
     args = ["run", str(path), "--db-root", str(league), "--out", str(tmp_path / "out"), *opts]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and says in result.output, result.output
+    assert not (tmp_path / "out").exists()  # refused before anything is written
 
 
 def test_cheap_first_with_samples_escalates_the_split_stage_only(tmp_path: Path, league: Path) -> None:

@@ -62,6 +62,25 @@ def _parse_judge_options(ctx: click.Context, param: click.Parameter, values: tup
     return options
 
 
+def _check_scratch(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--evidence-scratch``'s URL, checked as it is read (a SQLite run would otherwise never look at it)."""
+    if value is None:
+        return None
+    from rose_sql.evidence.scratch import check_url
+
+    try:
+        return check_url(value)
+    except UsageError as e:
+        raise click.BadParameter(str(e), ctx, param) from None
+
+
+def _check_panel(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--panel``'s list, refused when an entry names no model (``a,,b``, ``=URL``)."""
+    if value is not None and any(not m.strip().partition("=")[0].strip() for m in value.split(",")):
+        raise click.BadParameter(f"{value!r}: name a model in each comma-separated entry (MODEL or MODEL=URL)")
+    return value
+
+
 def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """``--ray``'s value, checked as it is read (before a missing argument is: ``--ray preds.txt`` took the file)."""
     if value is not None:
@@ -161,6 +180,7 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option(
     "--evidence-scratch",
     metavar="URL",
+    callback=_check_scratch,
     help="PostgreSQL or MySQL/MariaDB server (and a role that may create databases) where the witness search "
     "makes, and drops, a scratch database per worker holding copies of the tables the queries read; never "
     "the --db database. Without it there is no witness search on those servers (the evidence says so).",
@@ -169,6 +189,7 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option(
     "--panel",
     metavar="M1,M2,...",
+    callback=_check_panel,
     help="Judge models that vote together at each stage (their majority decides), after --judge-model when it is "
     "given; MODEL=URL gives one model its own endpoint. Each model's verdict is on the record.",
 )

@@ -174,9 +174,14 @@ def server(url: str) -> _Server:
         return _MyServer(url)
     from rose_sql.errors import UsageError
 
-    raise UsageError(
-        f"--evidence-scratch {redact(url)}: name a PostgreSQL or MySQL/MariaDB server (postgresql://, mysql://)"
-    )
+    raise UsageError(f"{redact(url)}: name a PostgreSQL or MySQL/MariaDB server (postgresql://, mysql://)")
+
+
+def check_url(url: str) -> str:
+    """``url`` when it names a server scratch databases can be made on (by its scheme; nothing is
+    contacted); :class:`~rose_sql.errors.UsageError` otherwise."""
+    server(url)
+    return url
 
 
 def leftovers(url: str) -> list[str]:
