@@ -493,6 +493,11 @@ def test_price_table_checks_the_cached_rate(tmp_path: Path) -> None:
         path.write_text(json.dumps({"local": {"input": 1, "output": 2, "cached_input": bad}}))
         with pytest.raises(InputError, match="local"):
             load_prices(path)
+    assert load_prices(good)["gpt-4o"].batch_discount == 0.5 and load_prices(good)["local"].batch_discount == 0
+    for bad in ("half", 1, True):
+        path.write_text(json.dumps({"local": {"input": 1, "output": 2, "batch_discount": bad}}))
+        with pytest.raises(InputError, match="batch_discount of 'local'"):
+            load_prices(path)
 
 
 def test_more_cached_tokens_than_prompt_tokens_is_an_endpoint_error() -> None:

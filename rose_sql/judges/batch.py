@@ -27,18 +27,17 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
 from rose_sql.config import BATCH_MAX_ATTEMPTS, BATCH_MAX_BYTES, BATCH_MAX_REQUESTS, BATCH_POLL_S, JudgeConfig
-from rose_sql.errors import BudgetExhausted, EndpointError, InputError, Pending, UsageError
-from rose_sql.judges.budget import Ledger, Message, Price, price_of
+from rose_sql.errors import BudgetExhausted, EndpointError, Pending, UsageError
+from rose_sql.judges.budget import Ledger, Message
 from rose_sql.judges.llm import _FORMAT, LLM, ChatReply, ReplySchema, _from_entry, _substitute, _to_entry
 from rose_sql.judges.replies import ReplyFormat
 from rose_sql.judges.wire import read_completion
 
-__all__ = ["BatchLLM", "BatchOptions", "Log", "Pending", "batch_discount", "custom_id", "for_item"]
+__all__ = ["BatchLLM", "BatchOptions", "Log", "Pending", "custom_id", "for_item"]
 
 ENDPOINT: Final = "/v1/chat/completions"
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -77,27 +76,6 @@ def for_item(token: str) -> None:
 def custom_id(key: str) -> str:
     """The ``custom_id`` of a call: a hash of its cache key."""
     return "rose-" + hashlib.sha256(key.encode()).hexdigest()[:32]
-
-
-def batch_discount(model: str, extra: Path | None = None) -> float:
-    """The share of the price a batch saves for ``model`` (``batch_discount`` in the price table: 0.5 for
-    OpenAI's models); 0 where the table gives none (charged at the full price, which a budget can keep)."""
-    table: dict[str, Any] = json.loads(resources.files("rose_sql.judges").joinpath("prices.json").read_text())
-    if extra is not None:
-        try:
-            more = json.loads(extra.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
-            raise InputError(extra, f"cannot read the price table: {e}") from None
-        if isinstance(more, dict):
-            table.update(more)
-    discounts: dict[str, Price] = {}
-    for name, p in table.items():
-        value = p.get("batch_discount", 0.0) if isinstance(p, dict) and not name.startswith("_") else 0.0
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-            raise InputError(extra or "prices.json", f"batch_discount of {name!r} must be a number in [0, 1)")
-        discounts[name] = Price(float(value), 0.0)
-    found = price_of(model, discounts)
-    return found[0] if found is not None else 0.0
 
 
 # --------------------------------------------------------------------------- batches.jsonl
@@ -171,7 +149,7 @@ class BatchLLM(LLM):
             raise UsageError("--batch keeps the batches' replies in the LLM cache: drop --no-cache")
         self.log = log
         self.options = options or BatchOptions()
-        self.discount = batch_discount(cfg.model, cfg.prices_path)
+        self.discount = self.price.batch_discount if self.price is not None else 0.0
         self.api = self.client.with_options(max_retries=cfg.max_retries)
         self.wanted: dict[str, tuple[list[Message], ReplySchema | None]] = {}
         """Calls the walk asked for and the cache could not answer (with the reply's schema): the next round's

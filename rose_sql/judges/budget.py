@@ -58,6 +58,8 @@ class Price(NamedTuple):
     output: float
     cached_input: float | None = None
     """Prompt tokens the provider served from its prefix cache (None: billed as other input)."""
+    batch_discount: float = 0.0
+    """The share of the price a Batch API call saves (0.5 for OpenAI's models; 0: none)."""
 
 
 def load_prices(extra: Path | None = None) -> dict[str, Price]:
@@ -85,6 +87,10 @@ def load_prices(extra: Path | None = None) -> dict[str, Price]:
             ) from None
         if not all(math.isfinite(x) and x >= 0 for x in price if x is not None):  # a negative price makes room
             raise InputError(extra or "prices.json", f"price of {model!r} must be finite and not negative")
+        discount = p.get("batch_discount", 0.0)
+        if isinstance(discount, bool) or not isinstance(discount, int | float) or not 0 <= discount < 1:
+            raise InputError(extra or "prices.json", f"batch_discount of {model!r} must be a number in [0, 1)")
+        price = price._replace(batch_discount=float(discount))
         prices[model] = price
     return prices
 
