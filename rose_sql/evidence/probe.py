@@ -52,18 +52,24 @@ class EngineProbe:
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]] | None:
         """One of our probes (SQLite's syntax, ``?`` parameters), rendered in the engine's dialect."""
-        try:
-            tree = sqlglot.parse_one(sql, read="sqlite")
-        except sqlglot.errors.ParseError:
-            return None
-        values = iter(params)
-        tree = tree.transform(lambda n: literal(next(values)) if isinstance(n, exp.Placeholder) else n)
-        result = self.run(tree.sql(dialect=self.dialect))
+        rendered = render(sql, params, self.dialect)
+        result = self.run(rendered) if rendered is not None else None
         return list(result.rows) if result is not None else None
 
     @staticmethod
     def quote(name: str) -> str:
         return quote_identifier(name)
+
+
+def render(sql: str, params: tuple[Any, ...], dialect: str) -> str | None:
+    """One of our probes, written in SQLite's syntax with ``?`` parameters, in ``dialect`` with the values
+    as literals; None when sqlglot cannot read it."""
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except sqlglot.errors.ParseError:
+        return None
+    values = iter(params)
+    return tree.transform(lambda n: literal(next(values)) if isinstance(n, exp.Placeholder) else n).sql(dialect=dialect)
 
 
 def literal(value: Any) -> exp.Expr:

@@ -25,14 +25,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-
 from rose_sql.config import Config
 from rose_sql.engines.base import ColumnInfo, Limits, TableInfo, batches, collect, policy
 from rose_sql.engines.source import Remote
 from rose_sql.evidence.findings import Change
-from rose_sql.evidence.probe import literal
+from rose_sql.evidence.probe import render
 from rose_sql.evidence.workspace import Column, Table
 from rose_sql.execute import ResultSet
 from rose_sql.sql import gate
@@ -224,13 +221,8 @@ class EngineSpace:
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]] | None:
         """One of our probes, written in SQLite's syntax with ``?`` parameters (values become literals)."""
-        try:
-            tree = sqlglot.parse_one(sql, read="sqlite")
-        except sqlglot.errors.ParseError:
-            return None
-        values = iter(params)
-        tree = tree.transform(lambda n: literal(next(values)) if isinstance(n, exp.Placeholder) else n)
-        return self._plain(tree.sql(dialect=self.dialect))
+        rendered = render(sql, params, self.dialect)
+        return self._plain(rendered) if rendered is not None else None
 
     def run(self, sql: str, steps: int | None = None) -> ResultSet | None:
         """A query under test, through the engine's gate and function policy, within the caps and the time
