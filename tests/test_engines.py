@@ -130,6 +130,24 @@ def test_a_query_past_the_time_limit_is_unscored_never_zero(
     assert record.dialect == source.dialect and record.server
 
 
+def test_a_time_limit_hidden_by_leaving_a_pipeline_is_still_the_time_limit() -> None:
+    """Under load PostgreSQL's statement_timeout can fire inside the pipeline that starts a statement; psycopg
+    then raises "cannot exit pipeline mode while busy" over it, which read as a server gone away."""
+    psycopg = pytest.importorskip("psycopg")
+    engine = engine_for("postgresql", Config())
+    try:
+        raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+    except psycopg.Error:
+        try:
+            raise psycopg.OperationalError("cannot exit pipeline mode while busy")
+        except psycopg.OperationalError as e:
+            hidden = e
+    failure = engine._classify(hidden)  # type: ignore[attr-defined]
+    assert (failure.status, failure.broken) == ("guard", True) and "statement timeout" in failure.message
+    gone = engine._classify(psycopg.OperationalError("server closed the connection unexpectedly"))  # type: ignore[attr-defined]
+    assert gone.status == "unreadable"
+
+
 def test_a_server_that_goes_away_mid_run_is_transient_then_reconnects(
     superhero_on: Callable[[str], tuple[str, str]],
 ) -> None:

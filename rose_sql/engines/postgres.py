@@ -149,7 +149,13 @@ class PostgreSQL(Pooled[_Conn]):
             c.execute("DISCARD ALL")
 
     def _classify(self, e: BaseException) -> Failure:
-        state = getattr(getattr(e, "diag", None), "sqlstate", None) if isinstance(e, psycopg.Error) else None
+        state = (e.diag.sqlstate or e.sqlstate) if isinstance(e, psycopg.Error) else None
+        inner = e.__context__
+        if state is None and isinstance(e, psycopg.OperationalError) and isinstance(inner, psycopg.Error):
+            # leaving a pipeline whose statement failed ("cannot exit pipeline mode while busy") hides why it
+            # failed, e.g. the time limit: the statement's own error decides; the connection is not reused
+            found = self._classify(inner)
+            return Failure(found.status, found.message, broken=True)
         message = f"{type(e).__name__}: {str(e).strip()}"
         if state == _QUERY_CANCELED or isinstance(e, TimeoutError):
             return Failure("guard", message)
