@@ -1,4 +1,5 @@
-"""``rose calibrate``: ROSE-VEC's superhero items judged by scripted judges over real HTTP, cards and the rule."""
+"""``rose calibrate``: ROSE-VEC's items whose databases are here (superhero, student_club, toxicology), judged
+by scripted judges over real HTTP; cards and the upgrade rule."""
 
 from __future__ import annotations
 
@@ -16,14 +17,18 @@ from rose_sql.cli.run import run_cmd
 from rose_sql.testing import Reply, ScriptedOpenAI, by_content
 
 ENV = {"OPENAI_API_KEY": "t"}
+HERE = {"superhero", "student_club", "toxicology"}
+"""The BIRD dev databases of the shared data."""
 PROVER = {"expected_answer": "e", "sql_behaviour": "b", "reasoning": "r", "answers_question": True}
 REFUTER = {"reasoning": "r", "overturn": False, "ambiguity": "none", "gold_correct": True}
 
 
 @pytest.fixture(scope="module")
-def superhero(shared: Path) -> list[dict[str, Any]]:
+def present(shared: Path) -> list[dict[str, Any]]:
+    """The ROSE-VEC BIRD items whose databases the shared data holds (77: superhero 23, student_club 24,
+    toxicology 30)."""
     items = json.loads((shared / "rose-vec" / "rose-vec-bird.json").read_text())
-    return [x for x in items if x["db_id"] == "superhero"]
+    return [x for x in items if x["db_id"] in HERE]
 
 
 def oracle(items: list[dict[str, Any]]) -> Any:
@@ -78,24 +83,27 @@ def test_reuses_run_options() -> None:
 
 def test_select_keeps_items_whose_database_exists(shared: Path) -> None:
     bird, spider = (select(s, shared / "bird") for s in rose_vec_sources(shared / "rose-vec"))
-    assert (len(bird.kept), bird.total, bird.missing["card_games"]) == (23, 322, 49)
-    assert {x["db_id"] for x in bird.kept} == {"superhero"}
+    assert (len(bird.kept), bird.total, bird.missing["card_games"]) == (77, 322, 49)
+    assert {x["db_id"] for x in bird.kept} == HERE
     assert set(bird.source.tags) == {"goldx", "ambq"}
     assert (len(spider.kept), spider.skipped) == (0, 263)
 
 
-def test_calibrate_cards_and_upgrade_rule(shared: Path, superhero: list[dict[str, Any]], tmp_path: Path) -> None:
-    with ScriptedOpenAI(oracle(superhero)) as srv:
+def test_calibrate_cards_and_upgrade_rule(shared: Path, present: list[dict[str, Any]], tmp_path: Path) -> None:
+    with ScriptedOpenAI(oracle(present)) as srv:
         first = calibrate(shared, srv, tmp_path / "oracle")
         assert first.exit_code == 0, first.output
         assert srv.calls > 0
-    assert "rose-vec-bird: 23 of 322 items kept (databases present: superhero); 299 skipped" in first.output
+    assert (
+        "rose-vec-bird: 77 of 322 items kept (databases present: student_club, superhero, toxicology); 245 skipped"
+        in first.output
+    )
     assert "rose-vec-spider: 0 of 263 items kept; 263 skipped" in first.output
     card_path = tmp_path / "oracle" / "ROSE_gpt-4o-mini-202612.json"
     card = json.loads(card_path.read_text())
     assert card["validation_set"]["name"] == "ROSE-VEC"
-    assert card["validation_set"]["subsets"][0]["items"] == 23
-    assert card["agreement"]["n"] == 23 and "ci95" in card["agreement"]
+    assert card["validation_set"]["subsets"][0]["items"] == 77
+    assert card["agreement"]["n"] == 77 and "ci95" in card["agreement"]
     # the tag lists were cut down to the kept items, so nothing is reported as outside the set
     assert "lacks" not in first.output
 
@@ -113,7 +121,7 @@ def test_calibrate_cards_and_upgrade_rule(shared: Path, superhero: list[dict[str
 
     # the other way round the oracle replaces the always-pass judge
     pass_card = tmp_path / "pass" / "ROSE_gpt-4o-mini-202612.json"
-    with ScriptedOpenAI(oracle(superhero)) as srv:
+    with ScriptedOpenAI(oracle(present)) as srv:
         third = calibrate(shared, srv, tmp_path / "oracle-again", "--card", str(pass_card))
         assert third.exit_code == 0, third.output
     assert "Use the new judge, ROSE_gpt-4o-mini-202612" in third.output
@@ -132,18 +140,18 @@ def test_dry_run_calls_nothing_and_writes_nothing(shared: Path, tmp_path: Path) 
     assert not (tmp_path / "dry").exists()
 
 
-def test_labels_file_from_review_export(shared: Path, superhero: list[dict[str, Any]], tmp_path: Path) -> None:
+def test_labels_file_from_review_export(shared: Path, present: list[dict[str, Any]], tmp_path: Path) -> None:
     """A rose review export (ROSE-VEC format, id lists beside it) is read with its tags."""
     export = tmp_path / "validation" / "heroes"
     export.mkdir(parents=True)
-    (export / "heroes.json").write_text(json.dumps(superhero[:6]))
-    (export / "gold_false_ids.json").write_text(json.dumps([superhero[0]["question_id"]]))
+    (export / "heroes.json").write_text(json.dumps(present[:6]))
+    (export / "gold_false_ids.json").write_text(json.dumps([present[0]["question_id"]]))
     part = select(labelled_source(export / "heroes.json"), shared / "bird")
     assert (len(part.kept), part.skipped, set(part.source.tags)) == (6, 0, {"goldx"})
     other = {"name": "ROSE_o3-202601", "validation_set": {"name": "ROSE-VEC", "sha256": "x"}}
     other["agreement"] = {"kappa": 80.0, "accuracy": 90.0, "mcc": 80.0, "f1": 90.0}
     (tmp_path / "old.json").write_text(json.dumps(other))
-    with ScriptedOpenAI(oracle(superhero)) as srv:
+    with ScriptedOpenAI(oracle(present)) as srv:
         args = ["calibrate", "--labels", str(export / "heroes.json"), "--db", str(shared / "bird")]
         args += ["--out", str(tmp_path / "c"), "--judge-model", "m", "--judge-base-url", srv.base_url, "--no-cache"]
         args += ["--card", str(tmp_path / "old.json")]
