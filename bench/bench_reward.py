@@ -81,6 +81,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from rose_sql.config import steps_for  # noqa: E402
+from rose_sql.engines import Database  # noqa: E402
 from rose_sql.items import load_items  # noqa: E402
 from rose_sql.reward import RewardConfig, RewardItem, RewardScorer  # noqa: E402
 
@@ -134,7 +135,7 @@ def rose_items(batch: Sequence[Rollout], offset: int) -> list[RewardItem]:
     out = []
     for k, r in enumerate(batch, offset):
         completion: Any = [{"role": "assistant", "content": r.completion}] if k % 4 == 3 else r.completion
-        out.append(RewardItem(completion, r.gold, r.db))
+        out.append(RewardItem(completion, r.gold, Database.file(r.db)))
     return out
 
 
@@ -150,7 +151,8 @@ def run_rose(
             with tempfile.TemporaryDirectory() as tmp:
                 db = Path(tmp) / "warm.sqlite"
                 sqlite3.connect(db).close()
-                scorer.score_batch([RewardItem(f"SELECT {k}", "SELECT 1", db) for k in range(4 * processes)])
+                scratch = Database.file(db)
+                scorer.score_batch([RewardItem(f"SELECT {k}", "SELECT 1", scratch) for k in range(4 * processes)])
             start = time.perf_counter()
         offset = 0
         for batch in batches(rollouts, args.batch):

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rose_sql.config import Config
-from rose_sql.engines.source import Source
+from rose_sql.engines import Source
 from rose_sql.errors import Pending, UsageError
 from rose_sql.evaluate import Executed, failed_record, judge_item, to_record
+from rose_sql.execute import Executor
 from rose_sql.items import Item
 from rose_sql.record import Record, id_key
 from rose_sql.run import Flush, Stage1, Write, _batches
@@ -59,6 +60,8 @@ class BatchBackend:
         """Shown the state of the batch being polled (the CLI sets it to its progress line)."""
         self.stage1 = Stage1(config)  # first, while this process may have a single thread (workers are forked)
         self._llm: BatchLLM | None = None
+        self._catalogue = Executor(config)
+        """This process's engines, for the judges' schemas (the queries run in the workers)."""
         self._schemas: Schemas | None = None
         self.rounds = 0
         """Rounds that sent at least one request."""
@@ -67,7 +70,7 @@ class BatchBackend:
     def ledger(self) -> Ledger | None:
         return self._llm.ledger if self._llm is not None else None
 
-    async def evaluate(self, queue: list[tuple[str, Item]], db_root: Path | Source, write: Write, flush: Flush) -> None:
+    async def evaluate(self, queue: list[tuple[str, Item]], db_root: Source, write: Write, flush: Flush) -> None:
         from rose_sql.judges.batch import BatchLLM, Log
 
         assert self.config.judge is not None
@@ -92,7 +95,7 @@ class BatchBackend:
             await llm.aclose()
 
     async def _execute(
-        self, queue: list[tuple[str, Item]], db_root: Path | Source, write: Write, flush: Flush
+        self, queue: list[tuple[str, Item]], db_root: Source, write: Write, flush: Flush
     ) -> list[Waiting]:
         """The deterministic stages of every item: those to judge, in the order of the queue."""
         window = asyncio.Semaphore(self.config.workers * 2)
@@ -120,7 +123,7 @@ class BatchBackend:
         from rose_sql.judges.batch import for_item
         from rose_sql.judges.context import Schemas
 
-        schemas = self._schemas = self._schemas or Schemas()
+        schemas = self._schemas = self._schemas or Schemas(self._catalogue)
         assert self.config.judge is not None
         policy = self.config.judge.effective_matched_refuter
 
@@ -157,3 +160,4 @@ class BatchBackend:
 
     def close(self, *, now: bool = False) -> None:
         self.stage1.close(now=now)
+        self._catalogue.close()

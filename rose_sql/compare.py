@@ -23,7 +23,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from rose_sql.columns import DEFAULT_WORK, Budget, column_maps
-from rose_sql.execute import ResultSet, Row
+from rose_sql.results import ResultSet, Row
 
 Reason = Literal[
     "same",  # equal, possibly up to tolerated representation differences (see notes)

@@ -3,7 +3,11 @@
 Each is frozen, built once at the entry point (CLI or API) and passed down; no module keeps mutable
 settings of its own, and the CLI reads its defaults from here. :class:`Config` is a run's (with
 :class:`JudgeConfig` for its judges); :class:`RewardConfig` is the RL reward's, and
-:class:`ServeConfig` the reward server's.
+:class:`ServeConfig` the reward server's; :func:`console_config` the review console's sandbox.
+
+Each limit has one default, here. Where another value is right (a reward computed in a training loop,
+a person waiting at the review console, the demo's runaway query), it is a named setting below, read by
+every entry point that needs it, never a number typed again elsewhere.
 """
 
 from __future__ import annotations
@@ -12,10 +16,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self, get_args
+from typing import Any, Literal, Self, get_args
 
-if TYPE_CHECKING:
-    from rose_sql.engines.source import Source
+from rose_sql.engines.kinds import Source
+from rose_sql.results import Limits
 
 MatchedRefuter = Literal["always", "evidence", "never"]
 Policy = Literal["rose", "paper"]
@@ -132,6 +136,23 @@ class JudgeConfig:
 
 STEPS_PER_SECOND = 100_000_000
 """A typical rate of SQLite virtual-machine steps a second on one core (measured 20-280 million)."""
+MAX_STEPS = 1_000_000_000
+"""SQLite steps one query of ``rose run`` may take (about 4-50 s of one core)."""
+SHORT_MAX_STEPS = 200_000_000
+"""SQLite steps of one query where an answer is waited for: a predicted query of the RL reward (a
+training step waits for it), a query at the review console (a person waits), and one item's evidence
+search (about 1-10 s of one core)."""
+DEMO_MAX_STEPS = 50_000_000
+"""The demo's step budget per query: small, so that its runaway prediction is stopped in a fraction of a
+second; the same on every machine."""
+EVIDENCE_STATEMENT_STEPS = 50_000_000
+"""SQLite steps one statement of the evidence search may take (the queries under test run on a copy many
+times)."""
+EVIDENCE_MAX_ROWS = 10_000
+"""Rows of a query under test on an evidence copy past which its result is too large to compare soundly
+there (the witness search then skips the candidate)."""
+GUARD_MARGIN_S = 5.0
+"""Seconds past a statement's own time limit after which its worker process is stopped (the wall guard)."""
 
 
 def steps_for(seconds: float) -> int:
@@ -161,7 +182,7 @@ def default_reward_processes() -> int:
 class Config:
     """Everything that changes how items are executed, compared and recorded."""
 
-    max_steps: int = 1_000_000_000
+    max_steps: int = MAX_STEPS
     """SQLite virtual-machine steps one query may take; past them it is stopped as a ``timeout`` (a
     prediction scores 0, a gold is ``gold_error``). Deterministic: the same on every machine and at any
     load, for a given SQLite version. About 4-50 s of one core on a typical machine (measured at
@@ -182,15 +203,20 @@ class Config:
     """SQLite's limit on one string or blob (SQLITE_LIMIT_LENGTH): stops ``randomblob`` giants."""
     max_sql_chars: int = 200_000
     """Longer SQL is rejected before it reaches a parser."""
-    sqlite_heap_bytes: int = 2 * 2**30
-    """Hard heap limit for SQLite in each worker process (``PRAGMA hard_heap_limit``): sorts and temporary
-    tables live in memory under it (never on disk); a query that needs more is stopped as a ``timeout``
-    whose error names the limit."""
+    engine_memory_bytes: int = 2 * 2**30
+    """The memory an engine may take in each worker process: SQLite's hard heap limit (``PRAGMA
+    hard_heap_limit``: sorts and temporary tables live in memory under it, never on disk) and DuckDB's
+    ``memory_limit``. A query that needs more is stopped as a ``timeout`` whose error names the limit (a
+    prediction scores 0, a gold is ``gold_error``)."""
     worker_memory_bytes: int = 4 * 2**30
     """Address-space limit of each worker process (``RLIMIT_AS``), above SQLite's heap limit: what the
     Python side of an item may take before the item fails, never the machine."""
     count_past_cap_steps: int = 100_000_000
     """After truncation, keep stepping (without storing) up to this many steps to count the total rows."""
+    schema_max_steps: int = 200_000_000
+    """SQLite steps that reading the example values of a database's columns may take in all (the judges
+    see them): the columns are sampled in the catalogue's order, and those past the budget are shown
+    without examples, the same on every machine."""
     float_digits: int = 12
     """Numbers are compared after rounding to this many significant digits (int 1 == float 1.0)."""
     workers: int = field(default_factory=default_workers)
@@ -199,7 +225,7 @@ class Config:
     """Cells of query results kept in the in-process execution cache (LRU beyond it)."""
     evidence: bool = True
     """Search for witnesses, distinguishing rows and gold smells (rose_sql.evidence)."""
-    evidence_max_steps: int = 200_000_000
+    evidence_max_steps: int = SHORT_MAX_STEPS
     """SQLite steps all the statements of one item's evidence search may take together (about 1-10 s of
     one core on a typical machine). Deterministic: the search finds the same on every machine."""
     evidence_budget_s: float = 30.0
@@ -221,6 +247,41 @@ class Config:
     def with_(self, **changes: object) -> Self:
         """A copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+    @property
+    def limits(self) -> Limits:
+        """What one statement may take, on every engine."""
+        return Limits(
+            max_steps=self.max_steps,
+            timeout_s=self.timeout_s,
+            engine_timeout_s=self.server_timeout_s if self.server_timeout_s is not None else self.timeout_s,
+            max_rows=self.max_rows,
+            max_bytes=self.max_result_bytes,
+            max_value_bytes=self.max_value_bytes,
+            max_sql_chars=self.max_sql_chars,
+            memory_bytes=self.engine_memory_bytes,
+            count_past_cap_steps=self.count_past_cap_steps,
+            schema_steps=self.schema_max_steps,
+        )
+
+
+def console_config() -> Config:
+    """The sandbox of ``rose review``'s page: the item's two queries and the annotator's own.
+
+    The same read-only sandbox as ``rose run``, with interactive limits: a person waits for the answer,
+    so a query gets about a second of work and a page of rows.
+    """
+    return Config(
+        max_steps=SHORT_MAX_STEPS,
+        timeout_s=10.0,
+        max_rows=200,
+        max_result_bytes=4 * 2**20,
+        count_past_cap_steps=20_000_000,
+        engine_memory_bytes=512 * 2**20,
+        cache_cells=2_000_000,
+        workers=2,  # worker processes: a query that runs away inside one SQLite call is stopped with its worker
+        evidence=False,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +332,7 @@ class RewardConfig:
     """The clause part of the total may be at most this share of the total (none when the rest is <= 0)."""
     unscored: float = 0.0
     """What adapters that need a number (verl, OpenRLHF) give an unscored item; TRL gets None."""
-    max_steps: int = 200_000_000
+    max_steps: int = SHORT_MAX_STEPS
     """SQLite virtual-machine steps one predicted query may take; past them it is stopped and gets the
     ``timeout`` reward. Deterministic: the same on every machine and at any load (about 1-10 s of one
     core on a typical machine)."""
@@ -280,7 +341,7 @@ class RewardConfig:
     timeout_s: float = 15.0
     """Wall-clock guard of one predicted query, far behind its step budget: past it the query is stopped
     inside SQLite, or, inside a call SQLite cannot interrupt, by stopping its worker process 5 s later
-    (``rose_sql.execute.GUARD_MARGIN_S``). Its item is unscored ``wall_guard``: wall time never decides
+    (:data:`GUARD_MARGIN_S`). Its item is unscored ``wall_guard``: wall time never decides
     a reward."""
     gold_timeout_s: float = 150.0
     """The same guard for a gold query; its items are unscored ``wall_guard``."""
@@ -325,6 +386,20 @@ class RewardConfig:
                 "max_steps and gold_max_steps must be at least 1000, timeout_s and gold_timeout_s positive"
             )
 
+    def sandbox(self, *, gold: bool) -> Config:
+        """The sandbox of predictions (``gold`` false) or golds: a step budget that decides, a wall guard, and
+        no counting past the row cap (a result past it is never equal: its exact size does not matter)."""
+        return Config(
+            max_steps=self.gold_max_steps if gold else self.max_steps,
+            timeout_s=self.gold_timeout_s if gold else self.timeout_s,
+            max_rows=self.max_rows,
+            max_sql_chars=self.max_sql_chars,
+            float_digits=self.float_digits,
+            count_past_cap_steps=0,
+            workers=1,
+            cache_cells=self.cache_cells,
+        )
+
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RewardConfig:
         """A config from the keys of ``values`` that name fields (others are ignored)."""
@@ -339,8 +414,8 @@ class RewardConfig:
 class ServeConfig:
     """How the reward server (``rose serve-reward``) listens and answers, and every bound it keeps."""
 
-    db_root: Path | Source
-    """Folder holding ``<db_id>/<db_id>.sqlite`` (labels cannot name files outside it), or the URL of
+    db_root: Source
+    """A folder holding ``<db_id>/<db_id>.sqlite`` (labels cannot name files outside it), or the URL of
     another engine's databases (labels name a db_id)."""
     host: str = "127.0.0.1"
     """Address to bind (loopback by default)."""

@@ -1,13 +1,18 @@
 """The decision table, the one walk over it, and the vocabulary of decisions.
 
 :func:`decide` is a pure function, tested as a table: from what the stages established it returns a
-:class:`Decision`, or the judge to ask next:
+:class:`Decision`, or the judge to ask next. An execution's status means the same on every engine (the
+outcome contract, :data:`rose_sql.engines.base.CONTRACT`); where both queries failed, the first rule that
+applies decides:
 
-- the database is missing -> unscored ``db_missing``; it cannot be read -> unscored ``db_unreadable``;
-- the prediction does not execute (error, rejected) -> 0, decided by execution;
-- a query was stopped by the wall-time guard -> unscored ``wall_guard`` (wall time never decides a score);
-- the gold does not execute -> unscored ``gold_error`` (never a 0 or a 1 for the prediction);
-- the prediction times out while the gold ran -> 0;
+- the database is missing -> unscored ``db_missing``; it cannot be read (by either query) -> unscored
+  ``db_unreadable``; a relation the gold reads does not exist -> unscored ``db_missing`` (the prediction is
+  never scored against an environment that lacks the gold's tables);
+- the prediction does not execute on its own account (error, rejected, a relation it names does not
+  exist) -> 0, decided by execution, whatever the gold did: a query that does not run answers nothing;
+- a query was stopped by a wall clock -> unscored ``wall_guard`` (wall time never decides a score);
+- the gold does not execute -> unscored ``gold_error`` (never a 0 or a 1 for a prediction that ran);
+- the prediction ran out of its step budget or the engine's memory while the gold ran -> 0;
 - no judge configured -> unscored ``awaiting_judge`` (or ``no_gold``);
 - results match -> the matched-results policy: ``never`` accepts (1, by execution); ``evidence``
   asks the Refuter only when deterministic evidence questions the match; ``always`` (the paper)
@@ -35,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, cast
 
 from rose_sql.config import MatchedRefuter
-from rose_sql.execute import Execution
+from rose_sql.results import Execution
 
 if TYPE_CHECKING:  # the replies' pydantic models are loaded only where a judge is configured
     from rose_sql.judges.replies import ProverReply, RefuterReply
@@ -74,7 +79,9 @@ class Reason:
 
 UNSCORED: dict[Unscored, Reason] = {
     "db_missing": Reason(
-        "the item's database file does not exist", "check --db-root: it must hold <db_id>/<db_id>.sqlite"
+        "the item's database, or a table its gold reads, does not exist where --db points",
+        "check --db: a folder must hold <db_id>/<db_id>.sqlite; a shared server database must hold the tables "
+        "of every db_id evaluated (rose db copy loads one)",
     ),
     "db_unreadable": Reason(
         "the item's database could not be read (not a database, corrupt, locked, or an I/O error; on a "
@@ -182,7 +189,7 @@ class Facts:
     """What is known about an item so far."""
 
     db_found: bool
-    """Whether the database file exists."""
+    """Whether the database exists."""
     gold: Execution | None
     pred: Execution | None
     equal: bool | None = None
@@ -199,7 +206,7 @@ class Facts:
     question: bool = True
     """Whether the item has question text for the judges to read."""
     db: str = ""
-    """The database file (named in the reasons about it)."""
+    """The database (named in the reasons about it)."""
     prover: ProverReply | JudgeOutcome | None = None
     """The Prover's answer, once asked."""
     refuter: RefuterReply | JudgeOutcome | None = None
@@ -228,13 +235,15 @@ def decide(f: Facts) -> Decision | Step:
 
 def _table(f: Facts) -> Decision | Step:
     if not f.db_found:
-        return Decision(None, "db_missing", None, f"the database file does not exist: {f.db}")
+        return Decision(None, "db_missing", None, f"the database does not exist: {f.db}")
     pred, gold = f.pred, f.gold
     for e in (gold, pred):
         if e is not None and e.status == "unreadable":  # the database's fault, whichever query met it
             return Decision(None, "db_unreadable", None, f"{e.error} ({f.db})")
+    if gold is not None and gold.status == "missing":
+        return Decision(None, "db_missing", None, f"the gold reads what {f.db} does not have: {gold.error}")
     failed = f"the prediction does not execute ({pred.status}): {pred.error}" if pred and not pred.ok else ""
-    if pred is not None and pred.status in ("error", "rejected"):
+    if pred is not None and pred.status in ("error", "rejected", "missing"):
         return Decision(0, None, "execution", failed)  # wrong whatever the gold says
     for side, e in (("prediction", pred), ("gold", gold)):
         if e is not None and e.status == "guard":  # wall time decided it: never a score

@@ -18,6 +18,8 @@ on the item; the third belongs to the RL reward::
      +-- Pending              a judge call a batch has not answered yet (rose run --batch: the item waits)
      |   the worker engine: caught by the run, recorded on the items of the unit
      +-- Lost                 a unit of work whose worker process died twice
+     |   the evidence: caught by the engine's space, recorded on the item's evidence
+     +-- CopyRefused          the witness search's private copy cannot be made (too large, too slow, refused)
      |   the reward
      +-- LabelError           a reward label names no gold SQL or no usable database (also a ValueError)
      +-- BadRequest           the reward server cannot read a request; answered with an HTTP status
@@ -28,10 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # typing only: the judges import this module
-    from rose_sql.record import JudgeCall as Call
+from typing import Any
 
 
 class RoseError(Exception):
@@ -68,10 +67,11 @@ class EndpointError(RoseError):
 class JudgeFailed(RoseError):
     """No valid reply after the re-asks (``judge_invalid``), or the endpoint failed (``judge_error``)."""
 
-    def __init__(self, message: str, calls: Sequence[Call], *, invalid: bool = False) -> None:
+    def __init__(self, message: str, calls: Sequence[Any], *, invalid: bool = False) -> None:
         super().__init__(message)
         self.calls = list(calls)
-        """The calls made, raw replies included: they go on the item's record."""
+        """The calls made (:class:`rose_sql.record.JudgeCall`), raw replies included: they go on the item's
+        record. Typed loosely: the record imports this module, not the other way round."""
         self.invalid = invalid
         """True when the judge answered, but never validly; False when the endpoint failed."""
 
@@ -79,10 +79,11 @@ class JudgeFailed(RoseError):
 class BudgetExhausted(RoseError):
     """The budget forbids the next LLM call (the item is unscored ``budget_exhausted``, never shown as an error)."""
 
-    def __init__(self, message: str = "budget exhausted", calls: Sequence[Call] = ()) -> None:
+    def __init__(self, message: str = "budget exhausted", calls: Sequence[Any] = ()) -> None:
         super().__init__(message)
         self.calls = list(calls)
-        """The calls this item made before the budget ran out: they go on its record."""
+        """The calls this item made before the budget ran out (:class:`rose_sql.record.JudgeCall`): they go on
+        its record."""
 
 
 class Pending(RoseError):
@@ -100,6 +101,10 @@ class BadRequest(RoseError):
         super().__init__(message)
         self.status = status
         """The HTTP status of the answer (400, 413)."""
+
+
+class CopyRefused(RoseError):
+    """The witness search's private copy of a database cannot be made; the message says why (the item's evidence)."""
 
 
 class Lost(RoseError):

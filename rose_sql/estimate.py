@@ -19,11 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.decide import Facts, Step, walk
-from rose_sql.engines.source import Source
+from rose_sql.engines import Source
 from rose_sql.evaluate import Executed, execute_item
 from rose_sql.evidence.finder import Finder
 from rose_sql.execute import Executor
@@ -130,7 +129,7 @@ class _Usage:
         return cost(price, self.prompt_tokens, self.completion_tokens) or 0.0
 
 
-def estimate(loaded: Sequence[Loaded], db_root: Path | Source, config: Config) -> list[Estimate]:
+def estimate(loaded: Sequence[Loaded], db_root: Source, config: Config) -> list[Estimate]:
     """Estimate and bound calls, tokens and cost per prediction file (the deterministic stages run,
     evidence included)."""
     assert config.judge is not None
@@ -149,10 +148,10 @@ def estimate(loaded: Sequence[Loaded], db_root: Path | Source, config: Config) -
             None if p is None or dearest is None else Price(max(p.input, dearest.input), max(p.output, dearest.output))
         )
     fences = Fences(fence_key(judge.cache_dir, create=False))  # markers of the same length as the run's
-    schemas = Schemas()
     finder = Finder(config) if config.evidence else None
     out = []
     with Executor(config) as executor, ThreadPoolExecutor(config.workers) as pool:
+        schemas = Schemas(executor)
         for lf in loaded:
             executed: list[Executed] = list(
                 pool.map(lambda it: execute_item(it, db_root, executor, finder, doubts=True), lf.items)

@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING
 from rose_sql.compare import Comparison, compare
 from rose_sql.config import Config, MatchedRefuter
 from rose_sql.decide import Decision, Facts, JudgeOutcome, Step, decide, walk
-from rose_sql.engines.source import Remote, Source
+from rose_sql.engines import Database, Source
+from rose_sql.engines.kinds import as_source
 from rose_sql.evidence.findings import Evidence, questions_match, render
-from rose_sql.execute import Execution, Executor, ResultSet
-from rose_sql.items import Item, db_file
+from rose_sql.execute import Executor
+from rose_sql.items import Item
 from rose_sql.readings import Readings, bird_ex, soft_f1, ts_equal, ts_gold_sql, ts_order_matters, ts_pred_sql
 from rose_sql.record import ComparisonInfo, ExecutionInfo, JudgeCall, Record, StageVotes
+from rose_sql.results import Execution, ResultSet
 from rose_sql.sql import NO_STATEMENT, has_top_level_order_by
 
 if TYPE_CHECKING:  # loaded when evidence or a judge is configured: a judge-free run starts faster
@@ -38,10 +40,10 @@ class Executed:
 
     item: Item
     """The item."""
-    db: Path | Remote
-    """Its database: a SQLite file, or a database of another engine."""
+    db: Database
+    """Its database."""
     db_found: bool
-    """Whether the file (the database) exists."""
+    """Whether the database exists."""
     gold: Execution | None = None
     """The gold's execution (None without gold SQL)."""
     pred: Execution | None = None
@@ -59,8 +61,8 @@ class Executed:
 
     @property
     def dialect(self) -> str | None:
-        """sqlglot's dialect of the engine, on engines other than SQLite (None on SQLite)."""
-        return self.db.dialect if isinstance(self.db, Remote) else None
+        """sqlglot's dialect of the engine, on engines other than SQLite (None on SQLite, as records keep it)."""
+        return None if self.db.info.python_sqlite3 else self.db.dialect
 
     def for_item(self, item: Item) -> Executed:
         """These stages' outcome for another item with the same database, gold and prediction (one
@@ -90,34 +92,30 @@ class Executed:
 
 
 def execute_item(
-    item: Item, db_root: Path | Source, executor: Executor, finder: Finder | None = None, *, doubts: bool = False
+    item: Item, source: Source, executor: Executor, finder: Finder | None = None, *, doubts: bool = False
 ) -> Executed:
     """Run gold and prediction, compare them, compute the official readings and gather evidence.
 
-    ``db_root``: a folder of SQLite databases, or the URL of another engine's (:mod:`rose_sql.engines.source`),
-    where the readings are the official mini-dev script's in that dialect (the test suite's are not defined).
+    ``source``: where the databases are (a folder of SQLite files, or another engine's URL:
+    :class:`~rose_sql.engines.Source`). The gold runs first: when a relation it reads (or the database)
+    does not exist, the item is ``db_missing`` and the prediction is not run, so that no prediction is
+    scored against an environment that lacks the gold's tables (nor when the database cannot be read).
     ``doubts``: also note the cheap reasons to doubt a match (a judge will read them)."""
-    server = None
-    db: Path | Remote
-    if isinstance(db_root, Path):
-        db = db_file(db_root, item.db_id)
-        if not _a_name(item.db_id) or not db.is_file():  # a db_id is a folder's name, never a path out of db_root
-            return Executed(item, db, db_found=False)
-    else:
-        db = db_root.locate(item.db_id)
-        if not _a_name(item.db_id) or not executor.exists(db):
-            return Executed(item, db, db_found=False)
-        server = executor.server(db)
+    db = source.locate(item.db_id)
+    if not _a_name(item.db_id) or not executor.exists(db):  # a db_id is a name, never a path out of the source
+        return Executed(item, db, db_found=False)
+    server = executor.version(db)
     gold = executor.run(db, item.gold_sql, role="gold") if item.gold_sql is not None else None
+    if gold is not None and gold.status in ("missing", "unreadable"):  # the item is db_missing / db_unreadable
+        return Executed(item, db, True, gold, server=server)
     pred = executor.run(db, item.pred_sql, role="pred")
     comparison = None
     if gold is not None and gold.result is not None and pred.result is not None:
         ordered = has_top_level_order_by(item.gold_sql or "")
         comparison = compare(pred.result, gold.result, ordered=ordered, digits=executor.config.float_digits)
-    readable = pred.status != "unreadable"
     readings = Readings()
-    if gold is not None and gold.ok and readable:
-        readings = _readings(item, db, gold, pred, executor) if isinstance(db, Path) else _bird_readings(gold, pred)
+    if gold is not None and gold.ok and pred.status != "unreadable":
+        readings = official_readings(item, db, gold, pred, executor)
     evidence = None
     if finder is not None and gold is not None and gold.ok and pred.ok and item.gold_sql is not None:
         evidence = finder.gather(db, item.gold_sql, item.pred_sql, gold, pred, comparison)
@@ -129,10 +127,19 @@ def execute_item(
     return Executed(item, db, True, gold, pred, comparison, readings, evidence, found_doubts, server)
 
 
+def official_readings(item: Item, db: Database, gold: Execution, pred: Execution, executor: Executor) -> Readings:
+    """The official readings of an item whose gold ran, as the official scripts compute them on its engine:
+    all four where they run the engine through Python's ``sqlite3``, else BIRD EX and Soft-F1 as mini-dev's
+    script computes them on a server (the test suite's are not defined there)."""
+    if db.info.python_sqlite3:
+        return _readings(item, db, gold, pred, executor)
+    return _bird_readings(gold, pred)
+
+
 def _bird_readings(gold: Execution, pred: Execution) -> Readings:
     """``bird_ex`` and Soft-F1 as mini-dev's script computes them on a server: the prediction and the
     gold fetched, ``set()`` of rows compared with Python's ``==`` (a failure, or a result ``set()``
-    cannot hash, is 0). The test suite's readings are not defined on these engines (None)."""
+    cannot hash, is 0)."""
     g, p = gold.result, pred.result
     assert g is not None
     if p is None:
@@ -148,7 +155,7 @@ def _a_name(db_id: str) -> bool:
     return bool(db_id) and db_id not in (".", "..") and Path(db_id).name == db_id and "\\" not in db_id
 
 
-def _readings(item: Item, db: Path, gold: Execution, pred: Execution, executor: Executor) -> Readings:
+def _readings(item: Item, db: Database, gold: Execution, pred: Execution, executor: Executor) -> Readings:
     g, p = gold.result, pred.result
     assert g is not None and item.gold_sql is not None
     if p is None and pred.status == "rejected" and pred.error in NO_STATEMENT:
@@ -171,7 +178,7 @@ def _readings(item: Item, db: Path, gold: Execution, pred: Execution, executor: 
     return Readings(bird_ex=b, soft_f1=f1, ts_ex=ts, ts_ex_keep_distinct=keep)
 
 
-def _ts(item: Item, db: Path, gold: Execution, pred: Execution, executor: Executor, keep: bool) -> int | None:
+def _ts(item: Item, db: Database, gold: Execution, pred: Execution, executor: Executor, keep: bool) -> int | None:
     assert item.gold_sql is not None
     g_sql = ts_gold_sql(item.gold_sql, keep_distinct=keep)
     p_sql = ts_pred_sql(item.pred_sql, keep_distinct=keep)
@@ -299,7 +306,7 @@ def to_record(ex: Executed, judged: Judged) -> Record:
 def failed_record(item: Item, error: BaseException | str) -> Record:
     """The record of an item whose evaluation hit a bug of ours: unscored, and the run goes on."""
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    ex = Executed(item, Path(), db_found=True)
+    ex = Executed(item, Database.file(Path(), item.db_id), db_found=True)
     return to_record(ex, Judged(Decision(None, "internal_error", None, f"internal error while evaluating: {text}")))
 
 
@@ -310,24 +317,27 @@ def unjudged_record(ex: Executed) -> Record:
     return to_record(ex, Judged(decision))
 
 
-def evaluate_item(item: Item, db_root: Path | Source, executor: Executor) -> Record:
-    """Execute, compare and decide one item without judges. Never raises: a failure is data on the record."""
+def evaluate_item(item: Item, source: Source, executor: Executor) -> Record:
+    """Execute, compare and decide one item without judges. Never raises for the item: a failure is data on
+    the record (a ``source`` that is not a :class:`~rose_sql.engines.Source` is the caller's mistake)."""
+    as_source(source)
     try:
-        return unjudged_record(execute_item(item, db_root, executor))
+        return unjudged_record(execute_item(item, source, executor))
     except Exception as e:  # a bug of ours must not take the other items down
         return failed_record(item, e)
 
 
-def evaluate_items(items: Sequence[Item], db_root: Path | Source, config: Config | None = None) -> list[Record]:
+def evaluate_items(items: Sequence[Item], source: Source, config: Config | None = None) -> list[Record]:
     """Evaluate items in this process, judges and evidence as ``config`` says: the records, in order.
 
     The library's whole path for scripts and notebooks (``rose run`` adds worker processes, resume and
     the files). Never raises for an item's problem: each one's failure is data on its record.
     """
-    return asyncio.run(_evaluate_items(items, db_root, config or Config()))
+    as_source(source)
+    return asyncio.run(_evaluate_items(items, source, config or Config()))
 
 
-async def _evaluate_items(items: Sequence[Item], db_root: Path | Source, config: Config) -> list[Record]:
+async def _evaluate_items(items: Sequence[Item], source: Source, config: Config) -> list[Record]:
     llm: LLM | None = None
     schemas: Schemas | None = None
     votes: Votes | None = None
@@ -337,10 +347,9 @@ async def _evaluate_items(items: Sequence[Item], db_root: Path | Source, config:
 
         finder = Finder(config)
     if config.judge is not None:
-        from rose_sql.judges.context import Schemas
         from rose_sql.judges.llm import LLM
 
-        llm, schemas = LLM(config.judge), Schemas()
+        llm = LLM(config.judge)
         if config.judge.votes:
             from rose_sql.judges.votes import Votes
 
@@ -348,10 +357,14 @@ async def _evaluate_items(items: Sequence[Item], db_root: Path | Source, config:
     policy = config.judge.effective_matched_refuter if config.judge else "always"
     try:
         with Executor(config) as executor:
+            if llm is not None:
+                from rose_sql.judges.context import Schemas
+
+                schemas = Schemas(executor)  # the judges read the schema through the run's own engines
 
             async def one(item: Item) -> Record:
                 try:
-                    ex = await asyncio.to_thread(execute_item, item, db_root, executor, finder, doubts=llm is not None)
+                    ex = await asyncio.to_thread(execute_item, item, source, executor, finder, doubts=llm is not None)
                     if llm is None or schemas is None:
                         return unjudged_record(ex)
                     return to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy, votes=votes))

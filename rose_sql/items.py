@@ -38,7 +38,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -73,12 +72,6 @@ class Item:
     """Difficulty label (BIRD: simple / moderate / challenging)."""
     source: str = ""
     """Where the prediction came from, as ``file:line`` or ``file:key``."""
-
-
-@lru_cache(maxsize=4096)
-def db_file(db_root: Path, db_id: str) -> Path:
-    """Where an item's database lives, as BIRD and Spider ship them: ``<db_root>/<db_id>/<db_id>.sqlite``."""
-    return db_root / db_id / f"{db_id}.sqlite"
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rose_sql.config import Config, JudgeConfig
-from rose_sql.engines.source import Source
-from rose_sql.items import Loaded, db_file
+from rose_sql.engines import Source
+from rose_sql.engines.base import Fingerprint
+from rose_sql.items import Loaded
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -181,26 +182,19 @@ class DatabaseId:
     db_id: str
     """The name the items use."""
     path: str
-    """The file looked for (``<db-root>/<db_id>/<db_id>.sqlite``)."""
+    """Where it was looked for (a file resolved, ``<db-root>/<db_id>/<db_id>.sqlite``; a URL without its
+    password)."""
     found: bool
-    """Whether the file exists."""
+    """Whether it exists."""
     bytes: int | None = None
-    """Its size."""
+    """A file's size."""
     fingerprint: str | None = None
-    """SHA-256 of its first and last MiB (the first page holds SQLite's change counter)."""
+    """SHA-256 of a file's first and last MiB (SQLite's first page holds its change counter); None on a
+    server, whose data has no file to digest."""
 
     @classmethod
-    def of(cls, db_id: str, path: Path) -> DatabaseId:
-        if not path.is_file():
-            return cls(db_id, str(path.resolve()), False)
-        size = path.stat().st_size
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            h.update(f.read(_EDGE))
-            if size > _EDGE:
-                f.seek(max(_EDGE, size - _EDGE))
-                h.update(f.read(_EDGE))
-        return cls(db_id, str(path.resolve()), True, size, h.hexdigest())
+    def of(cls, db_id: str, fp: Fingerprint) -> DatabaseId:
+        return cls(db_id, fp.where, fp.found, fp.bytes, fp.digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +267,9 @@ class Manifest:
     """sqlglot's dialect of the engine the databases are on (``sqlite``, ``postgres``, ``mysql``, ``duckdb``)."""
     server: str | None = None
     """The engine and its version when it is not SQLite (``PostgreSQL 15.20``...); None when unreachable."""
+    driver: str | None = None
+    """The client library that read the databases and its version (``psycopg 3.2.3``...); None on SQLite,
+    read by Python's own sqlite3 (the SQLite version is ``sqlite``)."""
     finished: str | None = None
     """When the run ended (None while it runs, or if it was interrupted)."""
     complete: bool = False
@@ -313,12 +310,12 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def build(loaded: Loaded, gold: Path | None, db_root: Path | Source, config: Config, *, command: list[str]) -> Manifest:
+def build(loaded: Loaded, gold: Path | None, db_root: Source, config: Config, *, command: list[str]) -> Manifest:
     """The manifest of one prediction file's run."""
-    from rose_sql import __version__
+    from rose_sql.__version__ import __version__
 
     db_ids = sorted({it.db_id for it in loaded.items})
-    where = _files(db_root, db_ids, config) if isinstance(db_root, Path) else _engine(db_root, db_ids, config)
+    where = _databases(db_root, db_ids, config)
     return Manifest(
         rose_sql=__version__,
         sqlite=sqlite3.sqlite_version,
@@ -334,33 +331,42 @@ def build(loaded: Loaded, gold: Path | None, db_root: Path | Source, config: Con
     )
 
 
-def _files(db_root: Path, db_ids: list[str], config: Config) -> dict[str, Any]:
-    """Where SQLite databases are: the folder, each file's identity, the options."""
-    return {
-        "db_root": str(db_root.resolve()),
-        "databases": [DatabaseId.of(d, db_file(db_root, d)) for d in db_ids],
-        "options": {name: getattr(config, name) for name in SCORE_OPTIONS},
-    }
-
-
-def _engine(source: Source, db_ids: list[str], config: Config) -> dict[str, Any]:
-    """Where another engine's databases are: its URL (no password), dialect and version; a database's
-    identity is whether it exists (a server's data has no file to digest)."""
+def _databases(source: Source, db_ids: list[str], config: Config) -> dict[str, Any]:
+    """Where the databases are: the folder or the URL (no password), each database's identity, the engine
+    and its version, the options that change scores."""
     from rose_sql.execute import Executor
 
     with Executor(config.with_(workers=1)) as ex:
-        found = {d: ex.exists(source.locate(d)) for d in db_ids}
-        server = next((v for v in (ex.server(source.locate(d)) for d in db_ids[:1]) if v), None)
-    options = {name: getattr(config, name) for name in (*SCORE_OPTIONS, "server_timeout_s")}
+        found = {d: ex.fingerprint(source.locate(d)) for d in db_ids}
+        server = next((v for v in (ex.version(source.locate(d)) for d in db_ids[:1]) if v), None)
+    options = {name: getattr(config, name) for name in SCORE_OPTIONS}
+    if config.server_timeout_s is not None:  # the time limit of PostgreSQL, MySQL and DuckDB, when set apart
+        options["server_timeout_s"] = config.server_timeout_s
     if config.evidence_scratch is not None:  # a witness search on a server: resuming without one is refused
         options["evidence_scratch"] = True
     return {
-        "db_root": source.shown,
-        "databases": [DatabaseId(d, source.locate(d).shown, found[d]) for d in db_ids],
+        "db_root": source.location,
+        "databases": [DatabaseId.of(d, found[d]) for d in db_ids],
         "options": options,
         "dialect": source.dialect,
         "server": server,
+        "driver": driver_version(source),
     }
+
+
+def driver_version(source: Source) -> str | None:
+    """The client library that reads the source's databases and its version (None: the standard library's
+    sqlite3, whose SQLite version the manifest records)."""
+    name = source.info.driver
+    if name is None:
+        return None
+    from importlib import metadata
+
+    package = {"psycopg": "psycopg", "pymysql": "PyMySQL", "duckdb": "duckdb"}.get(name, name)
+    try:
+        return f"{package} {metadata.version(package)}"
+    except metadata.PackageNotFoundError:
+        return package
 
 
 def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
@@ -404,7 +410,7 @@ def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
             warn.append(f"judge endpoint differs ({old.judge.base_url} then, {new.judge.base_url} now)")
     if old.dialect != new.dialect:
         refuse.append(f"the engine differs ({old.dialect} then, {new.dialect} now)")
-    for name in ("rose_sql", "sqlite", "server"):
+    for name in ("rose_sql", "sqlite", "server", "driver"):
         if getattr(old, name) != getattr(new, name):
             warn.append(f"{name} version differs ({getattr(old, name)} then, {getattr(new, name)} now)")
     return refuse, warn

@@ -34,7 +34,7 @@ from sqlparse.engine import FilterStack
 from sqlparse.lexer import tokenize
 
 from rose_sql.columns import Budget, column_maps
-from rose_sql.execute import Row
+from rose_sql.results import Row
 
 
 @dataclass(frozen=True, slots=True)

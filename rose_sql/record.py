@@ -19,6 +19,10 @@ Layout versions (``schema``):
   ask several replies per judge stage (``--samples``, ``--panel``, ``--escalate-to``) carry ``votes``
   (each stage's tally, the rule that decided it, and why it escalated), and their calls ``sample`` and
   ``tier``; written only when set, so other records are unchanged and older readers ignore them.
+- 3: an execution's ``status`` may be ``missing`` (a relation or the database it reads does not exist: the
+  item is ``db_missing`` when the gold meets it), and an execution may carry ``note`` (a documented way its
+  engine differed from SQLite for that statement, written only when set). Nothing was renamed: a record of
+  layout 2 reads as it was.
 """
 
 from __future__ import annotations
@@ -35,16 +39,16 @@ from rose_sql.config import Aggregate
 from rose_sql.decide import DatasetLabels, DecidedBy, Unscored
 from rose_sql.errors import InputError
 from rose_sql.evidence.findings import Evidence
-from rose_sql.execute import Execution, Limit, Status
 from rose_sql.items import ItemId
 from rose_sql.readings import Readings
+from rose_sql.results import Execution, Limit, Status
 
 if TYPE_CHECKING:  # pydantic models: imported by the judges and by readers, never by a judge-free run
     from pydantic import TypeAdapter
 
     from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The layout this version writes; :func:`migrate` reads every earlier one."""
 PREVIEW_ROWS = 5
 """Rows of each result a record keeps."""
@@ -57,7 +61,7 @@ class ExecutionInfo:
     """What the record keeps of one execution."""
 
     status: ExecutionStatus
-    """How the execution ended (:data:`rose_sql.execute.Status`), or ``skipped`` (not run)."""
+    """How the execution ended (:data:`rose_sql.results.Status`), or ``skipped`` (not run)."""
     seconds: float
     """Wall time in seconds (of the original run when cached)."""
     error: str | None = None
@@ -76,6 +80,8 @@ class ExecutionInfo:
     """Served from the execution cache."""
     limit: Limit | None = None
     """Which limit stopped it, when one did (``steps``, ``memory``, ``wall``, ``process``)."""
+    note: str | None = None
+    """A documented way the engine differed from SQLite for this statement, when one applied."""
 
     @classmethod
     def of(cls, e: Execution | None) -> ExecutionInfo:
@@ -93,6 +99,7 @@ class ExecutionInfo:
             preview=[[json_value(v) for v in row] for row in r.rows[:PREVIEW_ROWS]] if r else None,
             cached=e.cached,
             limit=e.limit,
+            note=e.note,
         )
 
     def execution(self) -> Execution | None:
@@ -281,8 +288,8 @@ class Record:
         data = {name: getattr(self, name) for name in _RECORD_FIELDS}
         data["readings"] = {name: getattr(self.readings, name) for name in _READINGS_FIELDS}
         data["comparison"] = _plain(self.comparison, _COMPARISON_FIELDS)
-        data["pred"] = _plain(self.pred, _EXECUTION_FIELDS)
-        data["gold"] = _plain(self.gold, _EXECUTION_FIELDS)
+        data["pred"] = _execution(self.pred)
+        data["gold"] = _execution(self.gold)
         data["labels"] = _plain(self.labels, _LABEL_FIELDS)
         data["judges"] = [c.to_dict() for c in self.judges]
         data["evidence"] = self.evidence.to_dict() if self.evidence is not None else None
@@ -355,6 +362,13 @@ def _plain(obj: Any, names: tuple[str, ...]) -> dict[str, Any] | None:
     return None if obj is None else {name: getattr(obj, name) for name in names}
 
 
+def _execution(e: ExecutionInfo) -> dict[str, Any]:
+    data = {name: getattr(e, name) for name in _EXECUTION_FIELDS}
+    if data["note"] is None:  # written only when set
+        del data["note"]
+    return data
+
+
 def migrate(data: Any) -> Any:
     """A record of an earlier layout, lifted to :data:`SCHEMA_VERSION` (a dict of this layout is returned as is)."""
     if not isinstance(data, dict):
@@ -365,6 +379,7 @@ def migrate(data: Any) -> Any:
     if version == SCHEMA_VERSION:
         return data
     # 1 -> 2: new fields take their defaults (labels' three Refuter fields, doubts); nothing was renamed
+    # 2 -> 3: a new status value and an optional note; nothing was renamed
     return {**data, "schema": SCHEMA_VERSION}
 
 

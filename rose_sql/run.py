@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from rose_sql.config import Config
 from rose_sql.decide import UNSCORED
 from rose_sql.distributed.shard import Shard
-from rose_sql.engines.source import Source
+from rose_sql.engines import Source
 from rose_sql.errors import Lost, UsageError
 from rose_sql.evaluate import Executed, execute_item, failed_record, judge_item, to_record, unjudged_record
 from rose_sql.execute import Executor
@@ -83,7 +83,7 @@ def plan(
     loaded: Sequence[Loaded],
     out: Path,
     *,
-    db_root: Path | Source,
+    db_root: Source,
     config: Config,
     gold: Path | None = None,
     resume: bool = False,
@@ -180,7 +180,7 @@ class Backend(Protocol):
     def ledger(self) -> Ledger | None:
         """The LLM calls and cost so far, for the progress bar (None without a judge)."""
 
-    async def evaluate(self, queue: list[tuple[str, Item]], db_root: Path | Source, write: Write, flush: Flush) -> None:
+    async def evaluate(self, queue: list[tuple[str, Item]], db_root: Source, write: Write, flush: Flush) -> None:
         """Evaluate every (system name, item) of ``queue``: ``write`` each finished record, and ``flush``
         a batch's systems once its records are written."""
 
@@ -190,7 +190,7 @@ class Backend(Protocol):
 
 def run(
     systems: Sequence[SystemRun],
-    db_root: Path | Source,
+    db_root: Source,
     config: Config,
     progress: Progress | None = None,
     *,
@@ -294,7 +294,7 @@ Outcome = Executed | _Line | str
 """What the deterministic stages give back for one item: its stages, its finished record, or an error."""
 
 
-def _execute_batch(worker: _Worker, batch: tuple[list[Item], Path | Source, bool]) -> list[Outcome]:
+def _execute_batch(worker: _Worker, batch: tuple[list[Item], Source, bool]) -> list[Outcome]:
     """The deterministic stages for a batch, in a worker; ``final``: no judge will follow, so decide here."""
     items, db_root, final = batch
     out: list[Outcome] = []
@@ -324,7 +324,7 @@ class Stage1:
     def __init__(self, config: Config) -> None:
         self.pool = Pool(config.workers, _init_worker, config)
 
-    async def __call__(self, items: list[Item], db_root: Path | Source, final: bool) -> list[Outcome]:
+    async def __call__(self, items: list[Item], db_root: Source, final: bool) -> list[Outcome]:
         try:
             (done,) = await asyncio.wrap_future(self.pool.submit(_execute_batch, [(items, db_root, final)]))
         except Lost as e:  # the batch's worker kept dying: these items say so
@@ -347,6 +347,8 @@ class Evaluator:
         self.llm = llm
         self.schemas: Schemas | None = None
         self.votes: Votes | None = None
+        self.catalogue: Executor | None = None
+        """This process's engines, for the judges' schemas (the queries run in the workers)."""
         if config.judge is not None:
             from rose_sql.judges.context import Schemas
 
@@ -354,14 +356,15 @@ class Evaluator:
                 from rose_sql.judges.llm import LLM
 
                 self.llm = LLM(config.judge)
-            self.schemas = Schemas()
+            self.catalogue = Executor(config)
+            self.schemas = Schemas(self.catalogue)
             if config.judge.votes:
                 from rose_sql.judges.votes import Votes
 
                 self.votes = Votes(config.judge, self.llm)
         self.policy = config.judge.effective_matched_refuter if config.judge else "always"
 
-    async def batch(self, batch: list[tuple[str, Item]], db_root: Path | Source, write: Write) -> None:
+    async def batch(self, batch: list[tuple[str, Item]], db_root: Source, write: Write) -> None:
         """Evaluate a batch, calling ``write`` for each record as it is finished (never raises for an item)."""
         items = [it for _, it in batch]
         done: list[Outcome]
@@ -393,6 +396,8 @@ class Evaluator:
             await self.votes.aclose()
         if self.llm is not None:
             await self.llm.aclose()
+        if self.catalogue is not None:
+            self.catalogue.close()
 
 
 class Local:
@@ -408,7 +413,7 @@ class Local:
         llm = self._evaluator.llm if self._evaluator is not None else None
         return llm.ledger if llm is not None else None
 
-    async def evaluate(self, queue: list[tuple[str, Item]], db_root: Path | Source, write: Write, flush: Flush) -> None:
+    async def evaluate(self, queue: list[tuple[str, Item]], db_root: Source, write: Write, flush: Flush) -> None:
         evaluator = self._evaluator = Evaluator(self.config, self.stage1)
         judge = self.config.judge
         window = asyncio.Semaphore(self.config.workers * 2 + (judge.concurrency if judge else 0))
@@ -427,9 +432,7 @@ class Local:
         self.stage1.close(now=now)
 
 
-async def _run(
-    systems: Sequence[SystemRun], db_root: Path | Source, backend: Backend, progress: Progress | None
-) -> None:
+async def _run(systems: Sequence[SystemRun], db_root: Source, backend: Backend, progress: Progress | None) -> None:
     by_name = {s.name: s for s in systems}
     writers = {s.name: RecordWriter(s.out_dir / "records.jsonl") for s in systems}
 

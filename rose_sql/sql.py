@@ -212,7 +212,7 @@ def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def gate(sql: str, *, max_chars: int = 200_000, dialect: str = DEFAULT_DIALECT) -> str | None:
+def gate(sql: str, *, max_chars: int, dialect: str = DEFAULT_DIALECT) -> str | None:
     """Why this SQL may not run (None: it may). Accepts exactly one SELECT / WITH / VALUES statement,
     read in ``dialect``."""
     if not sql.strip():

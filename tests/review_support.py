@@ -21,6 +21,7 @@ from urllib.parse import urlencode
 
 from rose_sql.config import Config
 from rose_sql.demo.build import DB_ID, build_database, load_demo_items, write_items
+from rose_sql.engines import Source
 from rose_sql.evaluate import evaluate_items
 from rose_sql.items import load_items
 from rose_sql.judges.replies import ProverReply, RefuterReply
@@ -181,7 +182,7 @@ def demo_records(folder: Path, n: int = 40, evidence: bool = True) -> tuple[Path
     """A run folder of the demo's first ``n`` items with evidence and made-up judge calls on a few."""
     items_path, db_root = demo_inputs(folder)
     items = load_items(items_path).items[:n]
-    records = evaluate_items(items, db_root, Config(workers=1, evidence=evidence))
+    records = evaluate_items(items, Source.folder(db_root), Config(workers=1, evidence=evidence))
     judged = []
     for i, r in enumerate(records):
         if i % 3 == 0:

@@ -20,6 +20,7 @@ def test_public_api_is_pinned() -> None:
         [
             "Comparison",
             "Config",
+            "Database",
             "Execution",
             "Executor",
             "InputError",
@@ -31,6 +32,7 @@ def test_public_api_is_pinned() -> None:
             "ResultSet",
             "RoseError",
             "Run",
+            "Source",
             "Summary",
             "UsageError",
             "__version__",

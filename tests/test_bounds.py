@@ -20,6 +20,7 @@ from conftest import peak_rss_growth, sha256
 
 from rose_sql.compare import compare
 from rose_sql.config import Config
+from rose_sql.engines import Database, Source
 from rose_sql.evaluate import evaluate_item
 from rose_sql.evidence.finder import Finder
 from rose_sql.execute import GUARD_MARGIN_S, Executor, run_query
@@ -86,7 +87,7 @@ def test_an_expensive_function_per_row_meets_the_wall_guard_soon(make_db: Callab
     db = make_db(SCRIPT)
     per_row = "length(replace(printf('%.*c', 300000 + x % 2, 'a'), 'a', 'bb'))"  # a few ms each, not foldable
     start = time.monotonic()
-    e = run_query(db, f"SELECT sum({per_row}) FROM big", Config(timeout_s=0.5))
+    e = run_query(Database.file(db), f"SELECT sum({per_row}) FROM big", Config(timeout_s=0.5))
     assert e.status == "guard", e.status
     assert time.monotonic() - start < 0.5 + 10
 
@@ -99,9 +100,10 @@ def test_temporary_storage_never_spills_to_disk(make_db: Callable[..., Path], tm
     sql = "SELECT a.x, b.x, randomblob(64) FROM big a, big b ORDER BY 3"
     code = (
         "import json, sys, time; from pathlib import Path\n"
-        "from rose_sql.config import Config; from rose_sql.execute import run_query\n"
+        "from rose_sql.config import Config; from rose_sql.engines import Database\n"
+        "from rose_sql.execute import run_query\n"
         "t = time.monotonic()\n"
-        f"e = run_query(Path({str(db)!r}), {sql!r}, Config(sqlite_heap_bytes=256 * 2**20, timeout_s=60))\n"
+        f"e = run_query(Database.file({str(db)!r}), {sql!r}, Config(engine_memory_bytes=256 * 2**20, timeout_s=60))\n"
         "print(json.dumps([e.status, e.error, time.monotonic() - t]))\n"
     )
     env = {**os.environ, "SQLITE_TMPDIR": str(spill), "TMPDIR": str(spill)}
@@ -119,11 +121,11 @@ def test_the_witness_search_has_value_and_byte_caps(make_db: Callable[..., Path]
     pred = "SELECT CASE WHEN (SELECT count(*) FROM t) = 3 THEN count(*) ELSE length(zeroblob(800000000)) END FROM t"
     cfg = Config(evidence_max_candidates=60)
     with Executor(cfg) as ex:
-        g, p = ex.run(db, gold), ex.run(db, pred)
+        g, p = ex.run(Database.file(db), gold), ex.run(Database.file(db), pred)
     assert g.result is not None and p.result is not None
     with peak_rss_growth() as growth:
         start = time.monotonic()
-        ev = Finder(cfg).gather(db, gold, pred, g, p, compare(p.result, g.result, ordered=False))
+        ev = Finder(cfg).gather(Database.file(db), gold, pred, g, p, compare(p.result, g.result, ordered=False))
         took = time.monotonic() - start
     assert growth[0] < 300, f"peak RSS grew by {growth[0]} MB"
     assert took < 30
@@ -159,7 +161,7 @@ def test_a_db_id_never_leaves_the_database_root(make_db: Callable[..., Path], tm
     (root / "d" / "d.sqlite").write_bytes(inside.read_bytes())
     with Executor() as ex:
         for db_id in (str(outside.parent), "../dbs/elsewhere", "..", "d/../d"):
-            r = evaluate_item(Item(1, db_id, "SELECT s FROM secret", "SELECT 1"), root, ex)
+            r = evaluate_item(Item(1, db_id, "SELECT s FROM secret", "SELECT 1"), Source.folder(root), ex)
             assert r.unscored_reason == "db_missing" and r.pred.status == "skipped", db_id
             assert "do not show" not in r.to_json()
 
@@ -178,7 +180,7 @@ def test_a_pending_wal_is_read_from_a_private_copy(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", writer], check=True)
     before = {p.name: sha256(p) for p in db.parent.iterdir()}
     assert "w.sqlite-wal" in before
-    e = run_query(db, "SELECT count(*) FROM t")
+    e = run_query(Database.file(db), "SELECT count(*) FROM t")
     assert e.ok and e.result is not None and e.result.rows == ((2,),)
     assert {p.name: sha256(p) for p in db.parent.iterdir()} == before  # nothing created, nothing changed
 
@@ -193,7 +195,9 @@ def test_read_only_table_valued_functions_are_allowed(make_db: Callable[..., Pat
             "SELECT d.id, j.value FROM doc d, json_each(d.tags) j",
             "SELECT 1, 'a' UNION ALL SELECT 1, 'b' UNION ALL SELECT 2, 'c'",
         )
-        r = evaluate_item(item, db.parent.parent, ex)
+        r = evaluate_item(item, Source.folder(db.parent.parent), ex)
         assert r.pred.status == "ok" and r.readings.bird_ex == 1 and r.comparison is not None and r.comparison.equal
-        assert ex.run(db, "SELECT key FROM json_tree('{\"a\": 1}')").ok
-        assert ex.run(db, "SELECT * FROM pragma_table_info('doc')").status == "rejected"  # pragmas stay refused
+        assert ex.run(Database.file(db), "SELECT key FROM json_tree('{\"a\": 1}')").ok
+        assert (
+            ex.run(Database.file(db), "SELECT * FROM pragma_table_info('doc')").status == "rejected"
+        )  # pragmas stay refused

@@ -14,6 +14,7 @@ from rose_sql.analysis.calibrate import labelled_source, rose_vec_sources, selec
 from rose_sql.cli.calibrate import RUN_OPTIONS, calibrate_cmd
 from rose_sql.cli.main import main
 from rose_sql.cli.run import run_cmd
+from rose_sql.engines import Source
 from rose_sql.testing import Reply, ScriptedOpenAI, by_content
 
 ENV = {"OPENAI_API_KEY": "t"}
@@ -82,7 +83,7 @@ def test_reuses_run_options() -> None:
 
 
 def test_select_keeps_items_whose_database_exists(shared: Path) -> None:
-    bird, spider = (select(s, shared / "bird") for s in rose_vec_sources(shared / "rose-vec"))
+    bird, spider = (select(s, Source.folder(shared / "bird")) for s in rose_vec_sources(shared / "rose-vec"))
     assert (len(bird.kept), bird.total, bird.missing["card_games"]) == (77, 322, 49)
     assert {x["db_id"] for x in bird.kept} == HERE
     assert set(bird.source.tags) == {"goldx", "ambq"}
@@ -146,7 +147,7 @@ def test_labels_file_from_review_export(shared: Path, present: list[dict[str, An
     export.mkdir(parents=True)
     (export / "heroes.json").write_text(json.dumps(present[:6]))
     (export / "gold_false_ids.json").write_text(json.dumps([present[0]["question_id"]]))
-    part = select(labelled_source(export / "heroes.json"), shared / "bird")
+    part = select(labelled_source(export / "heroes.json"), Source.folder(shared / "bird"))
     assert (len(part.kept), part.skipped, set(part.source.tags)) == (6, 0, {"goldx"})
     other = {"name": "ROSE_o3-202601", "validation_set": {"name": "ROSE-VEC", "sha256": "x"}}
     other["agreement"] = {"kappa": 80.0, "accuracy": 90.0, "mcc": 80.0, "f1": 90.0}

@@ -13,8 +13,10 @@ import pytest
 
 from rose_sql.compare import canon, compare
 from rose_sql.config import Config
-from rose_sql.execute import Executor, ResultSet
+from rose_sql.engines import Database
+from rose_sql.execute import Executor
 from rose_sql.readings import ts_equal
+from rose_sql.results import ResultSet
 from rose_sql.sql import has_top_level_order_by
 
 CASES = json.loads((Path(__file__).parent / "cases" / "compare.json").read_text())
@@ -28,7 +30,8 @@ def executor() -> Executor:
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_compare_case(case: dict[str, Any], make_db: Callable[..., Path], executor: Executor) -> None:
     db = make_db("CREATE TABLE unused (x);")
-    gold, pred = executor.run(db, case["gold"]), executor.run(db, case["pred"])
+    lite = Database.file(db)
+    gold, pred = executor.run(lite, case["gold"]), executor.run(lite, case["pred"])
     assert gold.result is not None and pred.result is not None, (gold.error, pred.error)
     c = compare(pred.result, gold.result, ordered=has_top_level_order_by(case["gold"]))
     assert (c.equal, c.reason) == (case["equal"], case["reason"]), c.detail

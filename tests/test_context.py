@@ -9,12 +9,29 @@ from pathlib import Path
 import pytest
 
 import rose_sql.judges.context
-from rose_sql.config import JudgeConfig
-from rose_sql.execute import Execution, ResultSet
-from rose_sql.judges.context import fence, read_schema, render_result
+from rose_sql.config import Config, JudgeConfig
+from rose_sql.engines import Database
+from rose_sql.execute import Executor
+from rose_sql.judges.context import Schema, Schemas, fence, render_result
+from rose_sql.results import Execution, ResultSet
 from rose_sql.sql import tables_read
 
 JUDGE = JudgeConfig(model="judge")
+PINNED = {
+    "bird/superhero/superhero.sqlite": "19a3fa38756d0fa171b540c22a290720e4fe187246d9db5d4aa045e2ed485be7",
+    "spider/database/concert_singer/concert_singer.sqlite": (
+        "cc26b4dc2e7edd38ba2ba6ed9db56704fa3cd29db62c132e936dc61bb819bac4"
+    ),
+    "spider/database/world_1/world_1.sqlite": "039bc807bec52e54fa2c4087d20815ef3744cdc6fb8f05c82da734319ee81ade",
+}
+"""SHA-256 of the judges' schema text of SQLite databases, as it was before the engine seam: the prompts'
+hashes (judge cards, the LLM cache) depend on it."""
+
+
+def read_schema(path: Path, config: Config | None = None) -> Schema:
+    """The judges' schema of a SQLite file, read through an executor's engine as a run reads it."""
+    with Executor(config) as ex:
+        return Schemas(ex).get(Database.file(path))
 
 
 def test_small_schema_is_shown_whole_with_examples(make_db: Callable[..., Path]) -> None:
@@ -42,6 +59,32 @@ def test_bird_descriptions_are_read(shared: Path) -> None:
     schema = read_schema(shared / "bird" / "superhero" / "superhero.sqlite")
     hero = schema.tables["superhero"]
     assert hero.descriptions and any("height" in k for k in hero.descriptions)
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_the_schema_text_of_sqlite_is_unchanged(shared: Path, name: str) -> None:
+    import hashlib
+
+    text = read_schema(shared / name).render(frozenset(), JUDGE)
+    assert hashlib.sha256(text.encode()).hexdigest() == PINNED[name]
+
+
+def test_example_values_are_bounded_by_steps_not_time(make_db: Callable[..., Path]) -> None:
+    """The examples share one step budget, column after column: a column whose sample takes long (NULL in
+    all but the last of 20,000 rows) spends it, the columns after it are shown without examples, the same
+    way every time (under any load), and the schema itself stays whole."""
+    rows = ",".join(f"({i}, 'v{i}', {'NULL' if i < 19_999 else 1})" for i in range(20_000))
+    db = make_db(
+        f"CREATE TABLE big (id INTEGER PRIMARY KEY, a TEXT, sparse INTEGER); INSERT INTO big VALUES {rows};"
+        "CREATE TABLE small (id INTEGER PRIMARY KEY, c TEXT); INSERT INTO small VALUES (1, 'c1');"
+    )
+    whole = read_schema(db).tables
+    assert set(whole["big"].examples) == {"id", "a", "sparse"} and set(whole["small"].examples) == {"id", "c"}
+    tight = Config(schema_max_steps=50_000)
+    cut = [read_schema(db, tight).tables for _ in range(3)]
+    assert cut[0] == cut[1] == cut[2]  # deterministic
+    assert set(cut[0]) == {"big", "small"} and cut[0]["small"].columns == ("id", "c")  # the schema is whole
+    assert set(cut[0]["big"].examples) == {"id", "a"} and cut[0]["small"].examples == {}
 
 
 def test_result_rendering_counts_and_cuts() -> None:

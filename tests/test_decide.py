@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from rose_sql.decide import Decision, Facts, decide
-from rose_sql.execute import Execution, ResultSet
 from rose_sql.judges.replies import ProverReply, RefuterReply
+from rose_sql.results import Execution, ResultSet
 
 OK = Execution("ok", 0.01, result=ResultSet(("x",), ((1,),), 1))
 ERROR = Execution("error", 0.01, error="no such column: y")

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from rose_sql.cli import main
-from rose_sql.demo import KINDS, MAX_STEPS, DemoPaths, load_demo_items, run_demo
+from rose_sql.config import DEMO_MAX_STEPS as MAX_STEPS
+from rose_sql.demo import KINDS, DemoPaths, load_demo_items, run_demo
 from rose_sql.demo.build import build_database
 from rose_sql.demo.show import cohen_kappa
 from rose_sql.errors import UsageError

@@ -3,7 +3,6 @@ judges' schema, rewards. Tests that need a server skip, naming it, when it canno
 
 from __future__ import annotations
 
-import builtins
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -14,10 +13,10 @@ from click.testing import CliRunner
 from servers import MYSQL_ADMIN, PG_ADMIN, SUPERHERO, reachable, superhero_fixture  # noqa: F401
 
 from rose_sql.cli.main import main
+from rose_sql.cli.run import warn_writable
 from rose_sql.compare import compare
 from rose_sql.config import Config, JudgeConfig, RewardConfig
-from rose_sql.engines.base import engine_for, writable_warning
-from rose_sql.engines.source import Remote, Source, parse, redact
+from rose_sql.engines import Database, Source, open_engine, redact
 from rose_sql.errors import UsageError
 from rose_sql.evaluate import evaluate_item
 from rose_sql.execute import Executor
@@ -29,39 +28,42 @@ KINDS = ("postgresql", "mysql", "duckdb")
 # --------------------------------------------------------------------------- URLs (no server)
 
 
-def test_a_folder_stays_a_path_and_urls_name_engines(tmp_path: Path) -> None:
-    assert parse(str(tmp_path)) == tmp_path
-    assert parse(f"sqlite://{tmp_path}") == tmp_path
+def test_a_folder_is_sqlite_and_urls_name_engines(tmp_path: Path) -> None:
+    parse = Source.parse
+    assert parse(str(tmp_path)) == Source("sqlite", str(tmp_path)) == parse(f"sqlite://{tmp_path}")
+    assert parse(str(tmp_path)).locate("a") == Database("sqlite", str(tmp_path / "a" / "a.sqlite"), "a")
     pg = parse("postgresql://u:secret@h:5432/bird")
-    assert isinstance(pg, Source) and pg.kind == "postgresql" and pg.dialect == "postgres" and not pg.per_db
+    assert pg.kind == "postgresql" and pg.dialect == "postgres" and not pg.per_db
     assert pg.locate("superhero").target == "postgresql://u:secret@h:5432/bird"
     assert "secret" not in pg.shown and "secret" not in pg.locate("x").shown and "db_id x" in pg.locate("x").shown
     assert pg.locate("").shown == "postgresql://u:***@h:5432/bird"  # the whole database (rose db reader)
     my = parse("mariadb://root@h/{db_id}")
-    assert isinstance(my, Source) and my.kind == "mysql" and my.per_db
+    assert my.kind == "mysql" and my.per_db
     assert my.locate("a b").target == "mariadb://root@h/a%20b"
     (tmp_path / "dd").mkdir()
     folder = parse(f"duckdb://{tmp_path / 'dd'}")
-    assert isinstance(folder, Source) and folder.per_db
+    assert folder.per_db
     assert folder.locate("x").target == str(tmp_path / "dd" / "x.duckdb")
     one = parse(f"duckdb://{tmp_path / 'one.duckdb'}")
-    assert isinstance(one, Source) and not one.per_db and one.locate("x").target == str(tmp_path / "one.duckdb")
+    assert not one.per_db and one.locate("x").target == str(tmp_path / "one.duckdb")
     assert redact("mysql://root:pw@h:1/db") == "mysql://root:***@h:1/db"
     with pytest.raises(UsageError, match="unknown scheme"):
         parse("oracle://h/db")
 
 
 def test_a_missing_client_library_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = builtins.__import__
+    import importlib
 
-    def no_psycopg(name: str, *args: Any, **kwargs: Any) -> Any:
+    real = importlib.import_module
+
+    def no_psycopg(name: str, package: str | None = None) -> Any:
         if name == "psycopg":
             raise ImportError(name)
-        return real(name, *args, **kwargs)
+        return real(name, package)
 
-    monkeypatch.setattr(builtins, "__import__", no_psycopg)
+    monkeypatch.setattr(importlib, "import_module", no_psycopg)
     with pytest.raises(UsageError, match=r"pip install 'rose-sql\[postgres\]'"):
-        engine_for("postgresql", Config())
+        open_engine("postgresql", Config().limits)
 
 
 def test_a_server_that_is_absent_is_named_in_the_skip_reason(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,19 +77,18 @@ def test_a_server_that_is_absent_is_named_in_the_skip_reason(monkeypatch: pytest
 def test_sqlite_records_keep_their_layout(make_db: Callable[..., Path]) -> None:
     db = make_db("CREATE TABLE t (a INT); INSERT INTO t VALUES (1);")
     with Executor(Config(workers=1)) as ex:
-        record = evaluate_item(Item(1, "t", "SELECT a FROM t", "SELECT a FROM t"), db.parent.parent, ex)
+        record = evaluate_item(Item(1, "t", "SELECT a FROM t", "SELECT a FROM t"), Source.folder(db.parent.parent), ex)
     data = record.to_dict()
-    assert "dialect" not in data and "server" not in data and data["schema"] == 2
+    assert "dialect" not in data and "server" not in data and data["schema"] == 3
+    assert "note" not in data["pred"] and "note" not in data["gold"]
 
 
 # --------------------------------------------------------------------------- on each engine
 
 
-def _db(superhero_on: Callable[[str], tuple[str, str]], kind: str, *, admin: bool = False) -> Remote:
+def _db(superhero_on: Callable[[str], tuple[str, str]], kind: str, *, admin: bool = False) -> Database:
     urls = superhero_on(kind)
-    source = parse(urls[0] if admin else urls[1])
-    assert isinstance(source, Source)
-    return source.locate("superhero")
+    return Source.parse(urls[0] if admin else urls[1]).locate("superhero")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -121,8 +122,7 @@ def test_a_query_past_the_time_limit_is_unscored_never_zero(
         "mysql": "SELECT count(*) FROM superhero a, superhero b, superhero c, superhero d, superhero e",
         "duckdb": "SELECT count(*) FROM range(100000000000)",
     }[kind]
-    source = parse(superhero_on(kind)[1])
-    assert isinstance(source, Source)
+    source = Source.parse(superhero_on(kind)[1])
     with Executor(Config(timeout_s=0.5, workers=1)) as ex:
         record = evaluate_item(Item(1, "superhero", slow, "SELECT count(*) FROM superhero"), source, ex)
     assert record.pred.status == "guard" and "time limit" in (record.pred.error or "")
@@ -134,7 +134,7 @@ def test_a_time_limit_hidden_by_leaving_a_pipeline_is_still_the_time_limit() -> 
     """Under load PostgreSQL's statement_timeout can fire inside the pipeline that starts a statement; psycopg
     then raises "cannot exit pipeline mode while busy" over it, which read as a server gone away."""
     psycopg = pytest.importorskip("psycopg")
-    engine = engine_for("postgresql", Config())
+    engine = open_engine("postgresql", Config().limits)
     try:
         raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
     except psycopg.Error:
@@ -143,9 +143,9 @@ def test_a_time_limit_hidden_by_leaving_a_pipeline_is_still_the_time_limit() -> 
         except psycopg.OperationalError as e:
             hidden = e
     failure = engine._classify(hidden)  # type: ignore[attr-defined]
-    assert (failure.status, failure.broken) == ("guard", True) and "statement timeout" in failure.message
+    assert (failure.failure, failure.broken) == ("wall", True) and "statement timeout" in failure.message
     gone = engine._classify(psycopg.OperationalError("server closed the connection unexpectedly"))  # type: ignore[attr-defined]
-    assert gone.status == "unreadable"
+    assert gone.failure == "unreadable"
 
 
 def test_a_server_that_goes_away_mid_run_is_transient_then_reconnects(
@@ -154,8 +154,7 @@ def test_a_server_that_goes_away_mid_run_is_transient_then_reconnects(
     import psycopg
 
     admin, reader = superhero_on("postgresql")
-    source = parse(reader)
-    assert isinstance(source, Source)
+    source = Source.parse(reader)
     with Executor(Config(workers=1)) as ex:
         item = Item(1, "superhero", "SELECT count(*) FROM superhero", "SELECT count(*) FROM colour")
         assert evaluate_item(item, source, ex).pred.status == "ok"
@@ -165,8 +164,7 @@ def test_a_server_that_goes_away_mid_run_is_transient_then_reconnects(
         assert gone.score is None and gone.unscored_reason == "db_unreadable"
         again = evaluate_item(Item(3, "superhero", "SELECT 3 FROM superhero", "SELECT 4 FROM colour"), source, ex)
         assert again.pred.status == "ok" and again.gold.status == "ok"
-    unreachable = parse("postgresql://nobody@127.0.0.1:1/none")
-    assert isinstance(unreachable, Source)
+    unreachable = Source.parse("postgresql://nobody@127.0.0.1:1/none")
     with Executor(Config(workers=1)) as ex:
         record = evaluate_item(item, unreachable, ex)
     assert record.unscored_reason == "db_unreadable"
@@ -174,14 +172,14 @@ def test_a_server_that_goes_away_mid_run_is_transient_then_reconnects(
 
 @pytest.mark.parametrize("kind", ["postgresql", "mysql"])
 def test_the_reader_cannot_write_and_the_admin_is_warned_about(
-    kind: str, superhero_on: Callable[[str], tuple[str, str]]
+    kind: str, superhero_on: Callable[[str], tuple[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     admin, reader = superhero_on(kind)
-    admin_source, reader_source = parse(admin), parse(reader)
-    assert isinstance(admin_source, Source) and isinstance(reader_source, Source)
-    warning = writable_warning(admin_source, "superhero", Config())
-    assert warning is not None and "rose db reader" in warning
-    assert writable_warning(reader_source, "superhero", Config()) is None
+    admin_source, reader_source = Source.parse(admin), Source.parse(reader)
+    warn_writable(admin_source, "superhero", Config())
+    assert "rose db reader" in capsys.readouterr().err
+    warn_writable(reader_source, "superhero", Config())
+    assert capsys.readouterr().err == ""
     if kind == "postgresql":
         import psycopg
 
@@ -198,8 +196,7 @@ def test_the_reader_cannot_write_and_the_admin_is_warned_about(
 
 def test_a_database_that_does_not_exist_is_missing(superhero_on: Callable[[str], tuple[str, str]]) -> None:
     _, reader = superhero_on("postgresql")
-    source = parse(reader.rsplit("/", 1)[0] + "/{db_id}")
-    assert isinstance(source, Source)
+    source = Source.parse(reader.rsplit("/", 1)[0] + "/{db_id}")
     with Executor(Config(workers=1)) as ex:
         record = evaluate_item(Item(1, "rose_no_such_db", "SELECT 1", "SELECT 1"), source, ex)
     assert record.unscored_reason == "db_missing"
@@ -209,7 +206,8 @@ def test_a_database_that_does_not_exist_is_missing(superhero_on: Callable[[str],
 def test_the_judges_see_the_engine_and_its_schema(kind: str, superhero_on: Callable[[str], tuple[str, str]]) -> None:
     from rose_sql.judges.context import Schemas
 
-    schema = Schemas().get(_db(superhero_on, kind))
+    with Executor(Config(workers=1)) as ex:
+        schema = Schemas(ex).get(_db(superhero_on, kind))
     text = schema.render(frozenset({"superhero"}), JudgeConfig(model="x"))
     assert text.startswith("-- Engine: ") and "integer / integer" in text
     assert "CREATE TABLE" in text and "superhero_name" in text and "e.g." in text
@@ -222,8 +220,8 @@ def test_rewards_on_every_engine(kind: str, superhero_on: Callable[[str], tuple[
     from rose_sql.reward.gold import parse_label
 
     url = superhero_on(kind)[1]
-    gold = parse_label({"gold_sql": "SELECT count(*) FROM superhero", "db_id": "superhero"}, url)
-    assert isinstance(gold.db, Remote)
+    gold = parse_label({"gold_sql": "SELECT count(*) FROM superhero", "db_id": "superhero"}, Source.parse(url))
+    assert gold.db.kind == kind
     with RewardScorer(RewardConfig(workers=2)) as scorer:
         good, bad = scorer.score_batch(
             [
@@ -272,8 +270,7 @@ def test_gold_smells_and_distinguishing_rows_on_every_engine(
     from rose_sql.evaluate import execute_item
     from rose_sql.evidence.finder import Finder
 
-    source = parse(superhero_on(kind)[1])
-    assert isinstance(source, Source)
+    source = Source.parse(superhero_on(kind)[1])
     tie = (
         "SELECT T1.superhero_name FROM superhero AS T1 INNER JOIN hero_attribute AS T2 ON T1.id = T2.hero_id "
         "INNER JOIN attribute AS T3 ON T2.attribute_id = T3.id WHERE T3.attribute_name = 'Intelligence' "

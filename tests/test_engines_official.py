@@ -22,7 +22,7 @@ import pytest
 from servers import superhero_fixture  # noqa: F401  (the superhero_on fixture)
 
 from rose_sql.config import Config
-from rose_sql.engines.source import parse
+from rose_sql.engines import Source
 from rose_sql.evaluate import evaluate_item
 from rose_sql.execute import Executor
 from rose_sql.items import load_items
@@ -93,8 +93,8 @@ def test_duckdb_scores_as_sqlite_where_their_semantics_agree(
     url, _ = superhero_on("duckdb")
     pred = _superhero_preds(shared, model, "sqlite", tmp_path)
     items = load_items(pred, shared / "bird" / "mini_dev_sqlite.json").items
-    on_sqlite = _bird_ex(items, shared / "bird")
-    on_duckdb = _bird_ex(items, parse(url))
+    on_sqlite = _bird_ex(items, Source.folder(shared / "bird"))
+    on_duckdb = _bird_ex(items, Source.parse(url))
     differ = {i for i in on_sqlite if on_sqlite[i] != on_duckdb[i]}
     assert differ <= set(DUCKDB_DIFFERS), {i: (on_sqlite[i], on_duckdb[i]) for i in differ - set(DUCKDB_DIFFERS)}
     agree = [i for i in on_sqlite if i not in DUCKDB_DIFFERS]

@@ -18,28 +18,39 @@ from conftest import sha256
 
 from rose_sql.compare import compare
 from rose_sql.config import Config
+from rose_sql.engines import Database
+from rose_sql.engines.spaces.sqlite import Workspace
+from rose_sql.engines.spaces.sqlite import open_space as open_workspace
 from rose_sql.evidence import Change, Evidence
 from rose_sql.evidence.diff import describe
 from rose_sql.evidence.finder import Finder
-from rose_sql.evidence.workspace import Workspace
-from rose_sql.execute import Executor, ResultSet
+from rose_sql.execute import Executor
+from rose_sql.results import ResultSet
 from rose_sql.sql import has_top_level_order_by
 
 OURS = json.loads((Path(__file__).parent / "cases" / "evidence.json").read_text())
 
 
+def workspace(db: Path, config: Config | None = None) -> Workspace:
+    """SQLite's space of a database file, as the finder opens it."""
+    ws = open_workspace(Database.file(db), config or Config())
+    assert isinstance(ws, Workspace), ws
+    return ws
+
+
 def gather(db: Path, gold_sql: str, pred_sql: str, steps: int = 300_000_000) -> tuple[Evidence, bool | None]:
     cfg = Config(evidence_max_steps=steps, evidence_max_candidates=400)
+    lite = Database.file(db)
     with Executor(cfg) as ex:
-        g, p = ex.run(db, gold_sql), ex.run(db, pred_sql)
+        g, p = ex.run(lite, gold_sql), ex.run(lite, pred_sql)
     assert g.result is not None and p.result is not None, (g.error, p.error)
     cmp = compare(p.result, g.result, ordered=has_top_level_order_by(gold_sql))
-    return Finder(cfg).gather(db, gold_sql, pred_sql, g, p, cmp), cmp.equal
+    return Finder(cfg).gather(lite, gold_sql, pred_sql, g, p, cmp), cmp.equal
 
 
 def replay(db: Path, changes: list[Change]) -> Workspace:
     """Apply a witness's recorded changes to a fresh copy of the database."""
-    ws = Workspace(db)
+    ws = workspace(db)
     for ch in changes:
         if ch.op == "update" and ch.rowid is not None and ch.column is not None:
             ws.update(ch.table, ch.rowid, ch.column, ch.new)
@@ -150,9 +161,9 @@ def test_the_wall_guard_marks_the_evidence(make_db: Callable[..., Path]) -> None
     sql = "SELECT COUNT(*) FROM t a, t b WHERE a.v >= b.v"
     cfg = Config(evidence_max_steps=10**12, evidence_budget_s=0.2, evidence_max_candidates=400)
     with Executor(cfg) as ex:
-        g = ex.run(db, sql)
+        g = ex.run(Database.file(db), sql)
     assert g.result is not None
-    ev = Finder(cfg).gather(db, sql, sql, g, g, compare(g.result, g.result, ordered=False))
+    ev = Finder(cfg).gather(Database.file(db), sql, sql, g, g, compare(g.result, g.result, ordered=False))
     assert ev.guard is not None and "wall-time guard after 0.2 s" in ev.guard
 
 
@@ -177,7 +188,7 @@ def test_interrupted_search_leaves_the_copy_as_the_real_data(make_db: Callable[.
 
     rows = ",".join(f"({i},'n{i % 50}',{i % 97})" for i in range(5000))
     db = make_db(f"CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, v INTEGER); INSERT INTO t VALUES {rows};")
-    ws = Workspace(db)
+    ws = workspace(db)
     gold, pred = "SELECT name, COUNT(*) FROM t GROUP BY name", "SELECT name, COUNT(v) FROM t GROUP BY name"
     for budget in (0.001, 0.01, 0.05):  # the wall guard, and step budgets, stopping statements anywhere
         for steps in (5_000, 500_000, 5_000_000):
@@ -205,7 +216,7 @@ def test_witness_queries_quote_names_that_hold_quotes(make_db: Callable[..., Pat
     from rose_sql.evidence.witness import _caveats, _lineage
 
     db = make_db('CREATE TABLE "we""ird" ("co""l" INTEGER, v TEXT); INSERT INTO "we""ird" VALUES (1, 1), (2, 2);')
-    ws = Workspace(db)
+    ws = workspace(db)
     try:
         assert _lineage(ws, 'we"ird', ['co"l'], [2], limit=1) == [2, 1]  # the row holding 2 first, then the first row
         change = Change("update", 'we"ird', 1, column='co"l', old=1, new=7)

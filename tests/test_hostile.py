@@ -30,13 +30,16 @@ from typing import Any
 import pytest
 from conftest import peak_rss_growth, sha256
 
-import rose_sql.execute
+import rose_sql.engines.base
 import rose_sql.sql
 from rose_sql.config import Config
-from rose_sql.execute import Execution, Executor
+from rose_sql.engines import Database
+from rose_sql.execute import Executor
+from rose_sql.results import Execution
 from rose_sql.sql import gate, has_top_level_order_by, strip_comments
 
 TIMEOUT_S = 0.5
+MAX_SQL_CHARS = Config().max_sql_chars
 CONFIG = Config(max_steps=100_000_000, timeout_s=TIMEOUT_S, count_past_cap_steps=50_000_000, workers=2)
 HANG_GUARD_S = 10.0  # catches a hang only
 MEMORY_BOUND_MB = 500
@@ -177,11 +180,12 @@ def check_case(case: Case, db: Path, table: str, tmp: Path, executor: Executor) 
     sql = case.sql.replace("{t}", table).replace("{evil}", str(evil))
     listing = sorted(p.name for p in db.parent.iterdir())
     digest = sha256(db)
-    count = executor.run(db, f"SELECT count(*) FROM {table}").result
+    lite = Database.file(db)
+    count = executor.run(lite, f"SELECT count(*) FROM {table}").result
     assert count is not None
     with peak_rss_growth() as growth:
         start = time.monotonic()
-        e = executor.run(db, sql)  # must not raise
+        e = executor.run(lite, sql)  # must not raise
         elapsed = time.monotonic() - start
     assert elapsed < HANG_GUARD_S
     assert growth[0] < MEMORY_BOUND_MB, f"peak RSS grew by {growth[0]} MB"
@@ -200,7 +204,7 @@ def check_case(case: Case, db: Path, table: str, tmp: Path, executor: Executor) 
     assert not any(db.with_name(db.name + s).exists() for s in SIDE_FILES)
     assert not evil.exists()
     # the connection is as locked-down and as usable as before
-    again = executor.run(db, f"SELECT count(*) FROM {table} WHERE 1 = 1")
+    again = executor.run(lite, f"SELECT count(*) FROM {table} WHERE 1 = 1")
     assert again.result is not None and again.result.rows == count.rows, (again.status, again.error)
 
 
@@ -237,7 +241,7 @@ def test_the_sandbox_alone_stops_writes(
     case: Case, small_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Defence in depth: with the lexical gate switched off, SQLite's own locks still refuse every write."""
-    monkeypatch.setattr(rose_sql.execute, "gate", lambda sql, max_chars: None)
+    monkeypatch.setattr(rose_sql.engines.base, "gate", lambda sql, max_chars, dialect: None)
     with Executor(CONFIG) as ex:
         check_case(case, small_db, "t", tmp_path, ex)
 
@@ -248,7 +252,7 @@ def test_denied_statements_leave_no_journal_even_when_sqlite_sees_them(small_db:
     with Executor(CONFIG) as ex:
         for case in WRITES:
             sql = case.sql.replace("{t}", "t").replace("{evil}", str(tmp_path / "evil.db"))
-            conn = ex._conn(small_db, rose_sql.execute.db_key(small_db), "pred").conn
+            conn = ex.engine("sqlite").conn(Database.file(small_db), "pred").conn  # type: ignore[attr-defined]
             with pytest.raises(Exception):  # noqa: B017 - any refusal will do, as long as nothing is written
                 conn.execute(sql).fetchall()
     assert sha256(small_db) == digest
@@ -280,7 +284,7 @@ WEIRD = [
 
 @pytest.mark.parametrize("sql", WEIRD, ids=range(len(WEIRD)))
 def test_gate_and_helpers_never_raise(sql: str) -> None:
-    reason = gate(sql)
+    reason = gate(sql, max_chars=MAX_SQL_CHARS)
     assert reason is None or isinstance(reason, str)
     assert isinstance(strip_comments(sql), str)
     assert isinstance(has_top_level_order_by(sql), bool)
@@ -291,7 +295,7 @@ def test_gate_survives_random_text() -> None:
     alphabet = "'\"`[]()/*-;\\$#@?:xX0123 \n\t\x01\udcff\u00e9SELECTWITH"
     for _ in range(3000):
         sql = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
-        gate(sql)
+        gate(sql, max_chars=MAX_SQL_CHARS)
         strip_comments(sql)
         has_top_level_order_by(sql)
 
@@ -307,7 +311,7 @@ def test_gate_survives_any_tokenizer_exception(exc: type[Exception], monkeypatch
     for cache in caches:
         cache.cache_clear()
     try:
-        assert gate("SELECT 1; SELECT 2") is None  # SQLite decides, and the sandbox holds
+        assert gate("SELECT 1; SELECT 2", max_chars=MAX_SQL_CHARS) is None  # SQLite decides, and the sandbox holds
         assert strip_comments("SELECT 1 -- x").strip() == "SELECT 1"  # our own lexer, then
         assert has_top_level_order_by("SELECT a FROM t ORDER BY a") is True
         assert rose_sql.sql.tables_read("SELECT a FROM t") == frozenset()
@@ -340,11 +344,11 @@ def test_the_gates_shortcut_agrees_with_the_tokenizer(monkeypatch: pytest.Monkey
     ]
     texts = [*WEIRD, *(c.sql for c in CASES), "SELECT 1;", "select 1 ; \n", "(SELECT 1)", "selectx 1", "WITH$ 1"]
     texts += ["".join(rng.choice(words) for _ in range(rng.randint(1, 12))) for _ in range(3000)]
-    fast = [gate(sql) for sql in texts]
+    fast = [gate(sql, max_chars=MAX_SQL_CHARS) for sql in texts]
     assert rose_sql.sql._plainly_one_select("SELECT a FROM t WHERE b = ';' ;") is False
     assert rose_sql.sql._plainly_one_select("  select a from t;  ") is True  # the common case takes it
     monkeypatch.setattr(rose_sql.sql, "_plainly_one_select", lambda sql: False)
-    assert [gate(sql) for sql in texts] == fast
+    assert [gate(sql, max_chars=MAX_SQL_CHARS) for sql in texts] == fast
 
 
 @pytest.mark.parametrize(
@@ -360,7 +364,7 @@ def test_the_gates_shortcut_agrees_with_the_tokenizer(monkeypatch: pytest.Monkey
     ],
 )
 def test_gate_reasons(sql: str, reason: str) -> None:
-    assert reason in (gate(sql) or "")
+    assert reason in (gate(sql, max_chars=MAX_SQL_CHARS) or "")
 
 
 # --------------------------------------------------------------------------- through the real CLI
@@ -502,6 +506,6 @@ def test_a_million_row_prediction_is_truncated_counted_and_bounded(
     assert r["readings"]["ts_ex"] is None and r["readings"]["ts_ex_keep_distinct"] is None
     assert r["score"] is None  # undecidable here, never a wrong 0 or 1
     with Executor() as ex:  # the rows kept are exactly the first max_rows
-        kept = ex.run(db, MILLION).result
+        kept = ex.run(Database.file(db), MILLION).result
         assert kept is not None and kept.truncated and len(kept.rows) == max_rows
         assert kept.rows[-1] == (max_rows, "some text")

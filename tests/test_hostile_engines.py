@@ -25,7 +25,7 @@ import pytest
 from servers import hostile_fixture  # noqa: F401  (the hostile_on fixture)
 
 from rose_sql.config import Config
-from rose_sql.engines.source import Remote, Source, parse
+from rose_sql.engines import Database, Source
 from rose_sql.execute import Executor
 
 TIMEOUT_S = 1.0
@@ -160,7 +160,7 @@ STATUSES = {
 def _checksums(kind: str, admin: str) -> dict[str, Any]:
     """What must not change: every table's contents (a DuckDB file's bytes), and the server's settings."""
     if kind == "duckdb":
-        path = Path(parse(admin).locate("x").target)  # type: ignore[union-attr]
+        path = Path(Source.parse(admin).locate("x").target)
         sides = sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name))
         return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "files": sides}
     if kind == "postgresql":
@@ -193,7 +193,7 @@ def _checksums(kind: str, admin: str) -> dict[str, Any]:
     return {"tables": tables, "settings": settings, "lock": lock, "evil_tables": evil}
 
 
-def _session(ex: Executor, db: Remote) -> Any:
+def _session(ex: Executor, db: Database) -> Any:
     """The pooled session's own settings, as a statement sees them."""
     probe = {
         "postgresql": "SELECT current_setting('statement_timeout'), current_setting('default_transaction_read_only'), "
@@ -217,8 +217,7 @@ def test_hostile_sql_on_each_engine(
     for old in Path("/tmp").glob("rose-evil*"):
         old.unlink()
     before = _checksums(kind, admin)
-    source = parse(reader)
-    assert isinstance(source, Source)
+    source = Source.parse(reader)
     db = source.locate("rose_test_hostile")
     cases = COMMON + ENGINE_CASES[kind]
     failures = []

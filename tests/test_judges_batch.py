@@ -23,6 +23,7 @@ from test_judges import MIXED, SCHEMA, item, judge_args, records, rose, verdicts
 from test_resume import ENV, rose_command
 
 from rose_sql.cli import main
+from rose_sql.engines import Source
 from rose_sql.record import Record
 from rose_sql.testing import ScriptedOpenAI, by_content
 from rose_sql.testing.batches import BatchScript
@@ -307,9 +308,9 @@ def test_batches_are_split_at_the_byte_limit(tmp_path: Path, league: Path) -> No
     with ScriptedOpenAI(by_content(verdicts)) as srv:
         judge = JudgeConfig(model="gpt-4o-mini", base_url=srv.base_url, cache_dir=tmp_path / "cache", policy="paper")
         config = Config(evidence=True, workers=1).with_(judge=judge)
-        systems = plan([load_items(items)], tmp_path / "out", db_root=league, config=config)
+        systems = plan([load_items(items)], tmp_path / "out", db_root=Source.folder(league), config=config)
         backend = BatchBackend(config, tmp_path / "out", BatchOptions(max_bytes=limit, poll_s=0.01))
-        run(systems, league, config, backend=backend)
+        run(systems, Source.folder(league), config, backend=backend)
         client = openai.OpenAI(base_url=srv.base_url, api_key="test")
         sizes = [client.files.retrieve(b["input_file_id"]).bytes for b in srv.batch.batches]
         counts = [b["request_counts"]["total"] for b in srv.batch.batches]

@@ -20,6 +20,7 @@ from test_judges import SCHEMA, item, judge_args, records, rose, verdicts, write
 from rose_sql.cli import main
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.decide import UNSCORED
+from rose_sql.engines import Source
 from rose_sql.estimate import estimate
 from rose_sql.items import load_items
 from rose_sql.testing import Reply, Responder, ScriptedOpenAI, at_cap, by_content, script, user_text
@@ -161,7 +162,7 @@ def test_the_dry_runs_bound_is_never_below_what_a_run_spends(tmp_path: Path, lea
         dry = run(items, league, tmp_path / "dry", srv, tmp_path, "--dry-run")
         assert dry.exit_code == 0 and srv.calls == 0 and "at most" in dry.output
         judge = JudgeConfig(model="gpt-4o-mini", base_url=srv.base_url, cache_dir=tmp_path / "cache")
-        (est,) = estimate([load_items(items)], league, Config(judge=judge))
+        (est,) = estimate([load_items(items)], Source.folder(league), Config(judge=judge))
         assert run(items, league, tmp_path / "out", srv, tmp_path).exit_code == 0
     usd, calls, prompt_tokens = spent(tmp_path / "out")
     print(
@@ -191,7 +192,7 @@ def test_the_bound_holds_on_real_items_with_evidence(shared: Path, tmp_path: Pat
     with ScriptedOpenAI(byte_counted(by_content(judge))) as srv:
         args = ["--judge-model", "gpt-4o", "--judge-base-url", srv.base_url, "--cache-dir", str(tmp_path / "c")]
         judge_cfg = JudgeConfig(model="gpt-4o", base_url=srv.base_url, cache_dir=tmp_path / "c")
-        (est,) = estimate([load_items(items)], db_root, Config(judge=judge_cfg))
+        (est,) = estimate([load_items(items)], Source.folder(db_root), Config(judge=judge_cfg))
         for out, extra in (("full", []), ("budget", ["--budget", "0.5", "--cache-dir", str(tmp_path / "c2")])):
             res = CliRunner().invoke(
                 main, ["run", str(items), "--db-root", str(db_root), "--out", str(tmp_path / out), *args, *extra]

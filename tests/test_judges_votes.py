@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from rose_sql.cli import main
+from rose_sql.engines import Source
 from rose_sql.judges.replies import ProverReply
 from rose_sql.record import read_records
 from rose_sql.testing import Reply, ScriptedOpenAI, by_model
@@ -235,8 +236,8 @@ def test_the_dry_run_bounds_every_vote_and_escalation(tmp_path: Path, league: Pa
     items = [load_items(write_items(tmp_path / "items.jsonl", [item(1, DIFFERS), item(2, DIFFERS, "[unsure]")]))]
     one = JudgeConfig(model="gpt-4o-mini", cache_dir=tmp_path / "cache")
     votes = JudgeConfig(model="gpt-4o-mini", cache_dir=tmp_path / "cache", samples=3, escalate_to="gpt-4o")
-    (single,) = estimate(items, league, Config(judge=one, workers=1))
-    (voted,) = estimate(items, league, Config(judge=votes, workers=1))
+    (single,) = estimate(items, Source.folder(league), Config(judge=one, workers=1))
+    (voted,) = estimate(items, Source.folder(league), Config(judge=votes, workers=1))
     assert (voted.min_calls, voted.max_calls) == (3 * single.min_calls, 6 * single.max_calls)
     assert single.cost_max_usd is not None and voted.cost_max_usd is not None
     assert voted.cost_max_usd > 6 * single.cost_max_usd  # the strong model's calls at its (higher) price

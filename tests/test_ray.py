@@ -25,6 +25,7 @@ from test_shards import rose
 from test_trust import hashed_verdict
 
 from rose_sql.config import Config, JudgeConfig
+from rose_sql.engines import Source
 from rose_sql.items import load_items
 from rose_sql.record import Record, comparable, read_records
 from rose_sql.testing import ScriptedOpenAI, by_content
@@ -144,7 +145,7 @@ def test_a_ray_worker_killed_mid_run_has_its_batches_redone(judged: Any, tmp_pat
     config = Config(evidence=True).with_(
         judge=JudgeConfig(model="m", base_url=srv.base_url, api_key="t", cache_dir=tmp_path / "cache")
     )
-    db_root = work.shared / "spider/database"
+    db_root = Source.folder(work.shared / "spider/database")
     loaded = [load_items(p, work.gold) for p in work.spider]
     systems = plan(loaded, tmp_path / "out", db_root=db_root, config=config, gold=work.gold)
     backend = RayBackend(config, workers=2, databases=systems[0].manifest.databases)

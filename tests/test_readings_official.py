@@ -16,6 +16,7 @@ import pytest
 from sqlparse.engine import FilterStack
 
 from rose_sql.config import Config
+from rose_sql.engines import Source
 from rose_sql.evaluate import evaluate_item
 from rose_sql.execute import Executor
 from rose_sql.items import Item, load_items
@@ -40,7 +41,7 @@ def _check(items: list[Item], expected: dict[str, Any], db_root: Path, executor:
         if want is None:
             continue
         seen += 1
-        got = evaluate_item(it, db_root, executor).readings
+        got = evaluate_item(it, Source.folder(db_root), executor).readings
         for f in FIELDS:
             a, b = getattr(got, f), want[f]
             same = a == b if f != "soft_f1" or a is None or b is None else math.isclose(a, b, abs_tol=1e-12)

@@ -20,6 +20,7 @@ from rose_sql.analysis.runs import load_run
 from rose_sql.cli import main
 from rose_sql.decide import UNSCORED, Unscored
 from rose_sql.demo import run_demo
+from rose_sql.engines import Source
 from rose_sql.errors import InputError
 from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.record import SCHEMA_VERSION, read_records
@@ -86,7 +87,7 @@ def test_records_made_in_process_read_back_equal(league: tuple[Path, Path], tmp_
     items, db_root = league
     with ScriptedOpenAI(by_content(verdict)) as srv:
         config = Config(workers=1, judge=_judged(srv, tmp_path, "always"))
-        records = evaluate_items(load_items(items).items, db_root, config)
+        records = evaluate_items(load_items(items).items, Source.folder(db_root), config)
     assert {r.id: r.score for r in records} == {1: 1, 2: 1, 3: 0, 4: 0, 5: 1, 6: 0, 7: 0}
     assert records[1].evidence is not None and records[1].evidence.witness is not None
     assert isinstance(records[4].judges[0].reply, ProverReply) and isinstance(records[4].judges[1].reply, RefuterReply)
@@ -186,7 +187,7 @@ def test_replay_decides_every_policy_as_rose_run_did(league: tuple[Path, Path], 
     with ScriptedOpenAI(by_content(verdict)) as srv:
         for policy in ("always", "evidence", "never"):
             config = Config(workers=1, judge=_judged(srv, tmp_path, policy))
-            ran[policy] = evaluate_items(loaded, db_root, config)
+            ran[policy] = evaluate_items(loaded, Source.folder(db_root), config)
     scores = {p: [r.score for r in recs] for p, recs in ran.items()}
     # the default policy asks the Refuter where evidence or a cheap doubt questions a match (2, 3, 4), not on 1
     assert scores["evidence"] == [1, 1, 0, 0, 1, 0, 0] and scores["never"] == [1, 1, 1, 1, 1, 0, 0]
@@ -209,7 +210,9 @@ def test_replay_keeps_what_no_judge_could_decide(league: tuple[Path, Path], tmp_
         return Reply(content="I would rather not say.") if "[bad]" in text else verdict(text)
 
     with ScriptedOpenAI(by_content(unusable)) as srv:
-        records = evaluate_items(loaded, db_root, Config(workers=1, judge=_judged(srv, tmp_path, "always")))
+        records = evaluate_items(
+            loaded, Source.folder(db_root), Config(workers=1, judge=_judged(srv, tmp_path, "always"))
+        )
     assert [records[4].unscored_reason, records[5].unscored_reason] == ["judge_invalid", "no_question"]
     assert records[4].judges and not records[5].judges  # asked and kept; never asked
     for policy in VARIANTS:

@@ -311,7 +311,7 @@ def test_an_annotators_runaway_call_is_stopped_with_its_worker(tmp_path: Path) -
     import time
     from dataclasses import replace
 
-    from rose_sql.review.settings import query_config
+    from rose_sql.config import console_config as query_config
 
     run, db_root = demo_records(tmp_path, n=3)
     state = tmp_path / "state.sqlite"

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from rose_sql.config import Config
+from rose_sql.engines import Database, Source
 from rose_sql.errors import UsageError
 from rose_sql.execute import run_query
 from rose_sql.reward import (
@@ -65,13 +66,13 @@ def scorer() -> Iterator[RewardScorer]:
 
 
 @pytest.fixture(scope="module")
-def spider_db(shared: Path) -> Path:
-    return shared / "spider" / "database" / "concert_singer" / "concert_singer.sqlite"
+def spider_db(shared: Path) -> Database:
+    return Database.file(shared / "spider" / "database" / "concert_singer" / "concert_singer.sqlite")
 
 
 @pytest.fixture(scope="module")
-def bird_db(shared: Path) -> Path:
-    return shared / "bird" / "superhero" / "superhero.sqlite"
+def bird_db(shared: Path) -> Database:
+    return Database.file(shared / "bird" / "superhero" / "superhero.sqlite")
 
 
 @lru_cache(maxsize=1)
@@ -80,20 +81,20 @@ def _spider_gold(shared: Path) -> list[tuple[str, str]]:
     return [(sql, db) for sql, _, db in (line.rpartition("\t") for line in lines if line.strip())]
 
 
-def real_items(shared: Path) -> list[tuple[str, Path]]:
+def real_items(shared: Path) -> list[tuple[str, Database]]:
     """A few real gold queries: Spider dev items on databases present here, and BIRD superhero items."""
     out = []
     for sql, db_id in _spider_gold(shared)[:120:6]:
         db = shared / "spider" / "database" / db_id / f"{db_id}.sqlite"
         if db.is_file():
-            out.append((sql, db))
+            out.append((sql, Database.file(db)))
     bird = json.loads((shared / "bird" / "dev.json").read_text())
-    superhero = shared / "bird" / "superhero" / "superhero.sqlite"
+    superhero = Database.file(shared / "bird" / "superhero" / "superhero.sqlite")
     out += [(x["SQL"], superhero) for x in bird if x["db_id"] == "superhero"][:40:4]
     return out
 
 
-def score(scorer: RewardScorer, completion: Any, gold: str, db: Path, step: int | None = None) -> Reward:
+def score(scorer: RewardScorer, completion: Any, gold: str, db: Database, step: int | None = None) -> Reward:
     return scorer.score(RewardItem(completion, gold, db), step)
 
 
@@ -116,14 +117,14 @@ def test_gold_as_completion_scores_the_maximum(shared: Path, scorer: RewardScore
 @pytest.mark.parametrize(
     "completion", ["I cannot answer that.", "```sql\nSELEC name FRM singer\n```", "", "<answer></answer>"]
 )
-def test_failing_completion_scores_the_minimum(spider_db: Path, scorer: RewardScorer, completion: str) -> None:
+def test_failing_completion_scores_the_minimum(spider_db: Database, scorer: RewardScorer, completion: str) -> None:
     for step in (0, None):
         r = score(scorer, completion, SINGERS, spider_db, step)
         assert r.status == "error" and r.execution == scorer.config.error
         assert r.total == pytest.approx(bounds(scorer.config, step)[0])
 
 
-def test_sql_that_fails_gets_the_lowest_execution_reward(bird_db: Path, scorer: RewardScorer) -> None:
+def test_sql_that_fails_gets_the_lowest_execution_reward(bird_db: Database, scorer: RewardScorer) -> None:
     r = score(scorer, "SELECT superhero_name FROM superheroes WHERE height_cm > 200", HEIGHTS, bird_db)
     assert r.status == "error" and "no such table" in r.detail
     assert r.execution == scorer.config.error
@@ -149,14 +150,14 @@ PARTIAL_CASES = [  # (completion, gold, expected status, expected detail)
 
 @pytest.mark.parametrize(("completion", "gold", "status", "detail"), PARTIAL_CASES)
 def test_partial_credit_on_spider(
-    spider_db: Path, scorer: RewardScorer, completion: str, gold: str, status: str, detail: str
+    spider_db: Database, scorer: RewardScorer, completion: str, gold: str, status: str, detail: str
 ) -> None:
     r = score(scorer, completion, gold, spider_db)
     assert (r.status, r.detail) == (status, detail)
     assert r.execution == {"partial": 0.5, "wrong": 0.0}[status]
 
 
-def test_partial_credit_on_bird_superhero(bird_db: Path, scorer: RewardScorer) -> None:
+def test_partial_credit_on_bird_superhero(bird_db: Database, scorer: RewardScorer) -> None:
     subset = score(scorer, "SELECT superhero_name FROM superhero WHERE height_cm > 210", HEIGHTS, bird_db)
     superset = score(scorer, "SELECT superhero_name FROM superhero WHERE height_cm > 190", HEIGHTS, bird_db)
     no_filter = score(scorer, "SELECT superhero_name FROM superhero", HEIGHTS, bird_db)
@@ -169,7 +170,7 @@ def test_partial_credit_on_bird_superhero(bird_db: Path, scorer: RewardScorer) -
     assert no_filter.total is not None and no_filter.total < subset.total < exact.total
 
 
-def test_partial_ratio_is_a_parameter(spider_db: Path) -> None:
+def test_partial_ratio_is_a_parameter(spider_db: Database) -> None:
     with RewardScorer(RewardConfig(partial_max_ratio=10.0, workers=2)) as s:
         r = score(s, "SELECT name FROM singer WHERE age > 50", "SELECT name FROM singer", spider_db)
     assert (r.status, r.detail) == ("partial", "subset")
@@ -178,7 +179,7 @@ def test_partial_ratio_is_a_parameter(spider_db: Path) -> None:
 # --------------------------------------------------------------------------- timeouts and failing golds
 
 
-def test_runaway_completion_returns_the_timeout_reward(spider_db: Path) -> None:
+def test_runaway_completion_returns_the_timeout_reward(spider_db: Database) -> None:
     with RewardScorer(RewardConfig(max_steps=5_000_000, workers=2)) as s:
         start = time.monotonic()
         r = score(s, f"<answer>{RUNAWAY}</answer>", SINGERS, spider_db)
@@ -187,7 +188,7 @@ def test_runaway_completion_returns_the_timeout_reward(spider_db: Path) -> None:
     assert elapsed < HANG_GUARD_S
 
 
-def test_default_timeout_is_short_and_stops_the_query(spider_db: Path, scorer: RewardScorer) -> None:
+def test_default_timeout_is_short_and_stops_the_query(spider_db: Database, scorer: RewardScorer) -> None:
     assert (scorer.config.max_steps, scorer.config.timeout_s) == (200_000_000, 15.0)  # steps decide, wall time guards
     start = time.monotonic()
     rows_forever = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT x FROM r WHERE x < 0"
@@ -196,7 +197,7 @@ def test_default_timeout_is_short_and_stops_the_query(spider_db: Path, scorer: R
     assert time.monotonic() - start < HANG_GUARD_S
 
 
-def test_failing_gold_is_reported_never_a_match(spider_db: Path, scorer: RewardScorer) -> None:
+def test_failing_gold_is_reported_never_a_match(spider_db: Database, scorer: RewardScorer) -> None:
     broken = "SELECT name FROM no_such_table"
     for completion in (broken, SINGERS, "no sql here"):
         r = score(scorer, completion, broken, spider_db)
@@ -204,14 +205,14 @@ def test_failing_gold_is_reported_never_a_match(spider_db: Path, scorer: RewardS
         assert "no such table" in r.detail
 
 
-def test_gold_timeout_is_reported(spider_db: Path) -> None:
+def test_gold_timeout_is_reported(spider_db: Database) -> None:
     with RewardScorer(RewardConfig(gold_max_steps=5_000_000, workers=2)) as s:
         r = score(s, RUNAWAY, RUNAWAY, spider_db)
     assert r.status == "gold_error" and r.total is None and "timed out" in r.detail
 
 
 def test_missing_database_is_invalid(tmp_path: Path, scorer: RewardScorer) -> None:
-    r = score(scorer, "SELECT 1", "SELECT 1", tmp_path / "nope.sqlite")
+    r = score(scorer, "SELECT 1", "SELECT 1", Database.file(tmp_path / "nope.sqlite"))
     assert r.status == "invalid" and r.total is None
 
 
@@ -237,7 +238,7 @@ def test_batch_equals_one_by_one_and_scores_duplicates_once(shared: Path, scorer
     assert scorer.score_batch([], step=1) == []
 
 
-def test_gold_runs_once_and_repeated_completions_once(spider_db: Path) -> None:
+def test_gold_runs_once_and_repeated_completions_once(spider_db: Database) -> None:
     completions = ["SELECT name FROM singer", f"<answer>{SINGERS}</answer>"] * 20
     worker = Worker(RewardConfig(workers=4))  # what each worker process runs, here
     try:
@@ -280,7 +281,7 @@ def test_worker_processes_agree_with_threads(shared: Path, scorer: RewardScorer)
     assert [r.as_dict() for r in again] == expected == [r.as_dict() for r in one_process]
 
 
-def test_execution_only_reward(spider_db: Path) -> None:
+def test_execution_only_reward(spider_db: Database) -> None:
     with RewardScorer(RewardConfig(syntax=False, workers=2)) as s:
         near = score(s, "SELECT name, country, age FROM singer ORDER BY age ASC", SINGERS, spider_db, step=0)
         wrong = score(s, "SELECT 1", SINGERS, spider_db, step=0)
@@ -356,7 +357,7 @@ def test_equal_results_of_other_types_are_compared_apart(make_db: Callable[..., 
         "SELECT x FROM t ORDER BY -x",
     ]
     with RewardScorer(RewardConfig(workers=2)) as s:
-        rewards = s.score_batch([RewardItem(c, gold, db) for c in completions])
+        rewards = s.score_batch([RewardItem(c, gold, Database.file(db)) for c in completions])
     assert [(r.status, r.detail) for r in rewards] == [("partial", "order"), ("wrong", "values"), ("match", "same")]
 
 
@@ -596,8 +597,8 @@ def test_config_validates_and_reads_mappings() -> None:
 
 
 def test_parse_label_forms(shared: Path) -> None:
-    root = shared / "spider" / "database"
-    want = root / "concert_singer" / "concert_singer.sqlite"
+    root = Source.folder(shared / "spider" / "database")
+    want = shared / "spider" / "database" / "concert_singer" / "concert_singer.sqlite"
     forms: list[Any] = [
         json.dumps({"gold_sql": "SELECT 1", "db_id": "concert_singer"}),
         {"sql": "SELECT 1", "db_id": "concert_singer"},
@@ -607,7 +608,7 @@ def test_parse_label_forms(shared: Path) -> None:
     ]
     for form in forms:
         gold = parse_label(form, root)
-        assert (gold.sql, gold.db) == ("SELECT 1", want), form
+        assert (gold.sql, gold.db.kind, gold.db.path) == ("SELECT 1", "sqlite", want), form
     for bad in ("SELECT 1", "{not json", {"db_id": "x"}, {"gold_sql": "SELECT 1", "db_id": "../etc"}, "a b\tc d"):
         with pytest.raises(ValueError):
             parse_label(bad, root)
@@ -695,7 +696,7 @@ def test_trl_reward_function(shared: Path) -> None:
         trl_reward(root, component="bogus")
 
 
-def test_reward_as_dict_is_json_ready(spider_db: Path, scorer: RewardScorer) -> None:
+def test_reward_as_dict_is_json_ready(spider_db: Database, scorer: RewardScorer) -> None:
     d = score(scorer, SINGERS, SINGERS, spider_db).as_dict()
     assert json.loads(json.dumps(d))["structure"]["clauses"]["select"] == 1.0
     assert not math.isnan(d["total"])

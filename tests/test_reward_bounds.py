@@ -11,14 +11,15 @@ import json
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from conftest import build_db
 from reward_cases import GOLD, INSTR, OTHER_GOLD, RUNAWAY, SCRIPT
 
 from rose_sql.config import MAX_QUERY_THREADS, RewardConfig
-from rose_sql.execute import GUARD_MARGIN_S, Execution, ResultSet
+from rose_sql.engines import Database
+from rose_sql.execute import GUARD_MARGIN_S
+from rose_sql.results import Execution, ResultSet
 from rose_sql.reward import RewardItem, RewardScorer, compute_score, execution_outcome
 from rose_sql.reward.execution import _alignments
 from rose_sql.reward.lanes import FairQueue
@@ -29,8 +30,8 @@ RESTART_MARGIN_S = 20.0
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_db(tmp_path_factory.mktemp("dbs") / "music" / "music.sqlite", SCRIPT)
+def db(tmp_path_factory: pytest.TempPathFactory) -> Database:
+    return Database.file(build_db(tmp_path_factory.mktemp("dbs") / "music" / "music.sqlite", SCRIPT))
 
 
 def test_config_keeps_queries_in_worker_processes() -> None:
@@ -51,7 +52,7 @@ def test_config_keeps_queries_in_worker_processes() -> None:
     )
 
 
-def test_an_uninterruptible_call_is_stopped_with_its_worker(db: Path) -> None:
+def test_an_uninterruptible_call_is_stopped_with_its_worker(db: Database) -> None:
     with RewardScorer(RewardConfig(timeout_s=1.0, processes=1)) as scorer:
         start = time.monotonic()
         rewards = scorer.score_batch([RewardItem(INSTR, GOLD, db), RewardItem(OTHER_GOLD, OTHER_GOLD, db)])
@@ -70,7 +71,7 @@ def test_an_uninterruptible_call_is_stopped_with_its_worker(db: Path) -> None:
         assert after.status == "match" and time.monotonic() - start < 10.0
 
 
-def test_a_wall_guard_stop_is_unscored_never_the_timeout_reward(db: Path) -> None:
+def test_a_wall_guard_stop_is_unscored_never_the_timeout_reward(db: Database) -> None:
     with RewardScorer(RewardConfig(max_steps=10**12, timeout_s=0.5, gold_timeout_s=0.5, processes=1)) as scorer:
         guarded = scorer.score(RewardItem(RUNAWAY, GOLD, db))
         gold_guarded = scorer.score(RewardItem(GOLD, RUNAWAY, db))
@@ -82,9 +83,9 @@ def test_a_wall_guard_stop_is_unscored_never_the_timeout_reward(db: Path) -> Non
     assert (budget.status, budget.execution) == ("timeout", -0.5) and "5,000,000 steps" in budget.detail
 
 
-def test_the_adapters_run_queries_where_the_guard_can_stop_them(db: Path) -> None:
+def test_the_adapters_run_queries_where_the_guard_can_stop_them(db: Database) -> None:
     start = time.monotonic()
-    label = {"gold_sql": GOLD, "db_path": str(db)}
+    label = {"gold_sql": GOLD, "db_path": db.target}
     r = compute_score("x", INSTR, json.dumps(label), None, timeout_s=1.0, processes=1)
     elapsed = time.monotonic() - start
     print(f"verl compute_score on instr: {elapsed:.2f} s")
@@ -92,7 +93,7 @@ def test_the_adapters_run_queries_where_the_guard_can_stop_them(db: Path) -> Non
     assert r["status"] == "wall_guard" and r["scored"] is False and "wall-time guard" in r["error"]
 
 
-def test_a_deadline_answers_the_slow_items_and_scores_the_others(db: Path) -> None:
+def test_a_deadline_answers_the_slow_items_and_scores_the_others(db: Database) -> None:
     items = [RewardItem(RUNAWAY, GOLD, db), RewardItem(OTHER_GOLD, OTHER_GOLD, db), RewardItem(GOLD, GOLD, db)]
     with RewardScorer(RewardConfig(max_steps=10**12, timeout_s=60.0, processes=2)) as scorer:
         scorer.score_batch(items[1:] * 4)  # both workers up: the deadline is not spent starting them
@@ -169,7 +170,7 @@ def test_the_partial_credit_search_is_capped() -> None:
     assert status == "wrong" and elapsed < 30.0
 
 
-def test_worker_threads_stay_within_the_guards_slots(db: Path) -> None:
+def test_worker_threads_stay_within_the_guards_slots(db: Database) -> None:
     with RewardScorer(RewardConfig(workers=MAX_QUERY_THREADS, processes=1)) as scorer:
         items = [RewardItem(f"SELECT {k} + count(*) FROM singer", GOLD, db) for k in range(50)]
         assert {r.status for r in scorer.score_batch(items)} == {"wrong"}

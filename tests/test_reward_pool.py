@@ -17,6 +17,7 @@ from test_reward_server import post
 
 from rose_sql.config import RewardConfig, ServeConfig
 from rose_sql.distributed.pool import route
+from rose_sql.engines import Source
 from rose_sql.reward import RewardItem, RewardScorer, compute_score, compute_score_batch
 from rose_sql.reward.server import serve_in_thread
 
@@ -64,7 +65,7 @@ def array(values: list[Any]) -> Any:
 
 
 def reward_items(rows: list[tuple[str, str, str, str]]) -> list[RewardItem]:
-    return [RewardItem(c, g, Path(root) / db / f"{db}.sqlite") for c, g, root, db in rows]
+    return [RewardItem(c, g, Source.folder(root).locate(db)) for c, g, root, db in rows]
 
 
 # --------------------------------------------------------------------------- routing (no Ray needed)
@@ -158,7 +159,7 @@ def test_openrlhf_remote_reward_on_replicas(shared: Path) -> None:
     """OpenRLHF POSTs ``{"query", "prompts", "labels"}`` to its ``--remote_rm_url`` and reads ``rewards``;
     replicas behind one URL each answer their share of the requests with the in-process rewards."""
     rows = completions(shared, questions=30, superhero=10)
-    replicas = [serve_in_thread(ServeConfig(Path(shared), port=0))[0] for _ in range(2)]
+    replicas = [serve_in_thread(ServeConfig(Source.folder(shared), port=0))[0] for _ in range(2)]
     try:
         rewards: list[float] = []
         for n, start in enumerate(range(0, len(rows), 16)):  # micro-batches, spread as a load balancer does

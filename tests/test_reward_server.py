@@ -22,6 +22,7 @@ from conftest import build_db
 
 from rose_sql.cli import main
 from rose_sql.config import ServeConfig
+from rose_sql.engines import Source
 from rose_sql.reward import RewardConfig
 from rose_sql.reward.server import RewardServer, serve_in_thread
 
@@ -48,7 +49,9 @@ def db_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(db_root: Path) -> Iterator[RewardServer]:
-    srv, _ = serve_in_thread(ServeConfig(db_root, port=0, reward=RewardConfig(max_steps=20_000_000, workers=4)))
+    srv, _ = serve_in_thread(
+        ServeConfig(Source.folder(db_root), port=0, reward=RewardConfig(max_steps=20_000_000, workers=4))
+    )
     yield srv
     srv.close()
 
@@ -154,7 +157,7 @@ def _empty() -> dict[str, Any]:
 
 
 def test_oversized_body_is_refused(db_root: Path) -> None:
-    srv, _ = serve_in_thread(ServeConfig(db_root, port=0, max_body_bytes=1000))
+    srv, _ = serve_in_thread(ServeConfig(Source.folder(db_root), port=0, max_body_bytes=1000))
     try:
         status, body = post(srv.url, {"query": ["x" * 5000], "labels": [label()]})
         assert status == 413 and body["rewards"] == []
@@ -203,7 +206,7 @@ def test_runaway_completion_through_the_server(server: RewardServer) -> None:
 
 
 def test_deadline_answers_on_time_with_an_error(db_root: Path) -> None:
-    cfg = ServeConfig(db_root, port=0, deadline_s=0.3, reward=RewardConfig(workers=2))
+    cfg = ServeConfig(Source.folder(db_root), port=0, deadline_s=0.3, reward=RewardConfig(workers=2))
     srv, _ = serve_in_thread(cfg)
     try:
         start = time.monotonic()

@@ -36,10 +36,11 @@ SERVE = """
 import json, sys
 from pathlib import Path
 from rose_sql.config import RewardConfig, ServeConfig
+from rose_sql.engines import Source
 from rose_sql.reward.server import RewardServer
 kw = json.loads(sys.argv[1])
 reward = RewardConfig(**kw.pop("reward"))
-server = RewardServer(ServeConfig(Path(kw.pop("db_root")), port=0, reward=reward, **kw))
+server = RewardServer(ServeConfig(Source.folder(kw.pop("db_root")), port=0, reward=reward, **kw))
 print(server.url, flush=True)
 try:
     server.serve_forever()

@@ -16,6 +16,7 @@ import pytest
 
 from rose_sql import workers as workers_module
 from rose_sql.config import Config
+from rose_sql.engines import Source
 from rose_sql.evaluate import evaluate_items
 from rose_sql.items import Item, load_items
 from rose_sql.run import BATCH, _batches, plan, run
@@ -81,8 +82,8 @@ def records(out: Path, name: str) -> dict[Any, dict[str, Any]]:
 
 def evaluate(files: list[Path], db_root: Path, out: Path, workers: int) -> dict[str, dict[Any, dict[str, Any]]]:
     config = Config(workers=workers, evidence=False)
-    systems = plan([load_items(f) for f in files], out, db_root=db_root, config=config)
-    summaries = run(systems, db_root, config)
+    systems = plan([load_items(f) for f in files], out, db_root=Source.folder(db_root), config=config)
+    summaries = run(systems, Source.folder(db_root), config)
     assert [s.n for s in summaries] == [40, 40]
     for s in summaries:  # the summary written is the one returned, made from the records written
         assert json.loads((out / s.system / "summary.json").read_text())["n"] == 40
@@ -135,7 +136,7 @@ def test_worker_processes_write_the_records_one_process_writes(
     # the library's own path, in this process, gives the same records
     in_process = {}
     for f in files:
-        recs = evaluate_items(load_items(f).items, db_root, Config(workers=1, evidence=False))
+        recs = evaluate_items(load_items(f).items, Source.folder(db_root), Config(workers=1, evidence=False))
         in_process[f.stem] = {r.id: json.loads(r.to_json()) for r in recs}
         for r in in_process[f.stem].values():
             for side in ("pred", "gold"):

@@ -12,6 +12,7 @@ from sqlglot import exp
 import rose_sql.sql
 from rose_sql.compare import compare
 from rose_sql.config import Config
+from rose_sql.engines import Database
 from rose_sql.evidence.features import features
 from rose_sql.evidence.finder import Finder
 from rose_sql.execute import Executor
@@ -101,10 +102,10 @@ def test_each_text_of_an_item_is_tokenized_and_parsed_once(
     pred = "SELECT v FROM t /* the prediction */ WHERE v > 6 ORDER BY v DESC"
     cfg = Config(evidence_budget_s=2.0, evidence_max_candidates=20)
     with Executor(cfg) as ex:  # the gate reads both texts (comments: no shortcut)
-        g, p = ex.run(db, gold, role="gold"), ex.run(db, pred)
+        g, p = ex.run(Database.file(db), gold, role="gold"), ex.run(Database.file(db), pred)
     assert g.result is not None and p.result is not None
     cmp = compare(p.result, g.result, ordered=has_top_level_order_by(gold))
-    Finder(cfg).gather(db, gold, pred, g, p, cmp)  # features of both, the gold's smells and order
+    Finder(cfg).gather(Database.file(db), gold, pred, g, p, cmp)  # features of both, the gold's smells and order
     for sql in (gold, pred):  # what the judges read: tables for the schema subset, SQL without comments
         tables_read(sql)
         strip_comments(sql)

@@ -20,6 +20,7 @@ from click.testing import CliRunner, Result
 
 from rose_sql.cli import main
 from rose_sql.config import Config
+from rose_sql.engines import Source
 from rose_sql.items import load_items
 from rose_sql.run import plan, run
 
@@ -151,7 +152,7 @@ def partial(shared: Path, tmp_path: Path) -> tuple[Path, Path]:
     items = [x for x in json.loads((shared / "rose-vec/rose-vec-bird.json").read_text()) if x["db_id"] == "superhero"]
     labels.write_text(json.dumps(items))
     db_root, out, config = shared / "bird", tmp_path / "runs", Config(workers=1)
-    systems = plan([load_items(labels)], out, db_root=db_root, config=config)
+    systems = plan([load_items(labels)], out, db_root=Source.folder(db_root), config=config)
     seen = []
 
     def interrupt_after_18(name: str, ledger: object) -> None:
@@ -160,7 +161,7 @@ def partial(shared: Path, tmp_path: Path) -> tuple[Path, Path]:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run(systems, db_root, config, progress=interrupt_after_18)
+        run(systems, Source.folder(db_root), config, progress=interrupt_after_18)
     return out / "rv-superhero", labels
 
 

@@ -18,7 +18,7 @@ from servers import MYSQL_ADMIN, PG_ADMIN, SUPERHERO, superhero_fixture  # noqa:
 from rose_sql.cli.main import main
 from rose_sql.compare import compare
 from rose_sql.config import Config
-from rose_sql.engines.source import Source, parse
+from rose_sql.engines import Database, Source
 from rose_sql.evidence import Evidence
 from rose_sql.evidence.finder import Finder
 from rose_sql.execute import Executor
@@ -49,7 +49,7 @@ def gather(db: Any, config: Config) -> Evidence:
 def checksums(kind: str, admin: str) -> dict[str, Any]:
     """Every table of the user's database (a DuckDB file's bytes)."""
     if kind == "duckdb":
-        path = Path(parse(admin).locate("superhero").target)  # type: ignore[union-attr]
+        path = Path(Source.parse(admin).locate("superhero").target)
         return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     if kind == "postgresql":
         import psycopg
@@ -81,7 +81,7 @@ def checksums(kind: str, admin: str) -> dict[str, Any]:
 
 
 def scratch_databases(kind: str) -> list[str]:
-    from rose_sql.evidence.scratch import leftovers
+    from rose_sql.engines.spaces.scratch import leftovers
 
     return leftovers(SCRATCH[kind])
 
@@ -90,7 +90,7 @@ def scratch_databases(kind: str) -> list[str]:
 def sqlite_witness() -> Evidence:
     if not SUPERHERO.is_file():
         pytest.skip(f"shared data not found at {SUPERHERO}")
-    ev = gather(SUPERHERO, Config(workers=1))
+    ev = gather(Database.file(SUPERHERO), Config(workers=1))
     assert ev.witness is not None
     return ev
 
@@ -102,8 +102,7 @@ def test_the_witness_search_finds_on_each_engine_what_it_finds_on_sqlite(
     admin, reader = superhero_on(kind)
     before = checksums(kind, admin)
     left_before = scratch_databases(kind) if kind != "duckdb" else []
-    source = parse(reader)
-    assert isinstance(source, Source)
+    source = Source.parse(reader)
     config = Config(workers=1, evidence_scratch=SCRATCH.get(kind))
     ev = gather(source.locate("superhero"), config)
     assert ev.skipped is None and ev.guard is None, (ev.skipped, ev.guard)
@@ -132,8 +131,7 @@ def test_the_witness_search_finds_on_each_engine_what_it_finds_on_sqlite(
 def test_without_a_scratch_url_the_reason_is_recorded(
     kind: str, superhero_on: Callable[[str], tuple[str, str]]
 ) -> None:
-    source = parse(superhero_on(kind)[1])
-    assert isinstance(source, Source)
+    source = Source.parse(superhero_on(kind)[1])
     ev = gather(source.locate("superhero"), Config(workers=1))
     assert ev.witness is None and ev.search is None
     assert ev.skipped is not None and "--evidence-scratch" in ev.skipped and kind in ev.skipped
@@ -160,12 +158,10 @@ def test_rose_run_drops_its_scratch_database(
 def test_a_database_too_large_to_copy_is_skipped_with_its_reason(
     superhero_on: Callable[[str], tuple[str, str]],
 ) -> None:
-    source = parse(superhero_on("duckdb")[1])
-    assert isinstance(source, Source)
+    source = Source.parse(superhero_on("duckdb")[1])
     ev = gather(source.locate("superhero"), Config(workers=1, evidence_max_db_bytes=1000))
     assert ev.witness is None and ev.skipped is not None and "larger than" in ev.skipped
-    pg = parse(superhero_on("postgresql")[1])
-    assert isinstance(pg, Source)
+    pg = Source.parse(superhero_on("postgresql")[1])
     left = scratch_databases("postgresql")
     ev = gather(pg.locate("superhero"), Config(workers=1, evidence_max_db_bytes=1000, evidence_scratch=PG_ADMIN))
     assert ev.witness is None and ev.skipped is not None and "more than 0 MiB" in ev.skipped
@@ -173,7 +169,7 @@ def test_a_database_too_large_to_copy_is_skipped_with_its_reason(
 
 
 def test_a_scratch_database_left_by_a_dead_process_is_dropped(superhero_on: Callable[[str], tuple[str, str]]) -> None:
-    from rose_sql.evidence.scratch import PREFIX, host_tag, server
+    from rose_sql.engines.spaces.scratch import PREFIX, host_tag, server
 
     superhero_on("postgresql")
     dead = f"{PREFIX}{host_tag()}_999999999_deadbeef"
@@ -189,26 +185,25 @@ def test_a_search_stopped_by_the_wall_clock_is_a_guard_never_a_finding(
 ) -> None:
     import time
 
-    from rose_sql.evidence.remote import EngineSpace
+    from rose_sql.engines.spaces.shared import EngineSpace
 
     start = EngineSpace.start
     monkeypatch.setattr(EngineSpace, "start", lambda self, deadline: start(self, time.monotonic() - 1))
-    source = parse(superhero_on("duckdb")[1])
-    assert isinstance(source, Source)
+    source = Source.parse(superhero_on("duckdb")[1])
     ev = gather(source.locate("superhero"), Config(workers=1))
     assert ev.witness is None and ev.search is not None and ev.search.stopped == "budget"
-    assert ev.guard is not None and "wall-clock" in ev.guard
+    assert ev.guard is not None and "wall-time guard" in ev.guard
 
 
 def test_the_manifest_says_whether_a_scratch_server_searched_never_its_url(
     superhero_on: Callable[[str], tuple[str, str]],
 ) -> None:
-    from rose_sql.provenance import _engine
+    from rose_sql.provenance import _databases
 
-    source = parse(superhero_on("postgresql")[1])
-    assert isinstance(source, Source)
-    without = _engine(source, ["superhero"], Config(workers=1))["options"]
-    with_ = _engine(source, ["superhero"], Config(workers=1, evidence_scratch="postgresql://u:secret@h/p"))["options"]
+    source = Source.parse(superhero_on("postgresql")[1])
+    without = _databases(source, ["superhero"], Config(workers=1))["options"]
+    scratch = Config(workers=1, evidence_scratch="postgresql://u:secret@h/p")
+    with_ = _databases(source, ["superhero"], scratch)["options"]
     assert "evidence_scratch" not in without and with_["evidence_scratch"] is True  # older manifests still resume
     assert "secret" not in json.dumps(with_)
 
@@ -229,20 +224,21 @@ ATTACKS = {
 def test_the_copy_runs_queries_under_the_engines_sandbox_rules(
     kind: str, superhero_on: Callable[[str], tuple[str, str]]
 ) -> None:
-    from rose_sql.evidence.remote import open_space
+    from rose_sql.engines.spaces import open_space
 
-    source = parse(superhero_on(kind)[1])
-    assert isinstance(source, Source)
+    source = Source.parse(superhero_on(kind)[1])
     space = open_space(source.locate("superhero"), Config(workers=1, evidence_scratch=SCRATCH.get(kind)))
     assert not isinstance(space, str), space
     try:
-        assert space.need(["superhero"]) is None
-        space.start(float("inf"))
+        space.start(0, float("inf"))
+        copy = space.copy(["superhero"])
+        assert not isinstance(copy, str), copy
         for attack in ATTACKS[kind]:
-            assert space.run(attack) is None, attack
-        count = space.run("SELECT COUNT(*) FROM superhero")
+            assert copy.run(attack) is None, attack
+            assert space.run(attack) is None, attack  # the user's database, read through the engine
+        count = copy.run("SELECT COUNT(*) FROM superhero")
         assert count is not None and count.rows == ((750,),)
-        assert not space.guard_fired
+        assert not copy.guard_fired
     finally:
         space.close()
     assert not Path("/tmp/rose-witness-x").exists()
@@ -253,8 +249,7 @@ def test_a_scratch_connection_lost_is_recorded_and_the_next_item_gets_a_new_copy
 ) -> None:
     import psycopg
 
-    source = parse(superhero_on("postgresql")[1])
-    assert isinstance(source, Source)
+    source = Source.parse(superhero_on("postgresql")[1])
     db = source.locate("superhero")
     config = Config(workers=1, evidence_scratch=PG_ADMIN)
     left = scratch_databases("postgresql")
@@ -271,7 +266,7 @@ def test_a_scratch_connection_lost_is_recorded_and_the_next_item_gets_a_new_copy
             )
         lost = finder.gather(db, GOLD, PRED, g, p, cmp)
         assert lost.witness is None and lost.skipped is not None
-        assert "the connection to the copy was lost" in lost.skipped or "the witness search failed" in lost.skipped
+        assert "the copy was lost" in lost.skipped or "the evidence search failed" in lost.skipped
         again = finder.gather(db, GOLD, PRED, g, p, cmp)
         assert again.witness is not None and again.skipped is None
     finally:

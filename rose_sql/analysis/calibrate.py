@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from rose_sql.analysis.labels import Flag, id_order, key, read_ids
-from rose_sql.engines.source import Source
+from rose_sql.engines import Source
 from rose_sql.errors import InputError
-from rose_sql.items import db_file
 
 ROSE_VEC_PARTS = ("rose-vec-bird.json", "rose-vec-spider.json")
 """ROSE-VEC's two parts, in its folder."""
@@ -108,12 +107,12 @@ def read_items(path: Path) -> list[dict[str, Any]]:
     return data
 
 
-def select(source: Labelled, db_root: Path | Source) -> Part:
+def select(source: Labelled, db_root: Source) -> Part:
     """The items of ``source`` whose database is under ``db_root`` (all of them behind a URL)."""
     rows = read_items(source.path)
-    if not isinstance(db_root, Path):
+    if db_root.folder_path is None:
         return Part(source.path.stem, source, rows, len(rows), {}, checked=False)
-    present = {d: db_file(db_root, d).is_file() for d in {str(r["db_id"]) for r in rows}}
+    present = {d: db_root.locate(d).path.is_file() for d in {str(r["db_id"]) for r in rows}}
     kept = [r for r in rows if present[str(r["db_id"])]]
     missing = Counter(str(r["db_id"]) for r in rows if not present[str(r["db_id"])])
     return Part(source.path.stem, source, kept, len(rows), dict(missing.most_common()))
@@ -133,7 +132,7 @@ def write_part(part: Part, folder: Path) -> tuple[Path, dict[Flag, Path]]:
     return items, tags
 
 
-def describe(part: Part, db_root: Path | Source) -> str:
+def describe(part: Part, db_root: Source) -> str:
     """One line: what was kept of a part, and why the rest was skipped."""
     if not part.checked:
         return f"{part.name}: {part.total} items (databases behind a URL: their presence is not checked here)"

@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from rose_sql import __version__
+from rose_sql.__version__ import __version__
 from rose_sql.analysis.runs import PARTIAL_HELP, Run, load_runs
 from rose_sql.analysis.systems import (
     READING_NAMES,

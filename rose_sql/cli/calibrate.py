@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from rose_sql import __version__
+from rose_sql.__version__ import __version__
 from rose_sql.analysis.agree import BOOTSTRAP_SEED, agree, pair_runs
 from rose_sql.analysis.calibrate import Part, describe, labelled_source, rose_vec_sources, select, write_part
 from rose_sql.analysis.labels import LabelSet, load_labels, with_tags

@@ -12,7 +12,7 @@ import click
 from rich import box
 from rich.table import Table
 
-from rose_sql import __version__
+from rose_sql.__version__ import __version__
 from rose_sql.analysis.agree import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,

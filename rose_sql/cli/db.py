@@ -54,14 +54,11 @@ def copy_cmd(
     URL: postgresql://user@host:port/db, mysql://user@host:port/db (MySQL, MariaDB) or
     duckdb:///path/file.duckdb; a {db_id} placeholder names one database per db_id.
     """
-    from rose_sql.engines.copy import check_golds, copy_sqlite
-    from rose_sql.engines.source import Source
-    from rose_sql.engines.source import parse as parse_source
+    from rose_sql.engines import Source
+    from rose_sql.tools.copy import check_golds, copy_sqlite
 
     try:
-        source = parse_source(url)
-        if not isinstance(source, Source):
-            raise UsageError(f"{url}: name a PostgreSQL, MySQL or DuckDB database (postgresql://, mysql://, duckdb://)")
+        source = Source.parse(url)
         name = db_id or sqlite_file.stem
         report = copy_sqlite(sqlite_file, source, name, replace=replace, collation=collation)
         pairs = _pairs(check, sqlite_gold, name) if check is not None else []
@@ -104,14 +101,11 @@ def reader_cmd(url: str, name: str, password: str | None, db_id: str | None) -> 
 
     Then evaluate with that role in the URL: rose run ... --db postgresql://rose_reader@host/db
     """
-    from rose_sql.engines.roles import create_reader
-    from rose_sql.engines.source import Source
-    from rose_sql.engines.source import parse as parse_source
+    from rose_sql.engines import Source
+    from rose_sql.tools.reader import create_reader
 
     try:
-        source = parse_source(url)
-        if not isinstance(source, Source) or source.kind == "duckdb":
-            raise UsageError(f"{url}: name a PostgreSQL or MySQL database (DuckDB files are always opened read-only)")
+        source = Source.parse(url)
         if source.per_db and not db_id:
             raise UsageError("the URL has a {db_id} placeholder: say which database with --db-id")
         shown = create_reader(source.locate(db_id or ""), name, password)
@@ -132,14 +126,14 @@ def scratch_cmd(url: str, drop: bool, every: bool) -> None:
     A run drops its own (rose_scratch_<host>_<pid>_<random>) when it ends; a worker that was killed leaves
     its one behind, dropped by the next run on this machine or by this command.
     """
-    from rose_sql.evidence.scratch import drop_leftovers, leftovers
+    from rose_sql.engines.spaces.scratch import drop_leftovers, leftovers
 
     try:
         names = drop_leftovers(url, every=every) if drop else leftovers(url)
     except RoseError as e:
         fail(e)
     except Exception as e:  # the server cannot be reached
-        from rose_sql.engines.source import redact
+        from rose_sql.engines import redact
 
         fail(UsageError(f"{redact(url)}: {type(e).__name__}: {e}"))
     verb = "dropped" if drop else "found"

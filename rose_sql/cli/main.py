@@ -19,7 +19,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from rose_sql import __version__
+from rose_sql.__version__ import __version__
 from rose_sql.errors import RoseError
 
 console = Console(soft_wrap=True)

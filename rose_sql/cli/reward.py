@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import get_args
 
 import click
 
 from rose_sql.cli.main import err, fail
 from rose_sql.config import MAX_QUERY_THREADS, Config, Schedule, ServeConfig
+from rose_sql.engines import Source
 from rose_sql.errors import RoseError, UsageError
 
-_SERVE = ServeConfig(db_root=Path())
+_SERVE = ServeConfig(db_root=Source.folder("."))
 """Read for its defaults only (``--db-root`` has none)."""
 _REWARD = _SERVE.reward
 POSITIVE = click.FloatRange(min=0, min_open=True)

@@ -30,8 +30,7 @@ from rose_sql.config import (
 )
 from rose_sql.distributed import INSTALL_RAY, ray_address
 from rose_sql.distributed.shard import Shard
-from rose_sql.engines.source import Source
-from rose_sql.engines.source import parse as parse_source
+from rose_sql.engines import Source
 from rose_sql.errors import RoseError, UsageError
 from rose_sql.items import FORMATS, Loaded, load_items
 from rose_sql.provenance import command_line
@@ -66,7 +65,7 @@ def _check_scratch(ctx: click.Context, param: click.Parameter, value: str | None
     """``--evidence-scratch``'s URL, checked as it is read (a SQLite run would otherwise never look at it)."""
     if value is None:
         return None
-    from rose_sql.evidence.scratch import check_url
+    from rose_sql.engines.spaces.scratch import check_url
 
     try:
         return check_url(value)
@@ -466,7 +465,7 @@ def run_cmd(
     try:
         _check_votes(config.judge, judge_model, escalate_to, ray)
         root = databases(db_root, config, option="--db")
-        if ray is not None and isinstance(root, Source):
+        if ray is not None and root.folder_path is None:
             raise UsageError("--ray evaluates folders of SQLite files; with a URL, run rose run --shard on each node")
         if batch and config.judge is not None and config.judge.votes:
             raise UsageError("--batch asks one reply per judge stage: drop --samples, --panel and --escalate-to")
@@ -535,29 +534,39 @@ def run_cmd(
     _exit_if_nothing_could_run(systems, summaries, root)
 
 
-def databases(text: str, config: Config, *, option: str) -> Path | Source:
+def databases(text: str, config: Config, *, option: str) -> Source:
     """The databases a ``--db`` value names: a folder of SQLite files, or an engine's URL (whose client
     library must be installed)."""
-    root = parse_source(text)
-    if isinstance(root, Path):
-        if not root.is_dir():
-            raise UsageError(f"{option} {root} is not a folder")
-        return root
-    from rose_sql.engines.base import engine_for
+    from rose_sql.engines import open_engine
 
-    engine_for(root.kind, config).close()  # UsageError naming the extra when the driver is missing
+    root = Source.parse(text)
+    folder = root.folder_path
+    if folder is not None and not folder.is_dir():
+        raise UsageError(f"{option} {folder} is not a folder")
+    open_engine(root.kind, config.limits).close()  # UsageError naming the extra when the driver is missing
     return root
 
 
-def warn_writable(root: Path | Source, db_id: str | None, config: Config) -> None:
+def warn_writable(root: Source, db_id: str | None, config: Config) -> None:
     """Warn when a URL's role could change its database (and say how to make a read-only one)."""
-    if isinstance(root, Path) or db_id is None:
+    if db_id is None:
         return
-    from rose_sql.engines.base import writable_warning
+    from rose_sql.engines import open_engine
 
-    warning = writable_warning(root, db_id, config)
-    if warning:
-        err.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    engine = open_engine(root.kind, config.limits)
+    try:
+        why = engine.can_write(root.locate(db_id))
+    except Exception:  # unreachable now: every statement will say so
+        return
+    finally:
+        engine.close()
+    if why:
+        err.print(
+            f"[yellow]warning:[/] {root.shown}: {why}. Queries run read-only and rolled back, but a role that cannot "
+            f"write is the safer guard; create one with: rose db reader {root.shown} --name rose_reader "
+            "(then put rose_reader in the URL)",
+            highlight=False,
+        )
 
 
 def _ray_backend(config: Config, address: str | None, workers: int | None, systems: Sequence[SystemRun]) -> Backend:
@@ -629,9 +638,7 @@ def resume_command() -> str:
 _INFRASTRUCTURE = ("db_missing", "db_unreadable")
 
 
-def _exit_if_nothing_could_run(
-    systems: Sequence[SystemRun], summaries: Sequence[Summary], db_root: Path | Source
-) -> None:
+def _exit_if_nothing_could_run(systems: Sequence[SystemRun], summaries: Sequence[Summary], db_root: Source) -> None:
     """Exit 2 when no item of the run could be evaluated because no database could be read."""
     n = sum(s.n for s in summaries)
     blocked = sum(s.unscored.get(r, 0) for s in summaries for r in _INFRASTRUCTURE)
@@ -639,7 +646,7 @@ def _exit_if_nothing_could_run(
         return
     tried = sorted({d.path for s in systems for d in s.manifest.databases})
     shown = ", ".join(tried[:5]) + (f" and {len(tried) - 5} more" if len(tried) > 5 else "")
-    if isinstance(db_root, Source):
+    if db_root.folder_path is None:
         fail(UsageError(f"no item could be evaluated: no database of --db {db_root} could be read (tried {shown})."))
     fail(
         UsageError(
@@ -650,7 +657,7 @@ def _exit_if_nothing_could_run(
 
 
 def _run_with_progress(
-    systems: Sequence[SystemRun], db_root: Path | Source, config: Config, backend: Backend | None = None
+    systems: Sequence[SystemRun], db_root: Source, config: Config, backend: Backend | None = None
 ) -> list[Summary]:
     total = sum(len(s.todo) for s in systems)
     columns = (

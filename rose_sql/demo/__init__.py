@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from rose_sql.config import Config
+from rose_sql.config import DEMO_MAX_STEPS, Config
 from rose_sql.demo.build import (
     DB_ID,
     KINDS,
@@ -32,14 +32,9 @@ from rose_sql.demo.build import (
 from rose_sql.demo.evaluate import evaluate
 from rose_sql.demo.show import WIDTH, print_demo
 
-MAX_STEPS = 50_000_000
-"""The demo's step budget per query: small, so that its runaway prediction is stopped quickly (a fraction
-of a second here); the same on every machine."""
-
 __all__ = [
     "DB_ID",
     "KINDS",
-    "MAX_STEPS",
     "DemoItem",
     "DemoPaths",
     "evaluate",
@@ -61,10 +56,10 @@ def run_demo(out: Path, console: Console) -> None:
         Text.assemble(
             ("ROSE-SQL demo", "bold"),
             f": {len(items)} questions with a gold and a predicted SQL query on a made-up cycling league "
-            f"({sizes} rows), run with a budget of {MAX_STEPS:,} SQLite steps per query and no judge.",
+            f"({sizes} rows), run with a budget of {DEMO_MAX_STEPS:,} SQLite steps per query and no judge.",
         ),
         width=min(console.width, WIDTH),
     )
     start = time.monotonic()
-    records, summary = evaluate(paths, Config(max_steps=MAX_STEPS))
+    records, summary = evaluate(paths, Config(max_steps=DEMO_MAX_STEPS))
     print_demo(console, items, records, summary, paths, time.monotonic() - start)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rose_sql.config import Config
 from rose_sql.demo.build import DemoPaths
+from rose_sql.engines import Source
 from rose_sql.items import load_items
 from rose_sql.record import Record, read_records
 from rose_sql.run import plan, run
@@ -13,7 +14,8 @@ from rose_sql.summary import Summary
 def evaluate(paths: DemoPaths, config: Config) -> tuple[dict[int, Record], Summary]:
     """Evaluate ``OUT/items.jsonl`` into ``OUT/runs/``; the records read back by item id, and the summary."""
     loaded = load_items(paths.items, fmt="generic")
-    systems = plan([loaded], paths.runs, db_root=paths.db_root, config=config)
-    (summary,) = run(systems, paths.db_root, config)
+    source = Source.folder(paths.db_root)
+    systems = plan([loaded], paths.runs, db_root=source, config=config)
+    (summary,) = run(systems, source, config)
     records = read_records(systems[0].out_dir / "records.jsonl")
     return {int(r.id): r for r in records}, summary

@@ -39,15 +39,15 @@ import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.distributed import LOOPBACK, require_ray
-from rose_sql.engines.source import Source
+from rose_sql.engines import Source
 from rose_sql.errors import BudgetExhausted, EndpointError, Lost, UsageError
 from rose_sql.evaluate import failed_record
-from rose_sql.items import Item, db_file
+from rose_sql.execute import Executor
+from rose_sql.items import Item
 from rose_sql.judges.context import Fences
 from rose_sql.judges.llm import LLM, ChatReply, Ledger, Message, ReplySchema
 from rose_sql.provenance import DatabaseId
@@ -224,7 +224,7 @@ class EvaluatorActor:
         """This actor's process id (it has started)."""
         return os.getpid()
 
-    async def evaluate(self, entries: list[tuple[str, Item]], db_root: Path) -> tuple[str, Any]:
+    async def evaluate(self, entries: list[tuple[str, Item]], db_root: Source) -> tuple[str, Any]:
         """``("ok", finished records)``, or ``("mismatch", why)`` when a database here differs from the driver's."""
         for db_id in {it.db_id for _, it in entries} - self.checked:
             why = self._check(db_root, db_id)
@@ -235,11 +235,12 @@ class EvaluatorActor:
         await self.evaluator.batch(entries, db_root, lambda name, line, brief: out.append((name, line, brief)))
         return ("ok", out)
 
-    def _check(self, db_root: Path, db_id: str) -> str | None:
+    def _check(self, db_root: Source, db_id: str) -> str | None:
         expected = self.databases.get(db_id)
         if expected is None:
             return None
-        here = DatabaseId.of(db_id, db_file(db_root, db_id))
+        with Executor(self.config) as ex:
+            here = DatabaseId.of(db_id, ex.fingerprint(db_root.locate(db_id)))
         if (here.found, here.fingerprint) == expected:
             return None
         import socket
@@ -310,8 +311,8 @@ class RayBackend:
     def ledger(self) -> Ledger | None:
         return self._ledger
 
-    async def evaluate(self, queue: list[tuple[str, Item]], db_root: Path | Source, write: Write, flush: Flush) -> None:
-        if not isinstance(db_root, Path):  # the actors check and place databases by their files
+    async def evaluate(self, queue: list[tuple[str, Item]], db_root: Source, write: Write, flush: Flush) -> None:
+        if db_root.folder_path is None:  # the actors check and place databases by their files
             raise UsageError(f"--ray evaluates folders of SQLite files; {db_root} is a URL: use --shard on each node")
         placement = Placement(batches_by_database(queue), len(self.actors), self.stats)
         feeders = [a for a in range(len(self.actors)) for _ in range(DEPTH)]
@@ -329,7 +330,7 @@ class RayBackend:
                 "kept; --resume evaluates the rest)"
             )
 
-    async def _feed(self, actor: int, placement: Placement, db_root: Path, write: Write, flush: Flush) -> None:
+    async def _feed(self, actor: int, placement: Placement, db_root: Source, write: Write, flush: Flush) -> None:
         """Keeps one batch at a time going to ``actor`` until no batch is left (:data:`DEPTH` of these per actor)."""
         from ray.exceptions import RayActorError, RayTaskError
 

@@ -32,6 +32,8 @@ from typing import Any
 
 from rose_sql.config import RewardConfig
 from rose_sql.distributed import LOOPBACK, require_ray
+from rose_sql.engines import Source
+from rose_sql.errors import UsageError
 from rose_sql.reward import Reward, RewardItem, RewardScorer, compute_score_batch, invalid, parse_label
 
 NAMESPACE = "rose_sql"
@@ -220,7 +222,8 @@ def _verl_key(truth: Any, info: Mapping[str, Any] | None, root: str | None) -> t
     db = info.get("db_path") or info.get("db_id")
     if db is None:
         try:
-            db = str(parse_label(truth, info.get("db_root", root)).db)
-        except ValueError:  # the actor reports it on the item
+            where = info.get("db_root", root)
+            db = str(parse_label(truth, Source.parse(str(where)) if where else None).db)
+        except (ValueError, UsageError):  # the actor reports it on the item
             db = ""
     return str(db), question

@@ -1,19 +1,22 @@
-"""The protocol of an engine other than SQLite, and what the three share: pooled connections, the
-function policy, capped fetching and values made comparable.
+"""The engine protocol, the outcome contract every engine maps its errors into, and what engines share.
 
-An :class:`Engine` opens read-only connections to a :class:`~rose_sql.engines.source.Remote` database
-(pooled: one per database, role and thread), runs one statement with limits and gives back the same
-:class:`~rose_sql.execute.Execution` the SQLite sandbox gives, cancels what runs, and describes the
-schema. :class:`Pooled` implements the parts they share; each engine's module says how it connects,
-what its policy allows and how it ends a statement (rolled back, the session reset).
+An :class:`Engine` runs one untrusted statement on a :class:`~rose_sql.engines.kinds.Database` with the
+:class:`~rose_sql.results.Limits` it was opened with and gives back an
+:class:`~rose_sql.results.Execution`; it also says whether a database exists, what identifies it, its
+version, and describes its schema for the judges and the evidence. :class:`Pooled` is the skeleton the
+engines share (connections per database, role and thread; the gate, the policy, the statement, the
+reset); each engine's module says how it connects, what its policy allows, how it ends a statement, and
+how its errors map into the contract.
 
 What every engine does with an untrusted statement, in order:
 
 1. the gate (:func:`rose_sql.sql.gate` in the engine's dialect): exactly one SELECT / WITH / VALUES;
-2. the policy (:func:`policy`): sqlglot must read it in the engine's dialect; no ``INTO``, no write
-   anywhere in it (a data-modifying CTE), no row locks, no MySQL user-variable assignment; every
-   function it calls must be one the engine's catalogue says has no side effect (see each engine);
-3. a read-only transaction with the engine's own time limit, rows fetched against the row and byte caps;
+2. the policy (:func:`policy`; SQLite's authorizer does it there): sqlglot must read it in the engine's
+   dialect; no ``INTO``, no write anywhere in it (a data-modifying CTE), no row locks, no MySQL
+   user-variable assignment; every function it calls must be one the engine's catalogue says has no side
+   effect (see each engine);
+3. a read-only transaction with the engine's own limits, rows fetched against the row and byte caps
+   while they arrive (:func:`collect`: never a batch of rows larger than what was seen allows);
 4. a rollback and a reset of the session, so nothing a statement did outlives it.
 
 Values: Decimal, float, date and time, bool stay as the driver gives them (the official mini-dev script
@@ -24,6 +27,7 @@ results can be hashed (``ResultSet.unhashable`` says so: the official script's `
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import threading
 import time
@@ -32,42 +36,172 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from datetime import time as dtime
 from decimal import Decimal
-from typing import Any, Generic, Protocol, TypeVar
+from pathlib import Path
+from typing import Any, Generic, Literal, Protocol, TypeVar
 from uuid import UUID
 
 from sqlglot import exp
 
-from rose_sql.config import Config
-from rose_sql.engines.source import Kind, Remote, Source
-from rose_sql.execute import UNREADABLE, Execution, ResultSet, Row, engine_timeout
+from rose_sql.engines.kinds import Database, Kind
+from rose_sql.results import Execution, Limit, Limits, ResultSet, Row, Status
 from rose_sql.sql import gate, query
 
 C = TypeVar("C")
-_CELL_BYTES = 16
+CELL_BYTES = 16
+"""Bytes a cell is reckoned to take besides its text or blob (for the byte cap)."""
 _PLAIN = frozenset({int, float, str, bytes, bool, Decimal, date, datetime, dtime, timedelta, UUID, type(None)})
 WRITES = (exp.Into, exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Command, exp.Set)
 """Nodes that write or change the session, wherever they sit in a statement."""
 DENIED_NODES = (*WRITES, exp.Lock, exp.PropertyEQ, exp.NextValueFor, exp.ReadCSV, exp.ReadParquet, exp.ToFile)
 """Writes, row locks (``FOR UPDATE``), ``@v := x`` (MySQL's; elsewhere sqlglot also reads a struct's fields
 so), sequences and file access by sqlglot's name for them."""
+DbKey = tuple[str, int, int]
+"""What identifies a database's state for the execution cache (a file's path, size and time)."""
+
+
+# --------------------------------------------------------------------------- the outcome contract
+
+Failure = Literal["missing", "unreadable", "error", "rejected", "steps", "memory", "wall", "process"]
+"""The engine-neutral kinds of failure every engine maps its own errors into (see :data:`CONTRACT`)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
-    """What one statement may take on an engine (from :class:`~rose_sql.config.Config`)."""
+class Outcome:
+    """One row of the outcome contract: what a failure is recorded as, and what it makes of an item."""
 
-    timeout_s: float
-    """The engine's own wall-clock limit (``statement_timeout``, ``max_statement_time``, an interrupt)."""
-    max_rows: int
-    """Rows kept; past them the result is truncated (and the rest counted)."""
-    max_bytes: int
-    """Approximate bytes of cell data kept."""
-    max_sql_chars: int
-    """Longer SQL is rejected before it reaches a parser."""
+    status: Status
+    """The execution's status."""
+    limit: Limit | None
+    """The limit that stopped it, when a limit did."""
+    means: str
+    """What happened, in a sentence."""
+    gold: str
+    """What the item becomes when its gold meets this (an unscored reason)."""
+    prediction: str
+    """What the item becomes when its prediction meets this while the gold ran: ``0`` or an unscored reason."""
+    engines: str
+    """The errors of each engine that map here."""
 
-    @classmethod
-    def of(cls, config: Config) -> Limits:
-        return cls(engine_timeout(config), config.max_rows, config.max_result_bytes, config.max_sql_chars)
+
+CONTRACT: dict[Failure, Outcome] = {
+    "missing": Outcome(
+        "missing",
+        None,
+        "a relation (table, view) or the database the statement reads does not exist",
+        "db_missing",
+        "0",
+        "SQLite 'no such table'; PostgreSQL 42P01, 3F000, 3D000; MySQL 1146, 1049; DuckDB a missing table or file",
+    ),
+    "unreadable": Outcome(
+        "unreadable",
+        None,
+        "the database or its server cannot be read: a login, a permission, the network, a server gone away, a "
+        "file that is not a database, corrupt or locked",
+        "db_unreadable",
+        "db_unreadable",
+        "SQLite CANTOPEN, NOTADB, CORRUPT, IOERR, BUSY, LOCKED, PERM; PostgreSQL classes 08, 28, 57P and 42501; "
+        "MySQL 1044, 1045, 1142, 2003, 2006, 2013; DuckDB I/O errors",
+    ),
+    "error": Outcome(
+        "error",
+        None,
+        "the statement failed on a present database: its syntax, a column, a type, a function that fails",
+        "gold_error",
+        "0",
+        "every other error of the engine",
+    ),
+    "rejected": Outcome(
+        "rejected",
+        None,
+        "the gate, the function policy or the authorizer refused it: not one read-only statement",
+        "gold_error",
+        "0",
+        "rose-sql's gate and policy on every engine; SQLite's authorizer; read-only transaction errors",
+    ),
+    "steps": Outcome(
+        "timeout",
+        "steps",
+        "SQLite's step budget (--max-steps) ran out: the same on every machine at any load",
+        "gold_error",
+        "0",
+        "SQLite only (the other engines count no steps)",
+    ),
+    "memory": Outcome(
+        "timeout",
+        "memory",
+        "the statement needs more memory than the engine may take",
+        "gold_error",
+        "0",
+        "SQLite's heap limit and SQLITE_TOOBIG; PostgreSQL 53200; MySQL 1038, 1041; DuckDB's memory_limit; "
+        "the worker's address-space limit on every engine",
+    ),
+    "wall": Outcome(
+        "guard",
+        "wall",
+        "a wall clock stopped it (never a score: it depends on the machine's load)",
+        "wall_guard",
+        "wall_guard",
+        "SQLite's wall-clock guard; PostgreSQL statement_timeout (57014); MySQL max_execution_time (3024), "
+        "MariaDB max_statement_time (1969); DuckDB's interrupt",
+    ),
+    "process": Outcome(
+        "guard",
+        "process",
+        "its worker process was stopped by the wall-time guard (a call the engine could not interrupt)",
+        "wall_guard",
+        "wall_guard",
+        "the worker's guard, on every engine (rose_sql.workers)",
+    ),
+}
+"""The outcome contract: every engine maps each of its errors into one of these rows, and the decision
+table (:mod:`rose_sql.decide`) reads the status the same way for every engine. Rows cut at the row or
+byte cap are no failure: the execution is ``ok`` with ``result.truncated``, and equality is undecidable."""
+UNREADABLE = "the database cannot be read"
+GUARD_STOPPED = (
+    "stopped by the wall-time guard: it ran far past its time limit inside one call the engine cannot interrupt"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Classified:
+    """How an engine classifies an exception raised while a statement ran (a row of :data:`CONTRACT`)."""
+
+    failure: Failure
+    message: str
+    """The engine's own message."""
+    broken: bool = False
+    """Whether the connection must be dropped (it is reopened for the next statement)."""
+
+
+def failed(c: Classified, elapsed: float, engine: str, limits: Limits) -> Execution:
+    """The execution a classified failure is recorded as, its message worded alike on every engine."""
+    row = CONTRACT[c.failure]
+    if c.failure == "wall" and engine == "SQLite":
+        text = f"stopped by the wall-time guard after {limits.timeout_s:g} s (--timeout), before its step budget"
+    elif c.failure == "wall":
+        text = (
+            f"stopped by the {engine} time limit after {limits.engine_timeout_s:g} s (--timeout; wall-clock: "
+            "servers have no step counter, so wall time never decides a score)"
+        )
+    elif c.failure == "unreadable":
+        text = f"{UNREADABLE}: {c.message}"
+    elif c.failure == "rejected":
+        text = f"{c.message} (only reading is allowed)"
+    elif c.failure == "steps":
+        text = f"stopped after {limits.max_steps:,} steps (the --max-steps budget)"
+    elif c.failure == "memory":
+        size = limits.memory_bytes
+        shown = f"{size / 2**30:g} GiB" if size >= 2**30 else f"{size / 2**20:g} MiB"
+        plain = c.message in ("", "MemoryError", "out of memory")
+        text = f"stopped: it needs more than the {shown} memory limit" + ("" if plain else f" ({c.message})")
+    elif c.failure == "process":
+        text = GUARD_STOPPED
+    else:
+        text = c.message
+    return Execution(row.status, elapsed, error=text, limit=row.limit)
+
+
+# --------------------------------------------------------------------------- the protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +224,15 @@ class TableInfo:
     """(column, referenced table, referenced column)."""
     examples: dict[str, list[Any]] = field(default_factory=dict)
     """Distinct short values among each column's first 50 non-NULL values, in order."""
+    source_ddl: str | None = None
+    """The engine's own CREATE TABLE text, when it keeps one (SQLite)."""
+    descriptions: dict[str, str] = field(default_factory=dict)
+    """Column descriptions shipped beside the database (BIRD's ``database_description``)."""
 
     def ddl(self, quote: Callable[[str], str]) -> str:
-        """A CREATE TABLE statement for this table, in the engine's quoting."""
+        """The engine's CREATE TABLE text, else one made from the catalogue in the engine's quoting."""
+        if self.source_ddl is not None:
+            return self.source_ddl
         lines = [f"    {quote(c.name)} {c.type}{' NOT NULL' if c.notnull else ''}" for c in self.columns]
         if self.primary_key:
             lines.append(f"    PRIMARY KEY ({', '.join(quote(c) for c in self.primary_key)})")
@@ -101,43 +241,73 @@ class TableInfo:
         return f"CREATE TABLE {quote(self.name)} (\n" + ",\n".join(lines) + "\n)"
 
 
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    """What identifies a database in a manifest: where, whether it is there, and its content's digest."""
+
+    where: str
+    found: bool
+    bytes: int | None = None
+    digest: str | None = None
+    """SHA-256 of a file's first and last MiB (SQLite's first page holds its change counter); None on a server."""
+
+
 class Engine(Protocol):
-    """What the sandbox, the judges' schema reader and the evidence stage need of a database engine."""
+    """What the sandbox, the judges' schema and the evidence need of a database engine."""
 
     @property
     def kind(self) -> Kind:
-        """``postgresql``, ``mysql`` (MySQL and MariaDB) or ``duckdb``."""
+        """Which engine (:data:`~rose_sql.engines.kinds.KINDS`)."""
         ...
 
     @property
-    def dialect(self) -> str:
-        """sqlglot's name of its SQL dialect (``postgres``, ``mysql``, ``duckdb``)."""
+    def guard_s(self) -> float:
+        """Seconds a statement may run before the worker's wall-time guard may stop it (plus a margin)."""
         ...
 
-    def version(self, db: Remote) -> str:
-        """The server's (or library's) name and version, as recorded on items and in the manifest."""
+    def identity(self, db: Database) -> DbKey:
+        """What identifies the database's current state for the execution cache (raises OSError when a
+        file cannot be looked at)."""
         ...
 
-    def exists(self, db: Remote) -> bool:
-        """Whether the database exists (False only when the engine says so; an unreachable server is
-        True here and ``unreadable`` when a statement runs)."""
+    def exists(self, db: Database) -> bool:
+        """Whether the database exists (False only when the engine says so: a server that cannot be
+        reached counts as existing, and its statements are ``unreadable``)."""
         ...
 
-    def run(self, db: Remote, sql: str, role: str) -> tuple[Execution, int]:
-        """Run one untrusted statement on the pooled connection of ``role``, within the limits:
-        the execution and the bytes its result holds. Never raises for the statement's problems."""
+    def version(self, db: Database) -> str | None:
+        """The server's (or library's) name and version for records and manifests; None on SQLite, whose
+        version the manifest records for every run."""
+        ...
+
+    def run(self, db: Database, sql: str, role: str) -> tuple[Execution, int]:
+        """Run one untrusted statement on the pooled connection of ``role``, within the limits: the
+        execution and the bytes its result holds. Never raises for the statement's problems."""
+        ...
+
+    def describe(self, db: Database) -> list[TableInfo]:
+        """The tables of the database (or, in a shared one, every table), with example values."""
+        ...
+
+    def prompt_note(self, db: Database) -> str:
+        """What the judges must know of the engine: its name, version and the semantics that differ from
+        SQLite's ("" on SQLite, whose schema text is as it always was)."""
+        ...
+
+    def quote(self, name: str) -> str:
+        """An identifier in the engine's quoting."""
+        ...
+
+    def fingerprint(self, db: Database) -> Fingerprint:
+        """What identifies the database in a manifest."""
+        ...
+
+    def can_write(self, db: Database) -> str | None:
+        """Why the URL's role could change the database (None when it cannot), for a warning."""
         ...
 
     def cancel(self) -> None:
         """Stop every statement this engine is running (from any thread)."""
-        ...
-
-    def describe(self, db: Remote) -> list[TableInfo]:
-        """The tables of the database (or, in a shared one, every table), with example values."""
-        ...
-
-    def can_write(self, db: Remote) -> str | None:
-        """Why the URL's role could change the database (None when it cannot), for a warning."""
         ...
 
     def close(self) -> None:
@@ -180,14 +350,37 @@ def _node_name(node: exp.Expr) -> str:
     return type(node).__name__.upper()
 
 
+def short(value: Any, limit: int = 60) -> Any:
+    """A value as the judges' examples show it: long text cut, a blob by its size."""
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, str) and len(value) > limit:
+        return value[:limit] + "…"
+    return value
+
+
 def examples(values: Iterable[Any]) -> list[Any]:
-    """The distinct values among a column's sample, in order, long text cut (the judges' examples)."""
+    """The distinct values among a column's sample, in order, shortened (the judges' examples)."""
     seen: list[Any] = []
     for v in values:
-        v = v[:60] + "…" if isinstance(v, str) and len(v) > 60 else v
+        v = short(v)
         if v not in seen:
             seen.append(v)
     return seen
+
+
+def file_fingerprint(path: Path, edge: int = 2**20) -> Fingerprint:
+    """A database file's identity: its size and the SHA-256 of its first and last ``edge`` bytes."""
+    if not path.is_file():
+        return Fingerprint(str(path.resolve()), False)
+    size = path.stat().st_size
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        h.update(f.read(edge))
+        if size > edge:
+            f.seek(max(edge, size - edge))
+            h.update(f.read(edge))
+    return Fingerprint(str(path.resolve()), True, size, h.hexdigest())
 
 
 # --------------------------------------------------------------------------- results
@@ -208,20 +401,46 @@ def plain(value: Any) -> tuple[Any, bool]:
     return value, False
 
 
-def batches(fetchmany: Callable[[int], Sequence[Sequence[Any]]], size: int) -> Iterator[Sequence[Sequence[Any]]]:
-    """A DB-API cursor's rows, ``size`` at a time, until it has no more."""
-    while batch := fetchmany(size):
+def row_bytes(row: Sequence[Any]) -> int:
+    """What a row is reckoned to take against the byte cap."""
+    size = CELL_BYTES * len(row)
+    for v in row:
+        if type(v) is str or type(v) is bytes:
+            size += len(v)
+    return size
+
+
+def batches(
+    fetchmany: Callable[[int], Sequence[Sequence[Any]]],
+    limits: Limits,
+    *,
+    first: Sequence[Sequence[Any]] | None = None,
+    size: int = 1,
+) -> Iterator[Sequence[Sequence[Any]]]:
+    """A DB-API cursor's rows in batches sized by what the rows seen so far take: the first batch is
+    ``size`` rows (``first``, when the caller fetched it already), and no later batch asks for more rows
+    than a quarter of the byte cap holds at the widest row seen, so wide rows are never pulled in by the
+    thousand before the cap is checked."""
+    batch = first if first is not None else fetchmany(size)
+    widest = 1
+    while batch:
         yield batch
+        if len(batch) < size:
+            return
+        widest = max(widest, max(row_bytes(r) for r in batch))
+        size = max(1, min(5000, limits.max_bytes // (4 * widest)))
+        batch = fetchmany(size)
 
 
-def collect(batches: Iterable[Sequence[Sequence[Any]]], limits: Limits) -> Collected:
-    """Rows from the driver's batches, up to the row and byte caps."""
-    rows: list[Row] = []
+def collect(batched: Iterable[Sequence[Sequence[Any]]], limits: Limits) -> Collected:
+    """Rows from the driver's batches (:func:`batches`), up to the row and byte caps."""
+    kept: list[Row] = []
     nbytes, unhashable = 0, False
-    for batch in batches:
+    max_rows, max_bytes = limits.max_rows, limits.max_bytes
+    for batch in batched:
         for i, raw in enumerate(batch):
             row = tuple(raw)
-            size = _CELL_BYTES * len(row)
+            size = CELL_BYTES * len(row)
             fixed = False
             for v in row:
                 t = type(v)
@@ -234,11 +453,11 @@ def collect(batches: Iterable[Sequence[Sequence[Any]]], limits: Limits) -> Colle
                 row = tuple(c for c, _ in cells)
                 unhashable = unhashable or any(u for _, u in cells)
                 size += sum(len(c) for c in row if isinstance(c, str | bytes))
-            if len(rows) >= limits.max_rows or nbytes + size > limits.max_bytes:
-                return Collected(rows, nbytes, True, unhashable, len(batch) - i)
-            rows.append(row)
+            if len(kept) >= max_rows or nbytes + size > max_bytes:
+                return Collected(kept, nbytes, True, unhashable, len(batch) - i)
+            kept.append(row)
             nbytes += size
-    return Collected(rows, nbytes, False, unhashable, 0)
+    return Collected(kept, nbytes, False, unhashable, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +472,7 @@ class Collected:
     """Rows already fetched past the cap (the first row that did not fit, and the rest of its batch)."""
 
     def result(self, columns: tuple[str, ...], rest: int | None) -> ResultSet:
-        """The result set, with ``rest`` rows counted past the fetched ones (None: the count stopped)."""
+        """The result set, with ``rest`` more rows counted past the ones read (None: the count stopped)."""
         count = len(self.rows) + self.past + (rest or 0)
         return ResultSet(columns, tuple(self.rows), count, self.truncated, rest is not None, unhashable=self.unhashable)
 
@@ -261,27 +480,17 @@ class Collected:
 # --------------------------------------------------------------------------- pooled connections
 
 
-@dataclass
-class Failure:
-    """How an engine classifies an exception raised while a statement ran."""
-
-    status: str
-    """``error`` (the statement's fault), ``guard`` (the engine's time limit), ``unreadable`` (the
-    database or server's fault: gone away, refused, missing)."""
-    message: str
-    broken: bool = False
-    """Whether the connection must be dropped (it is reopened for the next statement)."""
-
-
 class Pooled(Generic[C]):
     """Connections kept per (database, role, thread), and the run skeleton the engines share.
 
     Subclasses implement :meth:`_connect`, :meth:`_statement`, :meth:`_end`, :meth:`_close_conn`,
-    :meth:`_classify`, :meth:`_allowed` and :meth:`_interrupt`.
+    :meth:`_classify`, :meth:`_allowed`, :meth:`_interrupt` and the catalogue's methods.
     """
 
     kind: Kind
     dialect: str
+    name: str
+    """How people call the engine (in its messages)."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
@@ -291,13 +500,18 @@ class Pooled(Generic[C]):
         self._running: dict[int, C] = {}
         self._versions: dict[str, str] = {}
 
+    @property
+    def guard_s(self) -> float:
+        return self.limits.engine_timeout_s
+
     # ------------------------------------------------------------------ to implement
 
-    def _connect(self, db: Remote) -> C:
+    def _connect(self, db: Database) -> C:
         raise NotImplementedError
 
-    def _statement(self, conn: C, sql: str) -> tuple[ResultSet, int]:
-        """Run ``sql`` (already gated and checked) in a read-only transaction and fetch it capped."""
+    def _statement(self, conn: C, sql: str) -> tuple[ResultSet, int, str | None]:
+        """Run ``sql`` (already gated and checked) in a read-only transaction and fetch it capped: the
+        result, its bytes, and a note when a documented engine difference applied."""
         raise NotImplementedError
 
     def _end(self, conn: C) -> None:
@@ -307,7 +521,7 @@ class Pooled(Generic[C]):
     def _close_conn(self, conn: C) -> None:
         raise NotImplementedError
 
-    def _classify(self, e: BaseException) -> Failure:
+    def _classify(self, e: BaseException) -> Classified:
         raise NotImplementedError
 
     def _allowed(self, conn: C, name: str) -> str | None:
@@ -321,9 +535,34 @@ class Pooled(Generic[C]):
     def _version(self, conn: C) -> str:
         raise NotImplementedError
 
+    def _check(self, conn: C, sql: str) -> str | None:
+        """Why the statement may not run here (the function policy; None: it may)."""
+        return policy(sql, self.dialect, lambda name: self._allowed(conn, name))
+
     # ------------------------------------------------------------------ shared
 
-    def conn(self, db: Remote, role: str = "pred") -> C:
+    def identity(self, db: Database) -> DbKey:
+        """A database on a server: the database itself (a query means the same whatever db_id asked it)."""
+        return (f"{self.kind}:{db.target}", 0, 0)
+
+    def fingerprint(self, db: Database) -> Fingerprint:
+        return Fingerprint(db.shown, self.exists(db))
+
+    def exists(self, db: Database) -> bool:
+        try:
+            self.conn(db)
+        except Exception as e:
+            return self._classify(e).failure != "missing"
+        return True
+
+    def prompt_note(self, db: Database) -> str:
+        version = self.version(db) or self.name
+        return f"-- Engine: {version} (SQL dialect {self.dialect}). {self.notes}."
+
+    notes = ""
+    """Semantics of the engine that differ from SQLite's and change what a query returns (for the judges)."""
+
+    def conn(self, db: Database, role: str = "pred") -> C:
         """This thread's open connection to ``db`` for ``role`` (opened on first use)."""
         conns: dict[tuple[str, str], C] | None = getattr(self._local, "conns", None)
         if conns is None:
@@ -336,7 +575,7 @@ class Pooled(Generic[C]):
                 self._all[id(c)] = c
         return c
 
-    def drop(self, db: Remote, role: str) -> None:
+    def drop(self, db: Database, role: str) -> None:
         """Forget (and close) this thread's connection to ``db`` for ``role``."""
         conns: dict[tuple[str, str], C] = getattr(self._local, "conns", {})
         c = conns.pop((db.target, role), None)
@@ -346,16 +585,19 @@ class Pooled(Generic[C]):
             with contextlib.suppress(Exception):  # a broken connection may fail to close: it is gone either way
                 self._close_conn(c)
 
-    def version(self, db: Remote) -> str:
+    def version(self, db: Database) -> str | None:
         with self._lock:
             known = self._versions.get(db.target)
         if known is None:
-            known = self._version(self.conn(db))
+            try:
+                known = self._version(self.conn(db))
+            except Exception:  # unreachable now: its statements will say so
+                return None
             with self._lock:
                 self._versions[db.target] = known
         return known
 
-    def run(self, db: Remote, sql: str, role: str) -> tuple[Execution, int]:
+    def run(self, db: Database, sql: str, role: str) -> tuple[Execution, int]:
         start = time.monotonic()
         reason = gate(sql, max_chars=self.limits.max_sql_chars, dialect=self.dialect)
         if reason is not None:
@@ -363,21 +605,24 @@ class Pooled(Generic[C]):
         try:
             c = self.conn(db, role)
         except Exception as e:
-            failure = self._classify(e)
-            return Execution("unreadable", time.monotonic() - start, error=f"{UNREADABLE}: {failure.message}"), 0
-        why = policy(sql, self.dialect, lambda name: self._allowed(c, name))
+            return failed(self._classify(e), time.monotonic() - start, self.name, self.limits), 0
+        try:
+            why = self._check(c, sql)
+        except Exception as e:  # the catalogue could not be read: the database's fault, not the statement's
+            self.drop(db, role)
+            return failed(self._classify(e), time.monotonic() - start, self.name, self.limits), 0
         if why is not None:
-            return Execution("rejected", time.monotonic() - start, error=f"{why} (only reading is allowed)"), 0
+            return failed(Classified("rejected", why), time.monotonic() - start, self.name, self.limits), 0
         me = threading.get_ident()
         with self._lock:
             self._running[me] = c
         try:
-            result, nbytes = self._statement(c, sql)
-            outcome = Execution("ok", time.monotonic() - start, result=result)
+            result, nbytes, note = self._statement(c, sql)
+            outcome = Execution("ok", time.monotonic() - start, result=result, note=note)
         except Exception as e:
-            failure = self._classify(e)
-            outcome, nbytes = self._failed(failure, start), 0
-            if failure.broken:
+            kind = self._classify(e)
+            outcome, nbytes = failed(kind, time.monotonic() - start, self.name, self.limits), 0
+            if kind.broken:
                 self.drop(db, role)
                 return outcome, 0
         finally:
@@ -388,23 +633,11 @@ class Pooled(Generic[C]):
         except Exception as e:  # the session could not be reset: never reuse it
             self.drop(db, role)
             if outcome.ok:
-                failure = self._classify(e)
-                return self._failed(Failure("unreadable", failure.message), start), 0
+                kind = self._classify(e)
+                return failed(
+                    Classified("unreadable", kind.message), time.monotonic() - start, self.name, self.limits
+                ), 0
         return outcome, nbytes
-
-    def _failed(self, failure: Failure, start: float) -> Execution:
-        elapsed = time.monotonic() - start
-        if failure.status == "guard":
-            text = (
-                f"stopped by the {self.kind} time limit after {self.limits.timeout_s:g} s (--timeout; wall-clock: "
-                "servers have no step counter, so wall time never decides a score)"
-            )
-            return Execution("guard", elapsed, error=text, limit="wall")
-        if failure.status == "unreadable":
-            return Execution("unreadable", elapsed, error=f"{UNREADABLE}: {failure.message}")
-        if failure.status == "rejected":
-            return Execution("rejected", elapsed, error=f"{failure.message} (only reading is allowed)")
-        return Execution("error", elapsed, error=failure.message)
 
     def cancel(self) -> None:
         with self._lock:
@@ -421,47 +654,3 @@ class Pooled(Generic[C]):
             with contextlib.suppress(Exception):
                 self._close_conn(c)
         self._local = threading.local()
-
-
-def engine_for(kind: Kind, config: Config) -> Engine:
-    """A new engine of ``kind`` with the limits of ``config``; raises UsageError naming the extra to
-    install when the engine's client library is missing."""
-    from rose_sql.engines.source import EXTRAS
-    from rose_sql.errors import UsageError
-
-    module, extra = EXTRAS[kind]
-    try:
-        __import__(module)
-    except ImportError:
-        raise UsageError(f"{kind} needs the {module} client library: pip install 'rose-sql[{extra}]'") from None
-    limits = Limits.of(config)
-    if kind == "postgresql":
-        from rose_sql.engines.postgres import PostgreSQL
-
-        return PostgreSQL(limits)
-    if kind == "mysql":
-        from rose_sql.engines.mysql import MySQL
-
-        return MySQL(limits)
-    from rose_sql.engines.duckdb import DuckDB
-
-    return DuckDB(limits)
-
-
-def writable_warning(source: Source, db_id: str, config: Config) -> str | None:
-    """A warning when the URL's role could change its database, with the command that makes a read-only
-    role (None when it cannot write, or the server cannot be asked now)."""
-    engine = engine_for(source.kind, config)
-    try:
-        why = engine.can_write(source.locate(db_id))
-    except Exception:  # unreachable now: every statement will say so
-        return None
-    finally:
-        engine.close()
-    if why is None:
-        return None
-    return (
-        f"{source.shown}: {why}. Queries run read-only and rolled back, but a role that cannot write is the "
-        f"safer guard; create one with: rose db reader {source.shown} --name rose_reader "
-        "(then put rose_reader in the URL)"
-    )

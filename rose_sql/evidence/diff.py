@@ -14,7 +14,7 @@ from typing import Any
 
 from rose_sql.compare import NULL, Comparison, canon, json_value
 from rose_sql.evidence.findings import Diff
-from rose_sql.execute import ResultSet
+from rose_sql.results import ResultSet
 
 EXAMPLES = 5
 

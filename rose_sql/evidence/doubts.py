@@ -10,7 +10,7 @@ configured; with the evidence's witness and gold smells they decide whether the 
 from __future__ import annotations
 
 from rose_sql.compare import Comparison
-from rose_sql.execute import Execution
+from rose_sql.results import Execution
 from rose_sql.sql import tables_read
 
 EMPTY = "Both results are empty: any query that selects nothing would match."

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from rose_sql.compare import json_value
-
-ChangeOp = Literal["update", "insert", "delete"]
+from rose_sql.engines.spaces import Change
 
 
 def _jsonable(obj: Any) -> Any:
@@ -24,52 +23,15 @@ def _jsonable(obj: Any) -> Any:
     return json_value(obj)
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One edit of the private copy of the database (a witness is one or a few of them).
-
-    While the search runs, the values are the database's own (bytes included); a witness keeps them
-    as JSON values (:meth:`as_json`), as the record does."""
-
-    op: ChangeOp
-    """``update`` a cell, ``insert`` a copy of a row, or ``delete`` a row."""
-    table: str
-    """The table edited."""
-    rowid: int | None
-    """The row's rowid (of the new row, for an insert)."""
-    column: str | None = None
-    """The cell's column (updates)."""
-    old: Any = None
-    """The cell's value before (updates)."""
-    new: Any = None
-    """The cell's value after (updates; None is a NULL)."""
-    copy_of: int | None = None
-    """The rowid of the row copied (inserts)."""
-    values: dict[str, Any] | None = None
-    """The cells of the copy that differ from the original (inserts)."""
-    row: dict[str, Any] | None = None
-    """The whole row inserted or deleted."""
-
-    def as_json(self) -> Change:
-        """The same change with its values as JSON values (bytes as ``x'hex'``, long text cut)."""
-        return replace(
-            self,
-            old=_jsonable(self.old),
-            new=_jsonable(self.new),
-            values=_jsonable(self.values),
-            row=_jsonable(self.row),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The change as JSON data: only the fields its kind of edit has."""
-        data: dict[str, Any] = {"op": self.op, "table": self.table, "rowid": self.rowid}
-        if self.op == "update":
-            data |= {"column": self.column, "old": self.old, "new": self.new}
-        elif self.op == "insert":
-            data |= {"copy_of": self.copy_of, "values": self.values, "row": self.row}
-        else:
-            data["row"] = self.row
-        return data
+def change_json(change: Change) -> Change:
+    """The same change with its values as JSON values (bytes as ``x'hex'``, long text cut)."""
+    return replace(
+        change,
+        old=_jsonable(change.old),
+        new=_jsonable(change.new),
+        values=_jsonable(change.values),
+        row=_jsonable(change.row),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,34 +1,30 @@
 """Gold smells: cheap mechanical checks that the gold SQL may not mean what the question asks.
 
-Each is one or two extra executions of a variant of the gold, on the private copy of the database,
-and each is a heuristic reported with its details, never a verdict:
+Each is one or two extra executions of a variant of the gold, read through the engine's space
+(:mod:`rose_sql.engines.spaces`: on SQLite its private copy), and each is a heuristic reported with its
+details, never a verdict:
 
 - ``limit_tie``: ORDER BY .. LIMIT k cuts through rows that tie on every ordering key;
 - ``numeric_text_order``: ORDER BY / MIN / MAX over a text column holding numbers (sorted as text);
 - ``nulls_first``: an ascending ORDER BY .. LIMIT whose first row has a NULL key (SQLite sorts NULLs first);
 - ``literal_absent``: a literal compared with ``=`` that occurs nowhere in its column (near matches shown);
 - ``count_fanout``: COUNT(x) over joins changes with COUNT(DISTINCT x): duplicates from the join are counted;
-- ``order_dependent``: the result changes when SQLite returns unordered rows in reverse.
+- ``order_dependent``: the result changes when unordered rows come in reverse (where the engine can: SQLite).
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlglot import exp
 
 from rose_sql.compare import compare, json_value
+from rose_sql.engines.spaces import Space
 from rose_sql.evidence.findings import Smell
-from rose_sql.evidence.workspace import Workspace
-from rose_sql.execute import ResultSet
+from rose_sql.results import ResultSet
 from rose_sql.sql import query
 from rose_sql.sql import quote_identifier as _q
-
-if TYPE_CHECKING:  # the engines' probe, loaded only where a URL names another engine
-    from rose_sql.evidence.probe import EngineProbe
-
-    Probed = Workspace | EngineProbe
 
 _NUMBER = re.compile(r"^\s*-?\d+(\.\d+)?\s*$")
 
@@ -37,7 +33,7 @@ def _sql(tree: exp.Expr, dialect: str = "sqlite") -> str:
     return tree.sql(dialect=dialect)
 
 
-def _columns_named(ws: Probed, tables: set[str], name: str) -> list[tuple[str, str]]:
+def _columns_named(ws: Space, tables: set[str], name: str) -> list[tuple[str, str]]:
     out = []
     for t in ws.tables.values():
         if t.name.lower() in tables:
@@ -45,7 +41,7 @@ def _columns_named(ws: Probed, tables: set[str], name: str) -> list[tuple[str, s
     return out
 
 
-def _limit_and_nulls(ws: Probed, tree: exp.Select) -> list[Smell]:
+def _limit_and_nulls(ws: Space, tree: exp.Select) -> list[Smell]:
     order, limit = tree.args.get("order"), tree.args.get("limit")
     if order is None or limit is None:
         return []
@@ -85,7 +81,7 @@ def _limit_and_nulls(ws: Probed, tree: exp.Select) -> list[Smell]:
     return smells
 
 
-def _numeric_text(ws: Probed, tree: exp.Expr, tables: set[str]) -> list[Smell]:
+def _numeric_text(ws: Space, tree: exp.Expr, tables: set[str]) -> list[Smell]:
     targets: set[str] = set()
     order = tree.args.get("order")
     if order is not None:
@@ -96,16 +92,7 @@ def _numeric_text(ws: Probed, tree: exp.Expr, tables: set[str]) -> list[Smell]:
     smells = []
     for name in sorted(targets):
         for table, col in _columns_named(ws, tables, name):
-            if isinstance(ws, Workspace):
-                rows = (
-                    ws.query(
-                        f"SELECT typeof({_q(col)}), {_q(col)} FROM {_q(table)} WHERE {_q(col)} IS NOT NULL LIMIT 200"
-                    )
-                    or []
-                )
-            else:  # a column's type is its own there: text is what the driver gives as str
-                sample = ws.query(f"SELECT {_q(col)} FROM {_q(table)} WHERE {_q(col)} IS NOT NULL LIMIT 200") or []
-                rows = [("text" if isinstance(v, str) else "other", v) for (v,) in sample]
+            rows = ws.stored(table, col, 200)
             texts = [v for t, v in rows if t == "text"]
             if texts and len(texts) >= len(rows) / 2 and all(_NUMBER.match(v) for v in texts):
                 lengths = {len(v.strip().split(".")[0].lstrip("-")) for v in texts}
@@ -118,7 +105,7 @@ def _numeric_text(ws: Probed, tree: exp.Expr, tables: set[str]) -> list[Smell]:
     return smells
 
 
-def _literals(ws: Probed, tree: exp.Expr, tables: set[str]) -> list[Smell]:
+def _literals(ws: Space, tree: exp.Expr, tables: set[str]) -> list[Smell]:
     smells = []
     for eq in tree.find_all(exp.EQ):
         col, lit = eq.left, eq.right
@@ -149,7 +136,7 @@ def _literals(ws: Probed, tree: exp.Expr, tables: set[str]) -> list[Smell]:
     return smells
 
 
-def _fanout(ws: Probed, tree: exp.Expr, gold: ResultSet, digits: int) -> list[Smell]:
+def _fanout(ws: Space, tree: exp.Expr, gold: ResultSet, digits: int) -> list[Smell]:
     if not any(isinstance(j, exp.Join) for j in tree.find_all(exp.Join)):
         return []
     counts = [c for c in tree.find_all(exp.Count) if not isinstance(c.this, exp.Distinct | exp.Star) and c.this]
@@ -169,7 +156,7 @@ def _fanout(ws: Probed, tree: exp.Expr, gold: ResultSet, digits: int) -> list[Sm
 
 
 def gold_smells(
-    ws: Probed, gold_sql: str, gold: ResultSet, tables: set[str], *, ordered: bool, digits: int
+    ws: Space, gold_sql: str, gold: ResultSet, tables: set[str], *, ordered: bool, digits: int
 ) -> list[Smell]:
     """Every smell that fires for this gold on this database (``order_dependent`` only where unordered
     rows can be reversed: SQLite)."""
@@ -181,13 +168,7 @@ def gold_smells(
         smells += _numeric_text(ws, tree, tables)
         smells += _literals(ws, tree, tables)
         smells += _fanout(ws, tree, gold, digits)
-    if not isinstance(ws, Workspace):
-        return smells
-    ws.set_reverse_order(True)
-    try:
-        again = ws.run(gold_sql)
-    finally:
-        ws.set_reverse_order(False)
+    again = ws.reversed_run(gold_sql)
     if again is not None and compare(again, gold, ordered=ordered, digits=digits).equal is False:
         detail = (
             "the gold's result changes when unordered rows come "

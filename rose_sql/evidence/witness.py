@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from rose_sql.compare import Comparison, compare, json_value
+from rose_sql.engines.spaces import Change, Copy
+from rose_sql.engines.sqlite import STEP_GRAIN
 from rose_sql.evidence.features import Features
-from rose_sql.evidence.findings import Change, ResultSample, Witness
-from rose_sql.evidence.workspace import Space
-from rose_sql.execute import STEP_GRAIN, ResultSet
+from rose_sql.evidence.findings import ResultSample, Witness, change_json
+from rose_sql.results import ResultSet
 from rose_sql.sql import quote_identifier as _q
 
-Apply = Callable[[Space], list[Change]]
+Apply = Callable[[Copy], list[Change]]
 
 MAX_WITNESSES = 3
 EXTRA_AFTER_FIRST = 40
@@ -68,7 +69,7 @@ class Search:
     """Why it stopped: ``found``, ``budget`` (time) or ``exhausted`` (no candidates left)."""
 
 
-def _lineage(ws: Space, table: str, cols: list[str], values: list[Any], limit: int = 4) -> list[int]:
+def _lineage(ws: Copy, table: str, cols: list[str], values: list[Any], limit: int = 4) -> list[int]:
     """Rowids of rows whose read columns hold values seen in the results, then the first rows."""
     ids: list[int] = []
     for c in cols:
@@ -97,7 +98,7 @@ def _variants(value: Any) -> list[Any]:
     return []
 
 
-def candidates(ws: Space, feats: Features, result_values: list[Any], seed: int = 0) -> Iterator[Candidate]:
+def candidates(ws: Copy, feats: Features, result_values: list[Any], seed: int = 0) -> Iterator[Candidate]:
     """Mutations in rank order: guided by the queries' features first, random ones last."""
     tables = [t for t in (ws.table_of(n) for n in sorted(feats.tables)) if t is not None and t.rowid]
     for t in tables:
@@ -194,7 +195,7 @@ def candidates(ws: Space, feats: Features, result_values: list[Any], seed: int =
             yield Candidate("random", f"delete {t.name} row {rid}", drop(t.name, rid))
 
 
-def _caveats(ws: Space, changes: list[Change]) -> list[str]:
+def _caveats(ws: Copy, changes: list[Change]) -> list[str]:
     """Realism notes: what the change does that the real data never shows."""
     notes = []
     for ch in changes:
@@ -224,7 +225,7 @@ def _caveats(ws: Space, changes: list[Change]) -> list[str]:
 
 
 def search(
-    ws: Space,
+    ws: Copy,
     gold_sql: str,
     pred_sql: str,
     feats: Features,
@@ -283,7 +284,7 @@ def search(
             cand.kind,
             REASONS[cand.kind],
             cand.label,
-            [c.as_json() for c in changes],
+            [change_json(c) for c in changes],
             sample(pred, result_rows),
             sample(gold, result_rows),
             comparison,
@@ -297,7 +298,7 @@ def search(
 
 
 def _try(
-    ws: Space,
+    ws: Copy,
     cand: Candidate,
     gold_sql: str,
     pred_sql: str,

@@ -21,8 +21,8 @@ from inspect_ai import Task, task
 from inspect_ai.dataset import MemoryDataset
 from inspect_ai.solver import generate, system_message
 
-from rose_sql.config import Config
-from rose_sql.demo import DB_ID, MAX_STEPS, load_demo_items
+from rose_sql.config import DEMO_MAX_STEPS, Config
+from rose_sql.demo import DB_ID, load_demo_items
 from rose_sql.demo.build import build_database
 from rose_sql.inspect.scorer import rose_scorer, sql_sample
 
@@ -65,5 +65,5 @@ def rose_demo(db_root: str | None = None, evidence: bool = True) -> Task:
     return Task(
         dataset=MemoryDataset(samples, name="rose-demo"),
         solver=[system_message(prompt), generate()],
-        scorer=rose_scorer(root, config=Config(max_steps=MAX_STEPS), evidence=evidence),
+        scorer=rose_scorer(root, config=Config(max_steps=DEMO_MAX_STEPS), evidence=evidence),
     )

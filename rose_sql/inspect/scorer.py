@@ -29,10 +29,9 @@ from inspect_ai.model import Model, get_model
 from inspect_ai.scorer import CORRECT, INCORRECT, Score, Scorer, Target, accuracy, scorer, stderr
 from inspect_ai.solver import TaskState
 
-from rose_sql import __version__
+from rose_sql.__version__ import __version__
 from rose_sql.config import Config, JudgeConfig
-from rose_sql.engines.source import Source
-from rose_sql.engines.source import parse as parse_source
+from rose_sql.engines import Source
 from rose_sql.evaluate import execute_item, failed_record, judge_item, to_record
 from rose_sql.execute import Executor
 from rose_sql.inspect.judge import InspectLLM, judge_config
@@ -137,7 +136,7 @@ def rose_scorer(
             prompt sizes (its ``model``, endpoint, cache and budget are inspect's business and ignored).
         evidence: Search witnesses, distinguishing rows and gold smells for the judges (as ``rose run``).
     """
-    root: Path | Source = parse_source(str(db_root))
+    root = Source.parse(str(db_root))
     cfg = (config or Config()).with_(evidence=evidence)
     finder = None
     if evidence:
@@ -146,7 +145,8 @@ def rose_scorer(
         finder = Finder(cfg)
     from rose_sql.judges.context import Schemas
 
-    schemas = Schemas()
+    catalogue = Executor(cfg)  # the judges read the schema through the scorer's own engines
+    schemas = Schemas(catalogue)
 
     async def score(state: TaskState, target: Target) -> Score:
         meta = state.metadata or {}

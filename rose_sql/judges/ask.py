@@ -10,21 +10,20 @@ import hashlib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from pathlib import Path
 from string import Template
 from typing import Literal, TypeVar
 
 from rose_sql.compare import Comparison
 from rose_sql.config import JudgeConfig
 from rose_sql.decide import Step
-from rose_sql.engines.source import Remote
+from rose_sql.engines import Database
 from rose_sql.errors import BudgetExhausted, EndpointError, JudgeFailed, ReplyError
-from rose_sql.execute import Execution
 from rose_sql.items import Item
 from rose_sql.judges.context import Fences, Schema, render_result
 from rose_sql.judges.llm import LLM, ChatReply, Message
 from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat, parse_reply, reply_schema
 from rose_sql.record import JudgeCall as Call
+from rose_sql.results import Execution
 from rose_sql.sql import strip_comments, tables_read
 
 RecordStage = Literal["prover", "refuter"]
@@ -41,8 +40,8 @@ class Case:
 
     item: Item
     """The question, evidence and both SQL texts."""
-    db: Path | Remote
-    """The database: a SQLite file, or another engine's database."""
+    db: Database
+    """The database."""
     gold: Execution | None
     """The gold's execution (None without gold SQL)."""
     pred: Execution

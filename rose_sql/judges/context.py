@@ -2,8 +2,10 @@
 
 Faithful and bounded: the whole schema for small databases, else the tables the queries touch and
 their foreign-key neighbours; BIRD column descriptions where the database folder has them; a few
-example values per column; SQL with comments stripped; results with column names, the total row
-count, the first rows with long cells cut, and an explicit note of what was left out. Everything
+example values per column (read by the engine, within a step budget on SQLite); the engine's name and
+the semantics where it differs from SQLite's, from the engine itself; SQL with comments stripped;
+results with column names, the total row count, the first rows with long cells cut, and an explicit
+note of what was left out. Everything
 that comes from a prediction or from the data is fenced as data, between markers keyed by a secret
 (:class:`Fences`), so it cannot pose as instructions nor close its own fence.
 
@@ -20,24 +22,20 @@ less carefully; items that touch the same tables still share that prefix.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import hmac
 import itertools
 import json
-import sqlite3
 import threading
-import time
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rose_sql.config import JudgeConfig
-from rose_sql.engines.source import Remote
-from rose_sql.engines.sqlite import connect_read_only
-from rose_sql.execute import Execution
-from rose_sql.sql import quote_identifier
+from rose_sql.engines import Database, TableInfo
+from rose_sql.execute import Executor
+from rose_sql.results import Execution
 
 NONCE_HEX = 16
 """Hex digits of a fence marker's nonce (64 bits)."""
@@ -131,124 +129,37 @@ class Schema:
         return "\n".join(lines)
 
 
-def _short(v: Any, limit: int = 60) -> Any:
-    if isinstance(v, bytes):
-        return f"<{len(v)} bytes>"
-    if isinstance(v, str) and len(v) > limit:
-        return v[:limit] + "…"
-    return v
-
-
-def _descriptions(db_dir: Path, table: str) -> dict[str, str]:
-    """BIRD's ``database_description/<table>.csv``: column -> description (empty when absent)."""
-    path = db_dir / "database_description" / f"{table}.csv"
-    if not path.is_file():
-        return {}
-    raw = path.read_bytes()
-    text = raw.decode("utf-8-sig", errors="replace") if raw[:3] == b"\xef\xbb\xbf" else raw.decode("latin-1")
-    out = {}
-    for row in csv.DictReader(text.splitlines()):
-        row = {(k or "").strip().lower(): (v or "").strip() for k, v in row.items()}
-        col = row.get("original_column_name", "")
-        parts = [row.get("column_description", ""), row.get("value_description", "")]
-        if row.get("column_name") and row.get("column_name", "").lower() != col.lower():
-            parts.insert(0, f"({row['column_name']})")
-        desc = " ".join(" ".join(p.split()) for p in parts if p)
-        if col and desc:
-            out[col] = desc[:400]
-    return out
-
-
-def read_schema(db: Path, *, deadline_s: float = 2.0) -> Schema:
-    """Read a database's tables, keys and example values (trusted, fixed queries; read-only)."""
-    conn = connect_read_only(db)
-    conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
-    stop = time.monotonic() + deadline_s
-    conn.set_progress_handler(lambda: time.monotonic() > stop, 10_000)
-    try:
-        rows = conn.execute(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
-        ).fetchall()
-        tables = {}
-        for name, ddl in rows:
-            cols = tuple(r[1] for r in conn.execute(f"PRAGMA table_info({quote_identifier(name)})"))
-            foreign = tuple(sorted({r[2] for r in conn.execute(f"PRAGMA foreign_key_list({quote_identifier(name)})")}))
-            examples: dict[str, list[Any]] = {}
-            for col in cols:
-                try:
-                    c, t = quote_identifier(col), quote_identifier(name)
-                    sample = conn.execute(f"SELECT {c} FROM {t} WHERE {c} IS NOT NULL LIMIT 50").fetchall()
-                except sqlite3.Error:
-                    continue
-                seen: list[Any] = []
-                for (v,) in sample:
-                    v = _short(v)
-                    if v not in seen:
-                        seen.append(v)
-                examples[col] = seen  # how many are shown is the judges' config (Schema.render)
-            tables[name] = Table(name, ddl or "", cols, foreign, examples, _descriptions(db.parent, name))
-        return Schema(tables)
-    finally:
-        conn.close()
-
-
-DIALECT_NOTES = {
-    "postgres": (
-        "integer / integer truncates (5 / 2 = 2); NULLs sort last ascending and first descending; = and LIKE "
-        "are case-sensitive (ILIKE is not); unquoted names are folded to lower case; REAL is single precision; "
-        "SUM and AVG of integers are exact decimals"
-    ),
-    "mysql": (
-        "integer / integer is a decimal (5 / 2 = 2.5000; DIV truncates); NULLs sort first ascending and last "
-        "descending; string comparison follows the column's collation (case-insensitive under the default ones); "
-        "|| is OR unless PIPES_AS_CONCAT is set"
-    ),
-    "duckdb": (
-        "integer / integer is a double (5 / 2 = 2.5; // truncates); NULLs sort last ascending and descending; "
-        "= and LIKE are case-sensitive (ILIKE is not)"
-    ),
-}
-"""Semantics of each engine that differ from SQLite's and change what a query returns."""
-
-
-def read_engine_schema(db: Remote) -> Schema:
-    """A database's tables, keys and example values read from its engine, and the engine's note."""
-    from rose_sql.config import Config
-    from rose_sql.engines.base import engine_for
-
-    engine = engine_for(db.kind, Config())
-    try:
-        infos = engine.describe(db)
-        version = engine.version(db)
-    finally:
-        engine.close()
-    quote = quote_identifier if db.kind != "mysql" else (lambda n: "`" + n.replace("`", "``") + "`")
-    tables = {
-        t.name: Table(
-            t.name,
-            t.ddl(quote),
-            tuple(c.name for c in t.columns),
-            tuple(sorted({ref for _, ref, _ in t.foreign_keys})),
-            {k: [_short(v) for v in vs] for k, vs in t.examples.items()},
-            {},
-        )
-        for t in infos
-    }
-    note = f"-- Engine: {version} (SQL dialect {db.dialect}). {DIALECT_NOTES.get(db.dialect, '')}."
-    return Schema(tables, note)
+def schema_of(tables: list[TableInfo], note: str, quote: Callable[[str], str]) -> Schema:
+    """The judges' view of a database's tables as its engine describes them (``note``: the engine's)."""
+    return Schema(
+        {
+            t.name: Table(
+                t.name,
+                t.ddl(quote),
+                tuple(c.name for c in t.columns),
+                tuple(sorted({ref for _, ref, _ in t.foreign_keys})),
+                t.examples,
+                t.descriptions,
+            )
+            for t in tables
+        },
+        note,
+    )
 
 
 class Schemas:
-    """Schemas read once per database, shared across items and threads."""
+    """Schemas read once per database through the run's executor, shared across items and threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
         self._lock = threading.Lock()
-        self._schemas: dict[Path | Remote, Schema] = {}
+        self._schemas: dict[Database, Schema] = {}
 
-    def get(self, db: Path | Remote) -> Schema:
+    def get(self, db: Database) -> Schema:
         with self._lock:
             if db not in self._schemas:
-                self._schemas[db] = read_schema(db) if isinstance(db, Path) else read_engine_schema(db)
+                engine = self.executor.engine(db.kind)
+                self._schemas[db] = schema_of(engine.describe(db), engine.prompt_note(db), engine.quote)
             return self._schemas[db]
 
 

@@ -26,12 +26,13 @@ from pygments.lexers import SqlLexer
 
 from rose_sql.compare import json_value
 from rose_sql.config import Config
+from rose_sql.engines import Database, Source
 from rose_sql.errors import Lost
-from rose_sql.execute import Execution, Executor
-from rose_sql.items import db_file
+from rose_sql.execute import Executor
 from rose_sql.judges.context import Schema, Schemas
 from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.record import ExecutionInfo, Record
+from rose_sql.results import Execution
 from rose_sql.review.settings import ReviewConfig
 from rose_sql.review.work import WorkItem
 from rose_sql.sql import tables_read
@@ -273,7 +274,7 @@ def _sandbox(config: Config, watch: Watch) -> Executor:
     return Executor(config, watch=watch)
 
 
-def _execute(executor: Executor, query: tuple[Path, str]) -> Execution:
+def _execute(executor: Executor, query: tuple[Database, str]) -> Execution:
     return executor.run(query[0], query[1], role="review")
 
 
@@ -283,19 +284,22 @@ class Pages:
     def __init__(self, config: ReviewConfig) -> None:
         self.config = config
         self.pool = Pool(config.query.workers, _sandbox, config.query)
-        self.schemas = Schemas()
+        self.catalogue = Executor(config.query)
+        """This process's engines, for the schemas (the queries run in the workers)."""
+        self.schemas = Schemas(self.catalogue)
 
     def close(self) -> None:
         self.pool.close()
+        self.catalogue.close()
 
-    def database(self, db_root: Path | None, db_id: str) -> Path | None:
-        """The item's database file, when the project's databases are at hand."""
+    def database(self, db_root: Path | None, db_id: str) -> Database | None:
+        """The item's database, when the project's databases are at hand."""
         if db_root is None:
             return None
-        path = db_file(db_root, db_id)
-        return path if path.is_file() else None
+        db = Source.folder(db_root).locate(db_id)
+        return db if self.catalogue.exists(db) else None
 
-    def run(self, db: Path, sql: str) -> Result:
+    def run(self, db: Database, sql: str) -> Result:
         """An annotator's (or the page's) query, in the sandbox."""
         c = self.config
         try:

@@ -9,29 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rose_sql.config import Config
+from rose_sql.config import Config, console_config
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 """Host names that always reach the app when it listens on loopback."""
-
-
-def query_config() -> Config:
-    """The sandbox for what the page executes: the item's two queries and the annotator's own.
-
-    The same read-only sandbox as ``rose run`` (:class:`rose_sql.Executor`), with interactive limits:
-    a person waits for the answer, so a query gets about a second of work and a page of rows.
-    """
-    return Config(
-        max_steps=200_000_000,
-        timeout_s=10.0,
-        max_rows=200,
-        max_result_bytes=4 * 2**20,
-        count_past_cap_steps=20_000_000,
-        sqlite_heap_bytes=512 * 2**20,
-        cache_cells=2_000_000,
-        workers=2,  # worker processes: a query that runs away inside one SQLite call is stopped with its worker
-        evidence=False,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,5 +37,5 @@ class ReviewConfig:
     """Longer cells are cut on the page (the cut is said)."""
     examples_per_column: int = 3
     """Example values shown per column in the schema."""
-    query: Config = field(default_factory=query_config)
-    """The sandbox's limits for the page's executions (see :func:`query_config`)."""
+    query: Config = field(default_factory=console_config)
+    """The sandbox's limits for the page's executions (:func:`rose_sql.config.console_config`)."""

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rose_sql.config import RewardConfig
+from rose_sql.engines import Source
 from rose_sql.errors import LabelError, UsageError
 from rose_sql.reward.gold import Gold, parse_label, resolve_db
 from rose_sql.reward.schedule import Reward, invalid
@@ -48,11 +49,16 @@ def _config_from(kwargs: Mapping[str, Any], config: RewardConfig | None = None) 
     return config if config is not None else RewardConfig.from_mapping(kwargs)
 
 
-def _root(root: str | Path | None, where: str) -> str | Path | None:
-    """``root``, checked: a db_root that is not a folder makes every item unusable, so it is an error."""
-    if root is not None and not Path(root).is_dir():
+def _root(root: str | Path | None, where: str) -> Source | None:
+    """Where the databases are (a folder or a URL), checked: a db_root that is not a folder makes every item
+    unusable, so it is an error."""
+    if root is None:
+        return None
+    source = Source.parse(str(root))
+    folder = source.folder_path
+    if folder is not None and not folder.is_dir():
         raise UsageError(f"db_root {str(root)!r} ({where}) is not a folder: it must hold <db_id>/<db_id>.sqlite")
-    return root
+    return source
 
 
 def _verl_dict(r: Reward, config: RewardConfig) -> dict[str, Any]:
@@ -88,7 +94,7 @@ def _verl_items(
     solution_strs: Sequence[str],
     ground_truths: Sequence[Any],
     extra_infos: Sequence[Mapping[str, Any] | None],
-    db_root: str | None,
+    db_root: Source | None,
 ) -> tuple[list[RewardItem | str], int | None]:
     out: list[RewardItem | str] = []
     step: int | None = None
@@ -96,8 +102,8 @@ def _verl_items(
         info = extra if isinstance(extra, Mapping) else {}
         value = info.get("step", info.get("global_step", step))
         step = int(value) if isinstance(value, Integral) and not isinstance(value, bool) else step
-        root = info.get("db_root", db_root)
         try:
+            root = Source.parse(str(info["db_root"])) if info.get("db_root") else db_root
             if isinstance(truth, str) and not truth.lstrip().startswith("{") and "\t" not in truth:
                 gold = Gold(truth, resolve_db(info.get("db_id"), info.get("db_path"), root))
             else:
@@ -157,7 +163,7 @@ def compute_score_batch(
     where = "reward_kwargs.db_root" if db_root else "$ROSE_DB_ROOT"
     root = _root(db_root or os.environ.get("ROSE_DB_ROOT") or None, where)
     infos = [None] * len(solution_strs) if extra_infos is None else extra_infos  # verl passes numpy arrays
-    items, step = _verl_items(solution_strs, ground_truths, infos, None if root is None else str(root))
+    items, step = _verl_items(solution_strs, ground_truths, infos, root)
     return [_verl_dict(r, cfg) for r in _score_mixed(_shared_scorer(cfg), items, step)]
 
 
@@ -221,7 +227,7 @@ def _check_columns(columns: Mapping[str, Any], n: int) -> None:
             raise UsageError(f"the TRL column {name!r} must hold one value per completion ({n})")
 
 
-def _trl_item(completion: Any, i: int, columns: Mapping[str, Any], root: str | Path | None) -> RewardItem | str:
+def _trl_item(completion: Any, i: int, columns: Mapping[str, Any], root: Source | None) -> RewardItem | str:
     def col(name: str) -> Any:
         values = columns.get(name)
         return values[i] if values is not None else None

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from rose_sql.compare import canon, compare
 from rose_sql.config import RewardConfig
-from rose_sql.execute import Execution
+from rose_sql.results import Execution
 from rose_sql.sql import has_top_level_order_by
 
 RewardStatus = Literal[

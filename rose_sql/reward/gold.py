@@ -1,4 +1,4 @@
-"""Labels: which gold SQL and database file a completion is checked against."""
+"""Labels: which gold SQL and database a completion is checked against."""
 
 from __future__ import annotations
 
@@ -9,34 +9,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rose_sql.engines.source import Remote, Source
-from rose_sql.engines.source import parse as parse_source
+from rose_sql.engines import Database, Source
 from rose_sql.errors import LabelError, UsageError
-from rose_sql.items import db_file
 
 
 @dataclass(frozen=True, slots=True)
 class Gold:
-    """Where a completion is checked: the gold SQL and the database file."""
+    """Where a completion is checked: the gold SQL and the database."""
 
     sql: str
     """The reference SQL."""
-    db: Path | Remote
-    """The SQLite file, or the database of another engine (a URL's)."""
+    db: Database
+    """The database."""
 
 
 _DB_ID = re.compile(r"^[\w.-]+$")
 
 
-def parse_label(label: Any, db_root: Path | str | Source | None = None, *, confine: bool = False) -> Gold:
+def parse_label(label: Any, db_root: Source | None = None, *, confine: bool = False) -> Gold:
     """Read a label: a mapping or JSON object ``{"gold_sql", "db_id" | "db_path"}``, or ``SQL<TAB>db_id``.
 
     The tab form takes either order (Spider's ``dev_gold.sql`` lines are ``SQL<TAB>db_id``): the
-    part that is a bare name is the db_id. ``db_id`` resolves to ``<db_root>/<db_id>/<db_id>.sqlite``,
-    or, when ``db_root`` is a URL (``postgresql://``, ``mysql://``, ``duckdb://``), to its database for
-    that db_id; a relative ``db_path`` to ``<db_root>/<db_path>``. With ``confine``, the file must lie under
-    ``db_root`` (the server's rule: clients cannot name arbitrary files). Raises :class:`LabelError`,
-    or :class:`UsageError` for a ``db_id`` without a ``db_root`` (the caller's setup, not the label).
+    part that is a bare name is the db_id. ``db_id`` resolves to its database in ``db_root``
+    (:meth:`Source.locate`: ``<folder>/<db_id>/<db_id>.sqlite``, or a URL's database for that db_id); a
+    ``db_path`` names a SQLite file, a relative one under ``db_root``'s folder. With ``confine``, the
+    file must lie under ``db_root`` (the server's rule: clients cannot name arbitrary files). Raises
+    :class:`LabelError`, or :class:`UsageError` for a ``db_id`` without a ``db_root`` (the caller's setup,
+    not the label).
     """
     if isinstance(label, str) and label.lstrip().startswith("{"):
         try:
@@ -66,25 +65,21 @@ def _split_tab(label: str) -> tuple[str, str]:
     raise LabelError("a tab-separated label needs a bare db_id on one side of the tab")
 
 
-def resolve_db(
-    db_id: Any, db_path: Any, db_root: Path | str | Source | None, *, confine: bool = False
-) -> Path | Remote:
-    """The database named by ``db_path`` or by ``db_id`` under ``db_root`` (a folder or a URL)."""
-    if isinstance(db_root, str) and "://" in db_root:
-        db_root = parse_source(db_root)
-    if isinstance(db_root, Source):
-        if isinstance(db_id, str) and _DB_ID.match(db_id) and db_id not in (".", ".."):
+def resolve_db(db_id: Any, db_path: Any, db_root: Source | None, *, confine: bool = False) -> Database:
+    """The database named by ``db_path`` or by ``db_id`` in ``db_root`` (a folder or a URL)."""
+    named = isinstance(db_id, str) and _DB_ID.match(db_id) is not None and db_id not in (".", "..")
+    folder = db_root.folder_path if db_root is not None else None
+    if db_root is not None and folder is None:  # a URL's databases are named by db_id
+        if named:
             return db_root.locate(db_id)
         raise LabelError(f"label names no db_id, which {db_root.shown} needs (db_path names SQLite files only)")
-    root = Path(db_root) if db_root is not None else None
     if isinstance(db_path, str | Path) and str(db_path):
-        path = Path(db_path) if root is None or Path(db_path).is_absolute() else root / db_path
-    elif isinstance(db_id, str) and _DB_ID.match(db_id) and db_id not in (".", ".."):
-        if root is None:
+        path = Path(db_path) if folder is None or Path(db_path).is_absolute() else folder / db_path
+        if confine and (folder is None or not path.resolve().is_relative_to(folder.resolve())):
+            raise LabelError("db_path must lie under the server's --db-root")
+        return Database.file(path)
+    if named:
+        if db_root is None:
             raise UsageError(f"db_id {db_id!r} needs a db_root (the folder holding <db_id>/<db_id>.sqlite)")
-        path = db_file(root, db_id)
-    else:
-        raise LabelError("label names no database: give db_id (a bare name) or db_path")
-    if confine and (root is None or not path.resolve().is_relative_to(root.resolve())):
-        raise LabelError("db_path must lie under the server's --db-root")
-    return path
+        return db_root.locate(db_id)
+    raise LabelError("label names no database: give db_id (a bare name) or db_path")

@@ -14,11 +14,10 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from http import HTTPStatus
-from pathlib import Path
 from typing import Any
 
 from rose_sql.config import RewardConfig, ServeConfig
-from rose_sql.engines.source import Source
+from rose_sql.engines import Source
 from rose_sql.errors import BadRequest, LabelError
 from rose_sql.reward.execution import UNSCORED
 from rose_sql.reward.gold import Gold, parse_label
@@ -120,7 +119,7 @@ def _shape(payload: Any, config: ServeConfig) -> Request:
     return Request(queries, prompts, labels, step)
 
 
-def items_of(request: Request, db_root: Path | Source) -> list[RewardItem | str]:
+def items_of(request: Request, db_root: Source) -> list[RewardItem | str]:
     """Each query as an item to score, or the reason it cannot be (its own problem)."""
     out: list[RewardItem | str] = []
     for i, query in enumerate(request.queries):
@@ -138,12 +137,12 @@ def items_of(request: Request, db_root: Path | Source) -> list[RewardItem | str]
 
 
 @lru_cache(maxsize=4096)
-def _gold(label: str, db_root: Path | Source) -> Gold | str:
+def _gold(label: str, db_root: Source) -> Gold | str:
     """A label's gold, or why it has none (labels repeat: one per completion of a prompt)."""
     return _gold_uncached(label, db_root)
 
 
-def _gold_uncached(label: Any, db_root: Path | Source) -> Gold | str:
+def _gold_uncached(label: Any, db_root: Source) -> Gold | str:
     if label is None:
         return "no label for this query"
     try:

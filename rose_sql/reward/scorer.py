@@ -8,10 +8,9 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 
 from rose_sql.config import RewardConfig
-from rose_sql.engines.source import Remote
+from rose_sql.engines import Database
 from rose_sql.errors import Lost
 from rose_sql.reward.extract import Completion, completion_text
 from rose_sql.reward.lanes import CHUNKS_PER_PROCESS, FairQueue, balanced
@@ -29,8 +28,8 @@ class RewardItem:
     """The model's output."""
     gold_sql: str
     """The reference SQL."""
-    db: Path | Remote
-    """The SQLite database file, or another engine's database."""
+    db: Database
+    """The database (:meth:`rose_sql.engines.Database.file` for a SQLite file)."""
     prompt: str | None = None
     """When given and ``completion`` is text that starts with it, the prompt is cut off first."""
 
@@ -105,7 +104,7 @@ class RewardScorer:
         if not items:
             return futures
         budget = None if deadline is None else max(0.0, deadline - time.monotonic()) / 2
-        groups: dict[tuple[str, Path | Remote], list[int]] = {}
+        groups: dict[tuple[str, Database], list[int]] = {}
         for i, it in enumerate(items):
             groups.setdefault((it.gold_sql, it.db), []).append(i)
         units = []

@@ -14,12 +14,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Generic, TypeVar
 
-from rose_sql.config import MAX_QUERY_THREADS, Config, RewardConfig
-from rose_sql.engines.source import Remote
-from rose_sql.execute import Execution, Executor, Row
+from rose_sql.config import MAX_QUERY_THREADS, RewardConfig
+from rose_sql.engines import Database
+from rose_sql.execute import Executor
+from rose_sql.results import Execution, Row
 from rose_sql.reward.clauses import ParsedSQL, parse
 from rose_sql.reward.execution import RewardStatus, execution_outcome, gold_outcome
 from rose_sql.reward.extract import extract_sql
@@ -31,13 +31,11 @@ from rose_sql.workers import Watch
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
-Job = tuple[str, str, Path | Remote]
+Job = tuple[str, str, Database]
 """What a worker is sent for one distinct completion: (completion text, gold SQL, database)."""
-_Key = tuple[str | None, str, Path | Remote]
+_Key = tuple[str | None, str, Database]
 """What a completion's outcome depends on: (extracted SQL, gold SQL, database)."""
-_Compared = dict[
-    tuple[Path | Remote, str, int, bool, tuple[Row, ...]], tuple[tuple[Row, ...], tuple[RewardStatus, str]]
-]
+_Compared = dict[tuple[Database, str, int, bool, tuple[Row, ...]], tuple[tuple[Row, ...], tuple[RewardStatus, str]]]
 """Execution outcomes of one chunk by (database, gold SQL, width, truncated, rows): see ``_compare``."""
 
 LATE = "stopped at the deadline, before it finished"
@@ -82,20 +80,6 @@ class _LRU(Generic[K, V]):
         return value
 
 
-def sandbox_config(config: RewardConfig, *, gold: bool) -> Config:
-    """The sandbox of predictions (``gold`` false) or golds: a step budget that decides, a wall guard."""
-    return Config(
-        max_steps=config.gold_max_steps if gold else config.max_steps,
-        timeout_s=config.gold_timeout_s if gold else config.timeout_s,
-        max_rows=config.max_rows,
-        max_sql_chars=config.max_sql_chars,
-        float_digits=config.float_digits,
-        count_past_cap_steps=0,  # a result past the cap is never equal: its exact size does not matter
-        workers=1,
-        cache_cells=config.cache_cells,
-    )
-
-
 def _same_types(a: Sequence[Row], b: Sequence[Row]) -> bool:
     """Whether two results that are equal under ``==`` also hold values of the same types, cell by cell."""
     return a is b or all(type(x) is type(y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))
@@ -118,9 +102,9 @@ class Worker:
 
     def __init__(self, config: RewardConfig, watch: Watch | None = None) -> None:
         self.config = cfg = config
-        self.pred = Executor(sandbox_config(cfg, gold=False), watch=watch)
+        self.pred = Executor(cfg.sandbox(gold=False), watch=watch)
         """The predictions' sandbox (its ``executed`` counts what really ran)."""
-        self.gold = Executor(sandbox_config(cfg, gold=True), watch=watch)
+        self.gold = Executor(cfg.sandbox(gold=True), watch=watch)
         """The golds' sandbox."""
         # twice a chunk's lanes: a chunk that met its deadline leaves its running queries behind (until
         # their guard stops them), and the next chunk still finds threads. Each thread that runs a query
@@ -159,8 +143,8 @@ class Worker:
 
     def _map(
         self,
-        fn: Callable[[tuple[Path | Remote, str]], Execution],
-        keys: list[tuple[Path | Remote, str]],
+        fn: Callable[[tuple[Database, str]], Execution],
+        keys: list[tuple[Database, str]],
         deadline: float | None,
     ) -> list[Execution]:
         """``fn`` over ``keys`` on the query threads; what the deadline left unfinished is not run."""
@@ -168,12 +152,12 @@ class Worker:
         done = run_in_lanes(self._threads, fn, keys, cfg.workers, cfg.slow_query_s, deadline=deadline)
         return [_NOT_RUN if e is None else e for e in done]
 
-    def _run_gold(self, key: tuple[Path | Remote, str]) -> Execution:
+    def _run_gold(self, key: tuple[Database, str]) -> Execution:
         db, gold_sql = key
-        found = db.is_file() if isinstance(db, Path) else self.gold.exists(db)
+        found = self.gold.exists(db)
         return self.gold.run(db, gold_sql, role="gold") if found else _NO_DATABASE
 
-    def _run_pred(self, key: tuple[Path | Remote, str]) -> Execution:
+    def _run_pred(self, key: tuple[Database, str]) -> Execution:
         return self.pred.run(key[0], key[1], role="pred")
 
     def _outcome(self, key: _Key, gold: Execution, pred: Execution | None, compared: _Compared) -> Outcome:
@@ -189,7 +173,7 @@ class Worker:
         return Outcome(status, detail, sql, self._syntax(sql, gold_sql) if self.config.syntax else UNPARSED)
 
     def _compare(
-        self, pred: Execution, gold: Execution, gold_sql: str, db: Path | Remote, compared: _Compared
+        self, pred: Execution, gold: Execution, gold_sql: str, db: Database, compared: _Compared
     ) -> tuple[RewardStatus, str]:
         """:func:`execution_outcome`, once per gold and distinct predicted result in a chunk.
 

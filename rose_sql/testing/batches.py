@@ -20,12 +20,35 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from email.message import Message
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from rose_sql.testing.openai_server import ScriptedOpenAI, _Handler
+from rose_sql.testing.wire import BadRequest, Reply, completion_body, error_body
+
+
+class _Owner(Protocol):
+    """What the Batch API needs of the server it is part of (:class:`~rose_sql.testing.ScriptedOpenAI`)."""
+
+    system_fingerprint: str
+
+    def _respond(self, body: dict[str, Any], index: int) -> Reply: ...
+
+
+class _Handler(Protocol):
+    """What the Batch API needs of the request being handled (the server's handler)."""
+
+    headers: Message
+
+    def _read_body(self) -> bytes: ...
+
+    def _read_json(self) -> object: ...
+
+    def _send_json(
+        self, status: int, payload: Mapping[str, Any] | bytes, headers: Mapping[str, str] | None = None
+    ) -> None: ...
+
 
 __all__ = ["BatchAPI", "BatchScript"]
 
@@ -64,7 +87,7 @@ class _Batch:
 class BatchAPI:
     """The Batch API state of one server; thread-safe."""
 
-    def __init__(self, owner: ScriptedOpenAI, script: BatchScript) -> None:
+    def __init__(self, owner: _Owner, script: BatchScript) -> None:
         self.owner = owner
         self.script = script
         self._lock = threading.Lock()
@@ -85,17 +108,16 @@ class BatchAPI:
         with self._lock:
             return [dict(b.data) for b in self._batches.values()]
 
-    # ----- routing (called by the handler; raises the server's _BadRequest)
+    # ----- routing (called by the handler; raises the server's BadRequest)
 
     def post(self, handler: _Handler, path: str) -> None:
-        from rose_sql.testing.openai_server import _BadRequest
 
         if path == FILES:
             handler._send_json(200, self._upload(handler))
         elif path == BATCHES:
             body = handler._read_json()
             if not isinstance(body, dict):
-                raise _BadRequest("expected a JSON object")
+                raise BadRequest("expected a JSON object")
             handler._send_json(200, self._create(body))
         elif path.startswith(BATCHES + "/") and path.endswith("/cancel"):
             handler._read_body()
@@ -107,10 +129,9 @@ class BatchAPI:
                 handler._send_json(200, dict(b.data))
         else:
             handler._read_body()
-            raise _BadRequest(f"Unknown request URL: POST {path}", status=404, code="unknown_url")
+            raise BadRequest(f"Unknown request URL: POST {path}", status=404, code="unknown_url")
 
     def get(self, handler: _Handler, path: str) -> None:
-        from rose_sql.testing.openai_server import _BadRequest
 
         if path == BATCHES:
             with self._lock:
@@ -127,12 +148,11 @@ class BatchAPI:
                 meta, _content = self._file(path[len(FILES) + 1 :])
             handler._send_json(200, meta)
         else:
-            raise _BadRequest(f"Unknown request URL: GET {path}", status=404, code="unknown_url")
+            raise BadRequest(f"Unknown request URL: GET {path}", status=404, code="unknown_url")
 
     # ----- files
 
     def _upload(self, handler: _Handler) -> dict[str, Any]:
-        from rose_sql.testing.openai_server import _BadRequest
 
         raw = handler._read_body()
         head = f"Content-Type: {handler.headers.get('Content-Type', '')}\r\n\r\n".encode()
@@ -144,7 +164,7 @@ class BatchAPI:
             if isinstance(name, str) and isinstance(payload, bytes):
                 fields[name] = (part.get_filename(), payload)
         if "file" not in fields or fields.get("purpose", (None, b""))[1] != b"batch":
-            raise _BadRequest("expected a multipart upload with 'file' and purpose 'batch'")
+            raise BadRequest("expected a multipart upload with 'file' and purpose 'batch'")
         filename, content = fields["file"]
         with self._lock:
             return self._store(content, filename or "upload.jsonl", "batch")
@@ -165,21 +185,19 @@ class BatchAPI:
         return meta
 
     def _file(self, file_id: str) -> tuple[dict[str, Any], bytes]:
-        from rose_sql.testing.openai_server import _BadRequest
 
         if file_id not in self._files:
-            raise _BadRequest(f"No such File object: {file_id}", status=404)
+            raise BadRequest(f"No such File object: {file_id}", status=404)
         return self._files[file_id]
 
     # ----- batches
 
     def _create(self, body: dict[str, Any]) -> dict[str, Any]:
-        from rose_sql.testing.openai_server import _BadRequest
 
         with self._lock:
             _meta, content = self._file(str(body.get("input_file_id")))
             if body.get("endpoint") != "/v1/chat/completions" or body.get("completion_window") != "24h":
-                raise _BadRequest("endpoint must be /v1/chat/completions and completion_window 24h")
+                raise BadRequest("endpoint must be /v1/chat/completions and completion_window 24h")
             requests = [json.loads(line) for line in content.splitlines() if line.strip()]
             for r in requests:
                 self._submitted[r["custom_id"]] += 1
@@ -203,10 +221,9 @@ class BatchAPI:
             return dict(data)
 
     def _batch(self, batch_id: str) -> _Batch:
-        from rose_sql.testing.openai_server import _BadRequest
 
         if batch_id not in self._batches:
-            raise _BadRequest(f"No such Batch object: {batch_id}", status=404)
+            raise BadRequest(f"No such Batch object: {batch_id}", status=404)
         return self._batches[batch_id]
 
     def _retrieve(self, batch_id: str) -> dict[str, Any]:
@@ -239,9 +256,7 @@ class BatchAPI:
             reply = self.owner._respond(body, self._index)
             self._index += 1
             if reply.ok:
-                from rose_sql.testing.openai_server import _completion_body
-
-                result = _completion_body(reply, body, self.owner.system_fingerprint)
+                result = completion_body(reply, body, self.owner.system_fingerprint)
                 out.append({**line, "response": {"status_code": 200, "request_id": line["id"], "body": result}})
             else:
                 failed = {"status_code": reply.status, "body": _error(reply.status, reply.error)}
@@ -261,9 +276,8 @@ class BatchAPI:
 
 
 def _error(status: int, message: str | None) -> dict[str, Any]:
-    from rose_sql.testing.openai_server import _error_body
 
-    return _error_body(status, message or "error")
+    return error_body(status, message or "error")
 
 
 def _jsonl(lines: list[dict[str, Any]]) -> bytes:

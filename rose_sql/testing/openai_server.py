@@ -53,15 +53,23 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import BaseServer, TCPServer
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
-if TYPE_CHECKING:
-    from rose_sql.testing.batches import BatchScript
+from rose_sql.testing.batches import BatchAPI, BatchScript
+from rose_sql.testing.wire import (
+    BadRequest,
+    Reply,
+    all_text,
+    completion_body,
+    error_body,
+    estimate_tokens,
+    user_text,
+)
 
 __all__ = [
     "DEFAULT_FAULT_KINDS",
@@ -102,62 +110,6 @@ _SERVER_ERRORS = ("500", "502", "503")
 # --------------------------------------------------------------------------- replies
 
 
-@dataclass(frozen=True)
-class Reply:
-    """What the server answers to one chat-completions request.
-
-    A 2xx ``status`` answers a ``chat.completion`` carrying ``content`` (and
-    ``message.reasoning_content`` when ``reasoning_content`` is set, as DeepSeek and vLLM do).
-    Any other status answers an OpenAI-style ``{"error": {...}}`` body with ``error`` as its
-    message. ``delay_s`` waits before answering; ``drop`` closes the connection without
-    answering (after the delay). Token counts left as ``None`` are estimated from the text
-    (about 4 characters a token), so accounting tests see plausible, non-zero numbers.
-
-    Faults of the protocol itself: ``body`` is sent verbatim instead of the JSON the other fields
-    make (a 200 that is not JSON, a cut body); ``usage`` is sent as the usage object as it is
-    (wrong types, negative counts), the token fields then unused; ``trickle_s`` sends the body
-    ``trickle_bytes`` at a time, that many seconds apart (every read returns soon, the whole
-    reply late).
-    """
-
-    content: str | None = ""
-    reasoning_content: str | None = None
-    status: int = 200
-    error: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    delay_s: float = 0.0
-    drop: bool = False
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    cached_tokens: int | None = None
-    """Reported as ``usage.prompt_tokens_details.cached_tokens`` (None: the server's prompt cache decides)."""
-    finish_reason: str = "stop"
-    body: str | bytes | None = None
-    usage: Mapping[str, Any] | None = None
-    trickle_s: float = 0.0
-    trickle_bytes: int = 16
-
-    def __post_init__(self) -> None:
-        if not 200 <= self.status <= 599:
-            raise ValueError(f"Reply.status must be an HTTP status in 200..599, got {self.status}")
-        if self.ok and self.error is not None:
-            raise ValueError("Reply.error is only for non-2xx statuses")
-        if self.delay_s < 0 or self.trickle_s < 0:
-            raise ValueError(f"Reply.delay_s and trickle_s must be >= 0, got {self.delay_s}, {self.trickle_s}")
-        if self.trickle_bytes < 1:
-            raise ValueError(f"Reply.trickle_bytes must be >= 1, got {self.trickle_bytes}")
-        for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"Reply.{name} must be >= 0, got {value}")
-
-    @property
-    def ok(self) -> bool:
-        """Whether this reply is a successful (2xx) completion."""
-        return 200 <= self.status < 300
-
-
 Responder = Callable[[dict[str, Any], int], Reply]
 """Decides the reply to a request: ``(parsed JSON body, 0-based arrival index) -> Reply``."""
 
@@ -193,36 +145,6 @@ class RecordedRequest:
 
 
 # --------------------------------------------------------------------------- request helpers
-
-
-def _content_text(content: object) -> str:
-    """Text of a message's ``content``: a string, or a list of parts with ``text``."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return ""
-
-
-def _messages(request: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    messages = request.get("messages")
-    if not isinstance(messages, list):
-        return []
-    return [m for m in messages if isinstance(m, Mapping)]
-
-
-def user_text(request: Mapping[str, Any]) -> str:
-    """The text of the request's user messages, joined by newlines."""
-    return "\n".join(_content_text(m.get("content")) for m in _messages(request) if m.get("role") == "user")
-
-
-def _all_text(request: Mapping[str, Any]) -> str:
-    return "\n".join(_content_text(m.get("content")) for m in _messages(request))
-
-
-def estimate_tokens(text: str) -> int:
-    """A rough token count: one token per 4 characters, rounded up."""
-    return (len(text) + 3) // 4
 
 
 def request_key(request: Mapping[str, Any]) -> str:
@@ -570,7 +492,7 @@ class _PromptCache:
         self._lock = threading.Lock()
 
     def cached(self, request: Mapping[str, Any]) -> int:
-        text = _all_text(request)
+        text = all_text(request)
         with self._lock:
             common = max((_common_prefix(text, old) for old in self._seen), default=0)
             self._seen.append(text)
@@ -590,82 +512,21 @@ def _common_prefix(a: str, b: str) -> int:
 # --------------------------------------------------------------------------- response bodies
 
 
-def _error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    """An OpenAI-style error body; ``type`` and a default ``code`` follow the status."""
-    if status == 429:
-        kind, default_code = "requests", "rate_limit_exceeded"
-    elif status == 401:
-        kind, default_code = "invalid_request_error", "invalid_api_key"
-    elif status >= 500:
-        kind, default_code = "server_error", None
-    else:
-        kind, default_code = "invalid_request_error", None
-    return {"error": {"message": message, "type": kind, "param": param, "code": code or default_code}}
-
-
-def _usage(reply: Reply, request: Mapping[str, Any], cached: int = 0) -> dict[str, Any]:
-    prompt = reply.prompt_tokens if reply.prompt_tokens is not None else estimate_tokens(_all_text(request))
-    reasoning = reply.reasoning_tokens
-    if reasoning is None and reply.reasoning_content:
-        reasoning = estimate_tokens(reply.reasoning_content)
-    completion = reply.completion_tokens
-    if completion is None:
-        completion = estimate_tokens(reply.content or "") + (reasoning or 0)
-    usage: dict[str, Any] = {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
-    if reasoning is not None:
-        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
-    cached = reply.cached_tokens if reply.cached_tokens is not None else min(cached, prompt)
-    if cached:
-        usage["prompt_tokens_details"] = {"cached_tokens": cached}
-    return usage
-
-
-def _completion_body(reply: Reply, request: Mapping[str, Any], fingerprint: str, cached: int = 0) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
-    if reply.reasoning_content is not None:
-        message["reasoning_content"] = reply.reasoning_content
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": request.get("model"),
-        "system_fingerprint": fingerprint,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finish_reason}],
-        "usage": dict(reply.usage) if reply.usage is not None else _usage(reply, request, cached),
-    }
-
-
-class _BadRequest(Exception):
-    """A request the server refuses with an OpenAI-style error."""
-
-    def __init__(
-        self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None, close: bool = False
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = _error_body(status, message, param=param, code=code)
-        self.close = close
-
-
 def _validate_chat(body: object) -> dict[str, Any]:
-    """The body as a chat-completions request, or :class:`_BadRequest`."""
+    """The body as a chat-completions request, or :class:`BadRequest`."""
     if not isinstance(body, dict):
-        raise _BadRequest("We could not parse the JSON body of your request: expected a JSON object.")
+        raise BadRequest("We could not parse the JSON body of your request: expected a JSON object.")
     if not isinstance(body.get("model"), str) or not body["model"]:
-        raise _BadRequest("you must provide a model parameter", param="model", code="missing_required_parameter")
+        raise BadRequest("you must provide a model parameter", param="model", code="missing_required_parameter")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise _BadRequest(
+        raise BadRequest(
             "Missing required parameter: 'messages' (a non-empty list of objects).",
             param="messages",
             code="missing_required_parameter",
         )
     if body.get("stream") is True:
-        raise _BadRequest("Streaming is not supported by ScriptedOpenAI.", param="stream", code="unsupported_parameter")
+        raise BadRequest("Streaming is not supported by ScriptedOpenAI.", param="stream", code="unsupported_parameter")
     return body
 
 
@@ -746,9 +607,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if self._path() != CHAT_PATH:
                 self._read_body()  # keep the connection usable
-                raise _BadRequest(f"Unknown request URL: POST {self.path}", status=404, code="unknown_url")
+                raise BadRequest(f"Unknown request URL: POST {self.path}", status=404, code="unknown_url")
             self._chat(_validate_chat(self._read_json()))
-        except _BadRequest as problem:
+        except BadRequest as problem:
             self._refuse(problem)
 
     def do_GET(self) -> None:
@@ -760,7 +621,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.owner.batch.get(self, self._path())
                 return
             self._send_json(200, self._models(self._path()))
-        except _BadRequest as problem:
+        except BadRequest as problem:
             self._refuse(problem)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
@@ -771,7 +632,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.request_version = "HTTP/1.1"  # answer a status line even to a garbled request line
         text = message or HTTPStatus(code).phrase
         with contextlib.suppress(OSError):
-            self._send_json(code, _error_body(code, text))
+            self._send_json(code, error_body(code, text))
 
     # ----- endpoints
 
@@ -792,9 +653,9 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.body is not None:
             payload = reply.body.encode("utf-8") if isinstance(reply.body, str) else reply.body
         elif reply.ok:
-            payload = _completion_body(reply, body, self.owner.system_fingerprint, cached)
+            payload = completion_body(reply, body, self.owner.system_fingerprint, cached)
         else:
-            payload = _error_body(reply.status, reply.error or HTTPStatus(reply.status).phrase)
+            payload = error_body(reply.status, reply.error or HTTPStatus(reply.status).phrase)
         self._send_json(reply.status, payload, extra, trickle=(reply.trickle_s, reply.trickle_bytes))
 
     def _models(self, path: str) -> dict[str, Any]:
@@ -807,8 +668,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith(prefix) and path[len(prefix) :] in cards:
             return cards[path[len(prefix) :]]
         if path.startswith(prefix):
-            raise _BadRequest(f"The model '{path[len(prefix) :]}' does not exist", status=404, code="model_not_found")
-        raise _BadRequest(f"Unknown request URL: GET {self.path}", status=404, code="unknown_url")
+            raise BadRequest(f"The model '{path[len(prefix) :]}' does not exist", status=404, code="model_not_found")
+        raise BadRequest(f"Unknown request URL: GET {self.path}", status=404, code="unknown_url")
 
     # ----- request parts
 
@@ -819,7 +680,7 @@ class _Handler(BaseHTTPRequestHandler):
         key = self.owner.api_key
         if key is not None and self.headers.get("Authorization") != f"Bearer {key}":
             self._read_body()
-            raise _BadRequest("Incorrect API key provided.", status=401)
+            raise BadRequest("Incorrect API key provided.", status=401)
 
     def _read_body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -830,11 +691,11 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             length = int(raw)
         except ValueError:
-            raise _BadRequest(f"Invalid Content-Length: {raw!r}", close=True) from None
+            raise BadRequest(f"Invalid Content-Length: {raw!r}", close=True) from None
         if length < 0:
-            raise _BadRequest(f"Invalid Content-Length: {raw!r}", close=True)
+            raise BadRequest(f"Invalid Content-Length: {raw!r}", close=True)
         if length > MAX_BODY_BYTES:
-            raise _BadRequest("Request body too large.", status=413, close=True)
+            raise BadRequest("Request body too large.", status=413, close=True)
         return self.rfile.read(length)
 
     def _read_chunked(self) -> bytes:
@@ -845,10 +706,10 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 size = int(line, 16)
             except ValueError:
-                raise _BadRequest("Malformed chunked request body.", close=True) from None
+                raise BadRequest("Malformed chunked request body.", close=True) from None
             total += size
             if size < 0 or total > MAX_BODY_BYTES:
-                raise _BadRequest("Malformed or too large chunked request body.", close=True)
+                raise BadRequest("Malformed or too large chunked request body.", close=True)
             if size == 0:
                 while self.rfile.readline(1024).strip():  # trailers up to the blank line
                     pass
@@ -861,14 +722,14 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             return json.loads(data)
         except ValueError:  # JSONDecodeError and UnicodeDecodeError
-            raise _BadRequest(
+            raise BadRequest(
                 "We could not parse the JSON body of your request. (HINT: This likely means you aren't using "
                 "your HTTP library correctly. The OpenAI API expects a JSON payload.)"
             ) from None
 
     # ----- answering
 
-    def _refuse(self, problem: _BadRequest) -> None:
+    def _refuse(self, problem: BadRequest) -> None:
         if problem.close:
             self.close_connection = True
         self.owner._count_rejected()
@@ -944,7 +805,6 @@ class ScriptedOpenAI:
         cache_min_tokens: int = 1024,
         batch: BatchScript | None = None,
     ) -> None:
-        from rose_sql.testing.batches import BatchAPI, BatchScript
 
         self.responder: Responder = responder or default_responder
         self._prompt_cache = _PromptCache(cache_block, cache_min_tokens) if prompt_cache else None

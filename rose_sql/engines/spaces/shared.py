@@ -1,16 +1,13 @@
-"""Private copies for the witness search on DuckDB, PostgreSQL and MySQL/MariaDB.
+"""What the spaces of PostgreSQL, MySQL/MariaDB and DuckDB share: reading the database through its engine,
+and a private copy changed with SQL.
 
-The candidates of :mod:`rose_sql.evidence.witness` are the same as on SQLite; only where they are
-applied differs. :class:`EngineSpace` offers what :class:`~rose_sql.evidence.workspace.Space` asks:
-each candidate is made inside a transaction that is rolled back, the two queries under test run inside it
-through the engine's own gate and function policy with its row and byte caps, and the copy is never the
-user's database:
-
-- DuckDB (:class:`DuckSpace`): the file is attached read-only to an in-memory database, its tables copied
-  into it and detached; then external access is turned off and the configuration locked, as on the
-  engine's own connections. Rows are named by DuckDB's ``rowid``.
-- PostgreSQL and MySQL/MariaDB (:mod:`rose_sql.evidence.scratch`): a scratch database that rose creates
-  and drops, into which the tables the queries read (and their foreign-key parents) are copied.
+:class:`EngineReader` is their :class:`~rose_sql.engines.spaces.Space`: the gold smells read the user's
+database through the engine's own sandbox (its gate, function policy and caps; they only read, so no copy
+is needed), with our probes written in SQLite's syntax and rendered in the engine's dialect by sqlglot.
+It cannot reverse the order of unordered rows, so the ``order_dependent`` smell is not looked for there.
+For the witness search it makes, once per database, the engine's :class:`EngineSpace`: each candidate is
+made inside a transaction that is rolled back, and the two queries under test run inside it through the
+engine's gate and function policy with its row and byte caps.
 
 There is no step counter on these engines: every statement has a wall-clock limit, the smaller of the
 engine's ``--timeout`` and what is left of the item's evidence budget, and a statement stopped by it sets
@@ -20,49 +17,109 @@ engine's ``--timeout`` and what is left of the item's evidence budget, and a sta
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
-from rose_sql.config import Config
-from rose_sql.engines.base import ColumnInfo, Limits, TableInfo, batches, collect, policy
-from rose_sql.engines.source import Remote
-from rose_sql.evidence.findings import Change
-from rose_sql.evidence.probe import render
-from rose_sql.evidence.workspace import Column, Table
-from rose_sql.execute import ResultSet
-from rose_sql.sql import gate
+import sqlglot
+from sqlglot import exp
+
+from rose_sql.config import EVIDENCE_MAX_ROWS, Config
+from rose_sql.engines import open_engine
+from rose_sql.engines.base import Engine, TableInfo, batches, collect, policy
+from rose_sql.engines.kinds import Database
+from rose_sql.engines.spaces import Change, Column, Copy, Table
+from rose_sql.results import Limits, ResultSet
+from rose_sql.sql import gate, quote_identifier
 
 UNBOUNDED = 2**40
 """``steps_left`` while the item's time lasts (these engines count no steps)."""
 
 
-class _Skip(Exception):
-    """This module's signal: the copy cannot be made (too large, too slow); :func:`open_space` returns why."""
+def evidence_limits(config: Config) -> Limits:
+    """What one statement of the evidence may take on these engines: no statement outlasts the item's budget."""
+    base = config.limits
+    return replace(base, engine_timeout_s=min(base.engine_timeout_s, config.evidence_budget_s))
 
 
-def open_space(db: Remote, config: Config) -> EngineSpace | str:
-    """A private copy of ``db`` for the witness search, or why there is none (recorded on the item)."""
-    base = Limits.of(config)  # no statement of the search may outlast the item's budget
-    limits = Limits(min(base.timeout_s, config.evidence_budget_s), base.max_rows, base.max_bytes, base.max_sql_chars)
-    if db.kind == "duckdb":
-        try:
-            return DuckSpace(
-                db.target, limits, max_bytes=config.evidence_max_db_bytes, copy_seconds=config.evidence_budget_s
+class EngineReader:
+    """The database read through its engine, for the gold smells; the witness search's copy made on demand."""
+
+    def __init__(self, db: Database, config: Config, make_copy: Callable[[], EngineSpace | str]) -> None:
+        self.db = db
+        self.dialect = db.dialect
+        self.engine: Engine = open_engine(db.kind, evidence_limits(config))
+        self._make_copy = make_copy
+        self._copy: EngineSpace | str | None = None
+        self.budget_s = config.evidence_budget_s
+        self.hard_deadline = float("inf")
+        self.guard_fired = False
+        self.tables = {
+            t.name: Table(
+                t.name, {c.name: Column(c.name, c.type, c.notnull, c.name in t.primary_key) for c in t.columns}, True
             )
-        except _Skip as e:
-            return str(e)
-        except Exception as e:  # unreadable now: the item says so
-            return f"the database could not be copied: {type(e).__name__}: {e}"
-    if config.evidence_scratch is None:
-        return (
-            f"it changes a private copy of the database, and on {db.kind} that copy lives in a scratch database: "
-            "give --evidence-scratch URL (a server and role where rose may create and drop databases)"
-        )
-    from rose_sql.evidence.scratch import server_space
+            for t in self.engine.describe(db)
+        }
 
-    return server_space(db, config.evidence_scratch, config, limits)
+    @property
+    def guard_s(self) -> float:
+        return 3 * self.budget_s  # the smells, a first copy, then the search
+
+    def start(self, steps: int, deadline: float) -> None:
+        self.hard_deadline = deadline
+        self.guard_fired = False
+
+    def stop(self) -> None:
+        self.hard_deadline = float("inf")
+        if isinstance(self._copy, EngineSpace):
+            self._copy.stop()
+            self.guard_fired = self.guard_fired or self._copy.guard_fired
+            if not self._copy.alive():  # what it found then is not the search's: the next item makes a new copy
+                self._forget()
+
+    def run(self, sql: str, steps: int | None = None) -> ResultSet | None:
+        """A query in the engine's dialect, through its sandbox; None when it fails or is cut at a cap."""
+        e, _ = self.engine.run(self.db, sql, "evidence")
+        if e.status == "guard":
+            self.guard_fired = True
+        return e.result if e.result is not None and not e.result.truncated else None
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]] | None:
+        """One of our probes (SQLite's syntax, ``?`` parameters), rendered in the engine's dialect."""
+        rendered = render(sql, params, self.dialect)
+        result = self.run(rendered) if rendered is not None else None
+        return list(result.rows) if result is not None else None
+
+    def stored(self, table: str, column: str, limit: int) -> list[tuple[str, Any]]:
+        c, t = quote_identifier(column), quote_identifier(table)
+        sample = self.query(f"SELECT {c} FROM {t} WHERE {c} IS NOT NULL LIMIT {int(limit)}") or []
+        return [("text" if isinstance(v, str) else "other", v) for (v,) in sample]  # a column has one type here
+
+    def reversed_run(self, sql: str) -> ResultSet | None:
+        return None
+
+    def copy(self, tables: Iterable[str]) -> Copy | str:
+        if self._copy is None:
+            self._copy = self._make_copy()  # why not, when not: kept for later items
+        if isinstance(self._copy, str):
+            return self._copy
+        why = self._copy.need(tables)
+        if why is not None:
+            return why
+        self._copy.start(min(self.hard_deadline, time.monotonic() + self.budget_s))  # its own budget, after a copy
+        return self._copy
+
+    def _forget(self) -> None:
+        copy, self._copy = self._copy, None
+        if isinstance(copy, EngineSpace):
+            with contextlib.suppress(Exception):  # best effort: `rose db scratch --drop` cleans up
+                copy.close()
+
+    def close(self) -> None:
+        self._forget()
+        self.engine.close()
 
 
 def tables_of(infos: Sequence[TableInfo], unique: Iterable[tuple[str, str]] = ()) -> dict[str, Table]:
@@ -90,8 +147,8 @@ def tables_of(infos: Sequence[TableInfo], unique: Iterable[tuple[str, str]] = ()
 
 
 class EngineSpace:
-    """A private copy on an engine other than SQLite (see the module docstring); subclasses say how to
-    connect, quote, name rows, time-limit a statement and open a transaction."""
+    """A private copy on an engine other than SQLite, changed with SQL that every engine reads alike;
+    subclasses say how to connect, quote, name rows, time-limit a statement and open a transaction."""
 
     dialect: str
     errors: tuple[type[BaseException], ...]
@@ -100,7 +157,9 @@ class EngineSpace:
     locator = "rowid"
     """The SQL expression that names a row of the copy."""
 
-    def __init__(self, limits: Limits, allowed: Callable[[str], str | None], *, max_rows: int = 10_000) -> None:
+    def __init__(
+        self, limits: Limits, allowed: Callable[[str], str | None], *, max_rows: int = EVIDENCE_MAX_ROWS
+    ) -> None:
         self.limits = limits
         self.allowed = allowed
         """Why the function of that name may not be called (the engine's policy)."""
@@ -149,7 +208,7 @@ class EngineSpace:
     # ------------------------------------------------------------------ budget
 
     def start(self, deadline: float) -> None:
-        """Begin an item: its statements stop at ``deadline`` (the wall-clock guard)."""
+        """Begin an item: its statements stop at ``deadline`` (these engines count no steps)."""
         self.hard_deadline = deadline
         self.guard_fired = False
 
@@ -168,7 +227,7 @@ class EngineSpace:
         if left <= 0:
             self.guard_fired = True
             raise TimeoutError("the evidence budget is spent")
-        return min(self.limits.timeout_s, left)
+        return min(self.limits.engine_timeout_s, left)
 
     def _ours(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[Any]]:
         try:
@@ -255,10 +314,10 @@ class EngineSpace:
     # ------------------------------------------------------------------ mutations
 
     def begin(self) -> None:
-        self._execute(self._begin_sql(), (), timeout=self.limits.timeout_s)
+        self._execute(self._begin_sql(), (), timeout=self.limits.engine_timeout_s)
 
     def rollback(self) -> None:
-        self._execute("ROLLBACK", (), timeout=self.limits.timeout_s)
+        self._execute("ROLLBACK", (), timeout=self.limits.engine_timeout_s)
 
     def _where(self) -> str:
         return f"{self.locator} = {self.mark}"
@@ -349,177 +408,26 @@ def fetch_capped(
     fetchmany: Callable[[int], Sequence[Sequence[Any]]], columns: tuple[str, ...], limits: Limits, max_rows: int
 ) -> ResultSet:
     """A result fetched in batches up to the caps (truncated past them: too large to compare here)."""
-    capped = Limits(limits.timeout_s, min(max_rows, limits.max_rows), limits.max_bytes, limits.max_sql_chars)
-    got = collect(batches(fetchmany, 1000), capped)
+    capped = replace(limits, max_rows=min(max_rows, limits.max_rows))
+    got = collect(batches(fetchmany, capped), capped)
     return got.result(columns, 0)
 
 
-class DuckSpace(EngineSpace):
-    """An in-memory DuckDB copy of a DuckDB file (see the module docstring).
+def render(sql: str, params: tuple[Any, ...], dialect: str) -> str | None:
+    """One of our probes, written in SQLite's syntax with ``?`` parameters, in ``dialect`` with the values
+    as literals; None when sqlglot cannot read it."""
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except sqlglot.errors.ParseError:
+        return None
+    values = iter(params)
+    return tree.transform(lambda n: literal(next(values)) if isinstance(n, exp.Placeholder) else n).sql(dialect=dialect)
 
-    The copy's tables keep their columns' types, NOT NULL, primary keys, UNIQUE and CHECK constraints,
-    but not their foreign keys: DuckDB refuses to update any row another table references inside a
-    transaction (its documented foreign-key limitations), which would forbid most candidates. The
-    foreign keys are checked here instead (:meth:`_check`): a change that leaves a child without its
-    parent fails, as the engine would make it fail.
-    """
 
-    dialect = "duckdb"
-    mark = "?"
-    locator = "rowid"
-
-    def __init__(self, path: str, limits: Limits, *, max_bytes: int, copy_seconds: float) -> None:
-        import duckdb
-
-        from rose_sql.engines.duckdb import MEMORY_LIMIT, DuckDB, _Conn, _Watchdog, functions_of, quote
-
-        self.errors = (duckdb.Error,)
-        size = Path(path).stat().st_size
-        if size > max_bytes:
-            raise _Skip(f"database larger than {max_bytes // 2**20} MiB")
-        conn = duckdb.connect(
-            ":memory:",
-            config={
-                "threads": 1,
-                "autoinstall_known_extensions": False,
-                "autoload_known_extensions": False,
-                "memory_limit": MEMORY_LIMIT,
-                "temp_directory": "",
-            },
-        )
-        self._watchdog = _Watchdog()
-        self._conn = _Conn(conn, {})
-        unique: list[tuple[str, str]] = []
-        try:
-            conn.execute("ATTACH '" + path.replace("'", "''") + "' AS rose_source (READ_ONLY)")
-            infos = self._describe(unique)
-            self._watchdog.arm(self._conn, copy_seconds)
-            try:
-                for info, ddl in infos:
-                    conn.execute(ddl)
-                    conn.execute(f"INSERT INTO {quote(info.name)} SELECT * FROM rose_source.main.{quote(info.name)}")
-            except duckdb.InterruptException:
-                raise _Skip(f"copying the database took longer than {copy_seconds:g} s") from None
-            finally:
-                self._watchdog.disarm(self._conn)
-            conn.execute("DETACH rose_source")
-            conn.execute("SET enable_external_access = false")
-            conn.execute("SET lock_configuration = true")
-            self._conn.functions = functions_of(conn)
-        except BaseException:
-            conn.close()
-            raise
-        engine = DuckDB(limits)
-        super().__init__(limits, lambda name: engine._allowed(self._conn, name))
-        self.tables = tables_of([info for info, _ in infos], unique)
-
-    def _describe(self, unique: list[tuple[str, str]]) -> list[tuple[TableInfo, str]]:
-        """The source's tables, and the DDL of each one's copy (its constraints but the foreign keys)."""
-        from rose_sql.engines.duckdb import quote
-
-        c = self._conn.conn
-        out = []
-        for (t,) in c.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'rose_source' AND schema_name = 'main' "
-            "ORDER BY table_name"
-        ).fetchall():
-            cols = c.execute(
-                "SELECT column_name, data_type, NOT is_nullable FROM duckdb_columns() WHERE database_name = "
-                "'rose_source' AND schema_name = 'main' AND table_name = ? ORDER BY column_index",
-                [t],
-            ).fetchall()
-            pk: tuple[str, ...] = ()
-            fks: list[tuple[str, str, str]] = []
-            parts = [f"{quote(n)} {ty}{' NOT NULL' if nn else ''}" for n, ty, nn in cols]
-            for kind, text, names, ref_table, ref_cols in c.execute(
-                "SELECT constraint_type, constraint_text, constraint_column_names, referenced_table, "
-                "referenced_column_names FROM duckdb_constraints() WHERE database_name = 'rose_source' "
-                "AND schema_name = 'main' AND table_name = ? ORDER BY constraint_index",
-                [t],
-            ).fetchall():
-                if kind in ("PRIMARY KEY", "UNIQUE", "CHECK"):
-                    parts.append(text)
-                if kind == "PRIMARY KEY":
-                    pk = tuple(names)
-                elif kind == "UNIQUE" and len(names) == 1:
-                    unique.append((t, names[0]))
-                elif kind == "FOREIGN KEY" and ref_table and len(names) == 1:
-                    fks += [(names[0], ref_table, (ref_cols or [names[0]])[0])]
-            info = TableInfo(t, tuple(ColumnInfo(n, ty, bool(nn)) for n, ty, nn in cols), pk, tuple(fks))
-            out.append((info, f"CREATE TABLE {quote(t)} ({', '.join(parts)})"))
-        return out
-
-    def _check(self, change: Change) -> None:
-        """Raise ValueError when ``change`` leaves a child row without its parent (the foreign keys)."""
-        t = self.tables[change.table]
-        cells: dict[str, Any] = {}
-        if change.op == "update" and change.column is not None:
-            cells = {change.column: change.new}
-        elif change.op == "insert":
-            cells = dict(change.row or {})
-        for col, parent, pcol in t.parents:
-            v = cells.get(col)
-            if col in cells and v is not None:
-                sql = f"SELECT 1 FROM {self.quote(parent)} WHERE {self.quote(pcol)} = ? LIMIT 1"
-                if not self._ours(sql, (v,))[1]:
-                    raise ValueError(f"foreign key {change.table}.{col}: no {parent} row has {pcol} = {v!r}")
-        gone: dict[str, Any] = {}
-        if change.op == "update" and change.column is not None:
-            gone = {change.column: change.old}
-        elif change.op == "delete":
-            gone = dict(change.row or {})
-        for child, ccol, pcol in t.children:
-            v = gone.get(pcol)
-            if pcol not in gone or v is None:
-                continue
-            still = f"SELECT 1 FROM {self.quote(t.name)} WHERE {self.quote(pcol)} = ? LIMIT 1"
-            if self._ours(still, (v,))[1]:
-                continue  # another parent row holds the value
-            sql = f"SELECT 1 FROM {self.quote(child)} WHERE {self.quote(ccol)} = ? LIMIT 1"
-            if self._ours(sql, (v,))[1]:
-                raise ValueError(f"foreign key {child}.{ccol}: a row still refers to {t.name}.{pcol} = {v!r}")
-
-    def update(self, table: str, rowid: int, column: str, value: Any) -> Change:
-        change = super().update(table, rowid, column, value)
-        self._check(change)
-        return change
-
-    def insert_copy(self, table: str, rowid: int, overrides: dict[str, Any] | None = None) -> Change:
-        change = super().insert_copy(table, rowid, overrides)
-        self._check(change)
-        return change
-
-    def delete(self, table: str, rowid: int) -> list[Change]:
-        changes = super().delete(table, rowid)
-        self._check(changes[-1])
-        return changes
-
-    def _execute(self, sql: str, params: Sequence[Any] = (), *, timeout: float) -> tuple[list[str], list[Any]]:
-        c = self._conn.conn
-        self._watchdog.arm(self._conn, timeout)
-        try:
-            c.execute(sql, list(params) if params else None)
-            cols = [d[0] for d in c.description or ()]
-            return cols, c.fetchall() if c.description else []
-        finally:
-            self._watchdog.disarm(self._conn)
-
-    def _untrusted(self, sql: str, timeout: float) -> ResultSet:
-        c = self._conn.conn
-        self._watchdog.arm(self._conn, timeout)
-        try:
-            c.execute(sql)
-            return fetch_capped(c.fetchmany, tuple(d[0] for d in c.description or ()), self.limits, self.max_rows)
-        finally:
-            self._watchdog.disarm(self._conn)
-
-    def _is_timeout(self, e: BaseException) -> bool:
-        import duckdb
-
-        return isinstance(e, duckdb.InterruptException)
-
-    def _begin_sql(self) -> str:
-        return "BEGIN TRANSACTION"
-
-    def close(self) -> None:
-        self._conn.conn.close()
+def literal(value: Any) -> exp.Expr:
+    """A Python value as a SQL literal (our probes' parameters, rendered in any dialect)."""
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool | int | float):
+        return exp.Literal.number(value)
+    return exp.Literal.string(str(value))

@@ -9,20 +9,20 @@ administrator's URL; running it again grants again.
 
 from __future__ import annotations
 
-from rose_sql.engines.source import Remote
+from rose_sql.engines.kinds import Database
 from rose_sql.errors import UsageError
 
 
-def create_reader(db: Remote, name: str, password: str | None) -> str:
+def create_reader(db: Database, name: str, password: str | None) -> str:
     """Create (or re-grant) the read-only role ``name`` on ``db``'s database; where it can read, for people."""
     if db.kind == "postgresql":
         return _postgres(db, name, password)
     if db.kind == "mysql":
         return _mysql(db, name, password)
-    raise UsageError("DuckDB files are always opened read-only: no role is needed")
+    raise UsageError(f"{db.info.name} databases are always opened read-only: no role is needed")
 
 
-def _postgres(db: Remote, name: str, password: str | None) -> str:
+def _postgres(db: Database, name: str, password: str | None) -> str:
     import psycopg
     from psycopg import sql
 
@@ -48,7 +48,7 @@ def _postgres(db: Remote, name: str, password: str | None) -> str:
     return db.shown
 
 
-def _mysql(db: Remote, name: str, password: str | None) -> str:
+def _mysql(db: Database, name: str, password: str | None) -> str:
     import pymysql
 
     from rose_sql.engines.mysql import connect_args, quote

@@ -1,110 +1,52 @@
-"""A private in-memory copy of a database to mutate, and the three mutations that keep its schema.
+"""SQLite's space: a private in-memory copy of the database file, where the evidence reads and changes data.
 
-The user's file is opened read-only and copied page by page into ``:memory:``; every candidate
-change is made inside a SAVEPOINT and rolled back. Mutations are valid by construction (fresh
-primary-key and UNIQUE values for copies, children deleted with their parent) and the engine
-polices the rest with ``PRAGMA foreign_keys=ON``, NOT NULL, UNIQUE and CHECK. The queries under
-test run with the sandbox's read-only authorizer, its value-length limit and temp storage in memory.
+The user's file is opened read-only and copied page by page into ``:memory:``; every candidate change is
+made inside a SAVEPOINT and rolled back. Mutations are valid by construction (fresh primary-key and UNIQUE
+values for copies, children deleted with their parent) and the engine polices the rest with ``PRAGMA
+foreign_keys=ON``, NOT NULL, UNIQUE and CHECK. The queries under test run with the sandbox's read-only
+authorizer, its value-length limit and temp storage in memory.
 
 Every statement is bounded by work, not time, so the search finds the same evidence on any machine at
-any load: each statement by its own step budget, and all of an item's statements together by the
-item's budget (:meth:`Workspace.start`). The columns' profiles, cached for the items that follow, are
-computed under a budget of their own, so what an item finds never depends on the items before it. The
-wall clock is only a guard: when the item's deadline passes, every statement stops and
-``guard_fired`` says that what was found depends on the machine.
+any load: each statement by its own step budget, and all of an item's statements together by the item's
+budget (:meth:`Workspace.start`); until the witness search asks for its copy (:meth:`Workspace.copy`: the
+workspace itself), each statement of the gold smells may take at most a quarter of the item's budget.
+The columns' profiles, cached for the items that follow, are computed under a budget of their own, so
+what an item finds never depends on the items before it. The wall clock is only a guard: when the item's
+deadline passes, every statement stops and ``guard_fired`` says that what was found depends on the
+machine.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from rose_sql.engines.sqlite import Authorizer, connect_read_only
-from rose_sql.evidence.findings import Change
-from rose_sql.execute import STEP_GRAIN, ResultSet
+from rose_sql.config import EVIDENCE_MAX_ROWS, EVIDENCE_STATEMENT_STEPS, Config
+from rose_sql.engines.kinds import Database
+from rose_sql.engines.spaces import Change, Column, Copy, Table
+from rose_sql.engines.sqlite import STEP_GRAIN, Authorizer, connect_read_only
+from rose_sql.results import ResultSet
 from rose_sql.sql import quote_identifier as _q
 
 
-@dataclass
-class Column:
-    """A column with what the database says and what its data shows."""
-
-    name: str
-    type: str
-    notnull: bool
-    pk: bool
-    unique: bool = False
-    has_nulls: bool = False
-    has_duplicates: bool = False
-    pool: list[Any] = field(default_factory=list)
-    """A few distinct values of the column (its own data first)."""
-
-
-@dataclass
-class Table:
-    """A table: its columns, keys and the foreign keys pointing at it."""
-
-    name: str
-    columns: dict[str, Column]
-    rowid: bool
-    children: list[tuple[str, str, str]] = field(default_factory=list)
-    """(child table, child column, parent column) for each FK referencing this table."""
-    parents: list[tuple[str, str, str]] = field(default_factory=list)
-    """(child column, parent table, parent column) for each FK this table declares."""
-    rows: int = 0
-
-
-class Space(Protocol):
-    """What the candidate generation and the witness search need of a private copy of a database.
-
-    :class:`Workspace` is SQLite's (an in-memory copy, step budgets, savepoints);
-    :class:`rose_sql.evidence.remote.EngineSpace` is the other engines' (an in-memory DuckDB copy, or a
-    scratch database on the server; a transaction per candidate; wall-clock limits). Rows are named by an
-    integer ``rowid`` of the copy. Our own queries (:meth:`query`) are written in SQLite's syntax with
-    ``?`` parameters; the queries under test (:meth:`run`) in the copy's dialect.
-    """
-
-    tables: dict[str, Table]
-    dialect: str
-    errors: tuple[type[BaseException], ...]
-    """What the copy's driver raises when a statement fails (a constraint, a limit)."""
-    guard_fired: bool
-
-    @property
-    def steps_left(self) -> int: ...
-
-    def table_of(self, name: str) -> Table | None: ...
-
-    def profile(self, table: str) -> bool: ...
-
-    def run(self, sql: str, steps: int | None = None) -> ResultSet | None: ...
-
-    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]] | None: ...
-
-    def set_reverse_order(self, on: bool) -> None: ...
-
-    def begin(self) -> None: ...
-
-    def rollback(self) -> None: ...
-
-    def sample_rowids(self, table: str, limit: int) -> list[int]: ...
-
-    def rowids_where(self, table: str, column: str, values: list[Any], limit: int) -> list[int]: ...
-
-    def row(self, table: str, rowid: int) -> dict[str, Any]: ...
-
-    def update(self, table: str, rowid: int, column: str, value: Any) -> Change: ...
-
-    def insert_copy(self, table: str, rowid: int, overrides: dict[str, Any] | None = None) -> Change: ...
-
-    def delete(self, table: str, rowid: int) -> list[Change]: ...
+def open_space(db: Database, config: Config) -> Workspace | str:
+    """An in-memory copy of the file for the evidence, or why there is none."""
+    if db.path.stat().st_size > config.evidence_max_db_bytes:
+        return f"database larger than {config.evidence_max_db_bytes // 2**20} MiB"
+    return Workspace(
+        db.path,
+        statement_steps=min(config.max_steps, EVIDENCE_STATEMENT_STEPS),
+        max_bytes=config.max_result_bytes,
+        max_value_bytes=config.max_value_bytes,
+        guard_s=config.evidence_budget_s,
+    )
 
 
 class Workspace:
-    """An in-memory copy of a database, its schema and column profiles."""
+    """An in-memory copy of a database, its schema and column profiles: the space and its own copy."""
 
     dialect = "sqlite"
     """The SQL dialect of the copy (the gold smells write their probes in it)."""
@@ -114,10 +56,11 @@ class Workspace:
         self,
         db: Path,
         *,
-        statement_steps: int = 50_000_000,
-        max_rows: int = 10_000,
-        max_bytes: int = 64 * 2**20,
-        max_value_bytes: int = 16 * 2**20,
+        statement_steps: int,
+        max_bytes: int,
+        max_value_bytes: int,
+        guard_s: float,
+        max_rows: int = EVIDENCE_MAX_ROWS,
     ) -> None:
         src = connect_read_only(db)
         # no statement cache: SQLite counts a cached statement's steps on from its earlier runs, so the progress
@@ -134,6 +77,10 @@ class Workspace:
         self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         self.statement_steps = statement_steps
         """Steps one statement may take (a query under test may be given less)."""
+        self.search_steps = statement_steps
+        """Steps one statement of the witness search may take (the gold smells take less: :meth:`start`)."""
+        self.guard_s = guard_s
+        """Seconds an item's evidence may take before the worker's guard may stop it."""
         self.max_rows = max_rows
         self.max_bytes = max_bytes
         self.hard_deadline = float("inf")
@@ -156,15 +103,38 @@ class Workspace:
     # ------------------------------------------------------------------ budgets
 
     def start(self, steps: int, deadline: float) -> None:
-        """Begin an item: all its statements together may take ``steps``; the guard is at ``deadline``."""
+        """Begin an item: all its statements together may take ``steps``; the guard is at ``deadline``.
+        Until :meth:`copy`, each statement (the gold smells') may take a quarter of ``steps``."""
         self._item_ticks = steps // STEP_GRAIN
         self.hard_deadline = deadline
         self.guard_fired = False
+        self.statement_steps = min(self.search_steps, steps // 4)
 
     def stop(self) -> None:
         """End the item's budget."""
         self._item_ticks = float("inf")
         self.hard_deadline = float("inf")
+        self.statement_steps = self.search_steps
+
+    def copy(self, tables: Iterable[str]) -> Copy | str:
+        """The workspace itself, its statements given the witness search's budget."""
+        self.statement_steps = self.search_steps
+        return self
+
+    def alive(self) -> bool:
+        return True
+
+    def stored(self, table: str, column: str, limit: int) -> list[tuple[str, Any]]:
+        c, t = _q(column), _q(table)
+        rows = self.query(f"SELECT typeof({c}), {c} FROM {t} WHERE {c} IS NOT NULL LIMIT {int(limit)}")
+        return [(str(kind), value) for kind, value in rows or []]
+
+    def reversed_run(self, sql: str) -> ResultSet | None:
+        self.set_reverse_order(True)
+        try:
+            return self.run(sql)
+        finally:
+            self.set_reverse_order(False)
 
     @property
     def steps_left(self) -> int:

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rose_sql.engines.source import Kind, Remote, Source
+from rose_sql.config import Config
+from rose_sql.engines.kinds import Database, Kind, Source
 from rose_sql.engines.sqlite import connect_read_only
 from rose_sql.errors import UsageError
 from rose_sql.sql import quote_identifier
@@ -286,6 +287,10 @@ def copy_sqlite(
     (created when missing). Tables that exist already are refused unless ``replace``."""
     if not path.is_file():
         raise UsageError(f"{path}: no such SQLite database")
+    if source.kind == "sqlite":
+        raise UsageError(
+            f"{source.shown}: name a PostgreSQL, MySQL or DuckDB database (postgresql://, mysql://, duckdb://)"
+        )
     db = source.locate(db_id)
     report = CopyReport(db.shown)
     src = connect_read_only(path)
@@ -351,7 +356,7 @@ def _foreign_keys(report: CopyReport, kind: Kind) -> list[tuple[str, str]]:
     return out
 
 
-def _to_postgres(src: sqlite3.Connection, db: Remote, report: CopyReport, replace: bool) -> None:
+def _to_postgres(src: sqlite3.Connection, db: Database, report: CopyReport, replace: bool) -> None:
     import psycopg
 
     _ensure_database_postgres(db)
@@ -383,7 +388,7 @@ def _pg(name: str) -> str:
     return quote(target_name(name, "postgresql"), "postgresql")
 
 
-def _ensure_database_postgres(db: Remote) -> None:
+def _ensure_database_postgres(db: Database) -> None:
     import psycopg
 
     params: dict[str, Any] = dict(psycopg.conninfo.conninfo_to_dict(db.target))
@@ -399,7 +404,7 @@ def _ensure_database_postgres(db: Remote) -> None:
         admin.execute(f"CREATE DATABASE {quote(name, 'postgresql')}")
 
 
-def _to_mysql(src: sqlite3.Connection, db: Remote, report: CopyReport, replace: bool, collation: str) -> None:
+def _to_mysql(src: sqlite3.Connection, db: Database, report: CopyReport, replace: bool, collation: str) -> None:
     import pymysql
 
     from rose_sql.engines.mysql import connect_args
@@ -438,7 +443,7 @@ def _to_mysql(src: sqlite3.Connection, db: Remote, report: CopyReport, replace: 
         conn.close()
 
 
-def _to_duckdb(src: sqlite3.Connection, db: Remote, report: CopyReport, replace: bool) -> None:
+def _to_duckdb(src: sqlite3.Connection, db: Database, report: CopyReport, replace: bool) -> None:
     import duckdb
 
     path = Path(db.target)
@@ -501,18 +506,18 @@ class GoldCheck:
 
 
 def check_golds(
-    path: Path, db: Remote, pairs: Sequence[tuple[Any, str, str]], timeout_s: float = 60.0
+    path: Path, db: Database, pairs: Sequence[tuple[Any, str, str]], config: Config | None = None
 ) -> list[GoldCheck]:
     """Run each (id, SQLite gold, engine gold) on both sides and compare the results (our comparator)."""
     from rose_sql.compare import compare
-    from rose_sql.config import Config
     from rose_sql.execute import Executor
     from rose_sql.sql import has_top_level_order_by
 
     out = []
-    with Executor(Config(timeout_s=timeout_s, workers=1)) as ex:
+    lite = Database.file(path, db.db_id)
+    with Executor((config or Config()).with_(workers=1)) as ex:
         for id_, lite_sql, engine_sql in pairs:
-            a, b = ex.run(path, lite_sql, role="gold"), ex.run(db, engine_sql, role="gold")
+            a, b = ex.run(lite, lite_sql, role="gold"), ex.run(db, engine_sql, role="gold")
             if a.result is None or b.result is None:
                 side = "SQLite" if a.result is None else db.kind
                 err = a.error if a.result is None else b.error

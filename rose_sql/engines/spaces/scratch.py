@@ -1,0 +1,279 @@
+"""Scratch databases on a server (PostgreSQL, MySQL/MariaDB), where the witness search changes a private copy.
+
+``--evidence-scratch URL`` names a server and a role that may create databases. Each worker that needs
+one creates its own database there, named ``rose_scratch_<host>_<pid>_<random>`` (recognisable, and
+saying which process made it), copies into it the tables an item's queries read and their foreign-key
+parents (once; later items add what they need), and drops it when the finder closes or the process exits.
+A worker killed before it could drop its database leaves one behind: the next scratch database made on
+that server drops those of dead processes of this machine, and ``rose db scratch URL --drop`` drops them
+on demand. Nothing is ever written to the user's database: it is read with a read-only session.
+
+How a server makes, lists and drops databases is its space module's :class:`Server` (``SERVER`` there);
+how a table is copied, its :class:`ServerSpace`. Every copy is bounded by ``evidence_max_db_bytes`` of row
+data and ``evidence_budget_s``; past either, the witness search is skipped with the reason recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import os
+import re
+import secrets
+import socket
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from rose_sql.config import Config
+from rose_sql.engines.base import TableInfo
+from rose_sql.engines.kinds import KINDS, SCHEMES, SERVERS, Database, Kind, redact
+from rose_sql.engines.spaces.shared import EngineReader, EngineSpace, evidence_limits, tables_of
+from rose_sql.errors import CopyRefused
+from rose_sql.results import Limits
+
+PREFIX = "rose_scratch_"
+
+_NAME = re.compile(r"^rose_scratch_([0-9a-f]{8})_(\d+)_[0-9a-f]+$")
+
+
+def host_tag() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def scratch_name() -> str:
+    """A new scratch database's name: recognisable, naming this machine and process."""
+    return f"{PREFIX}{host_tag()}_{os.getpid()}_{secrets.token_hex(4)}"
+
+
+def orphaned(name: str) -> bool:
+    """Whether the scratch database ``name`` was made by a process of this machine that is gone."""
+    m = _NAME.match(name)
+    if m is None or m.group(1) != host_tag():
+        return False
+    try:
+        os.kill(int(m.group(2)), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, someone else's
+        return False
+    return False
+
+
+def with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+def _kind(url: str) -> Kind | None:
+    return SCHEMES.get(url.partition("://")[0].lower())
+
+
+class Server:
+    """How a server's scratch databases are created, listed and dropped (each server's space module has one)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def list(self) -> list[str]:
+        raise NotImplementedError
+
+    def create(self, name: str) -> None:
+        raise NotImplementedError
+
+    def drop(self, name: str, *, force: bool) -> None:
+        raise NotImplementedError
+
+
+def server(url: str) -> Server:
+    """The server ``url`` names, as its space module handles scratch databases there."""
+    kind = _kind(url)
+    if kind not in SERVERS:
+        from rose_sql.errors import UsageError
+
+        names = ", ".join(f"{KINDS[k].name} ({KINDS[k].schemes[0]}://)" for k in SERVERS)
+        raise UsageError(f"{redact(url)}: name a server where scratch databases can be made: {names}")
+    server_class: type[Server] = importlib.import_module(KINDS[kind].space).SERVER
+    return server_class(url)
+
+
+def check_url(url: str) -> str:
+    """``url`` when it names a server scratch databases can be made on (by its scheme; nothing is
+    contacted); :class:`~rose_sql.errors.UsageError` otherwise."""
+    server(url)
+    return url
+
+
+def leftovers(url: str) -> list[str]:
+    """The scratch databases on the server ``url`` names (of any run, finished or not)."""
+    return server(url).list()
+
+
+def drop_leftovers(url: str, *, every: bool = False) -> list[str]:
+    """Drop the scratch databases of processes of this machine that are gone (``every``: all of them, even
+    in use: only when no run is using the server); the names dropped."""
+    s = server(url)
+    dropped = []
+    for name in s.list():
+        if every or orphaned(name):
+            try:
+                s.drop(name, force=every)
+            except Exception:  # in use, or not ours to drop: left for later
+                continue
+            dropped.append(name)
+    return dropped
+
+
+def open_server_space(db: Database, config: Config, space: type[ServerSpace]) -> EngineReader | str:
+    """A server database read through its engine, and its scratch copy made when the witness search asks
+    (on the server ``config.evidence_scratch`` names; without one, the reason is recorded)."""
+    try:
+        return EngineReader(db, config, lambda: server_space(db, config, space))
+    except Exception as e:  # the catalogue cannot be read
+        return f"the database could not be read on {db.kind}: {type(e).__name__}: {e}"
+
+
+def server_space(db: Database, config: Config, space: type[ServerSpace]) -> EngineSpace | str:
+    """A scratch database on the server ``--evidence-scratch`` names, for ``db``'s witness search, or why
+    there is none."""
+    scratch = config.evidence_scratch
+    if scratch is None:
+        return (
+            f"it changes a private copy of the database, and on {db.kind} that copy lives in a scratch database: "
+            "give --evidence-scratch URL (a server and role where rose may create and drop databases)"
+        )
+    if _kind(scratch) != db.kind:
+        return f"--evidence-scratch {redact(scratch)} is not a {db.kind} server like the database's"
+    with contextlib.suppress(Exception):  # best effort: a leftover of a killed worker
+        drop_leftovers(scratch)
+    name = scratch_name()
+    s = server(scratch)
+    try:
+        s.create(name)
+    except Exception as e:
+        return f"could not create a scratch database on {redact(scratch)}: {type(e).__name__}: {e}"
+    try:
+        return space(db, s, name, config, evidence_limits(config))
+    except BaseException as e:
+        with contextlib.suppress(Exception):
+            s.drop(name, force=True)
+        if isinstance(e, Exception):
+            return f"could not open the scratch database {name}: {type(e).__name__}: {e}"
+        raise
+
+
+# --------------------------------------------------------------------------- a scratch copy
+
+
+class ServerSpace(EngineSpace):
+    """A scratch database holding copies of the tables the items read (see the module docstring)."""
+
+    def __init__(self, db: Database, srv: Server, name: str, config: Config, limits: Limits) -> None:
+        self.db = db
+        self.server = srv
+        self.name = name
+        """The scratch database's name."""
+        self.max_bytes = config.evidence_max_db_bytes
+        self.copy_seconds = config.evidence_budget_s
+        self.copied_bytes = 0
+        self.infos: dict[str, TableInfo] = {}
+        self.unique: list[tuple[str, str]] = []
+        self._source_tables: dict[str, str] | None = None  # lower-case name -> the user's name
+        self._refused: dict[str, str] = {}  # tables whose copy failed, and why (not tried again)
+        self._closed = False
+        self._open(with_database(srv.url, name), limits)
+
+    def _open(self, url: str, limits: Limits) -> None:
+        raise NotImplementedError
+
+    def _source(self) -> Any:
+        """A read-only connection to the user's database (opened for a copy, closed after it)."""
+        raise NotImplementedError
+
+    def _source_names(self, src: Any) -> list[str]:
+        raise NotImplementedError
+
+    def _read(self, src: Any, table: str) -> TableInfo:
+        """The table's columns (the engine's own types), primary key, unique columns and foreign keys."""
+        raise NotImplementedError
+
+    def _copy(self, src: Any, info: TableInfo, deadline: float) -> None:
+        """Create the table in the scratch database and copy its rows, counting ``copied_bytes``."""
+        raise NotImplementedError
+
+    def _finish(self, infos: Sequence[TableInfo]) -> None:
+        """After the rows: foreign keys, row names."""
+
+    def _undo(self, tables: list[str]) -> None:
+        """Drop what a failed copy made."""
+        for t in tables:
+            with contextlib.suppress(Exception):
+                self._execute(f"DROP TABLE IF EXISTS {self.quote(t)} CASCADE", timeout=self.limits.engine_timeout_s)
+
+    def _count(self, nbytes: int, deadline: float) -> None:
+        self.copied_bytes += nbytes
+        if self.copied_bytes > self.max_bytes:
+            raise CopyRefused(f"the tables the queries read hold more than {self.max_bytes // 2**20} MiB")
+        if time.monotonic() > deadline:
+            raise CopyRefused(f"copying the tables the queries read took longer than {self.copy_seconds:g} s")
+
+    def need(self, tables: Iterable[str]) -> str | None:
+        try:
+            self._need({t.lower() for t in tables})
+        except CopyRefused as e:
+            return str(e)
+        return None
+
+    def _need(self, wanted: set[str]) -> None:
+        src = None
+        try:
+            if self._source_tables is None:
+                src = self._source()
+                self._source_tables = {n.lower(): n for n in self._source_names(src)}
+            todo: dict[str, TableInfo] = {}
+            queue = [self._source_tables[t] for t in sorted(wanted) if t in self._source_tables]
+            while queue:
+                t = queue.pop()
+                if t in self.infos or t in todo:
+                    continue
+                if t in self._refused:
+                    raise CopyRefused(self._refused[t])
+                src = src or self._source()
+                todo[t] = self._read(src, t)
+                queue += [p for _, p, _ in todo[t].foreign_keys if p not in self.infos and p not in todo]
+            if not todo:
+                return
+            deadline, before = time.monotonic() + self.copy_seconds, self.copied_bytes
+            try:
+                for info in todo.values():
+                    self._copy(src, info, deadline)
+                self._finish(list(todo.values()))
+            except Exception as e:
+                why = str(e) if isinstance(e, CopyRefused) else f"copying failed: {type(e).__name__}: {e}"
+                self._refused.update(dict.fromkeys(todo, why))
+                self._undo(list(todo))
+                self.copied_bytes = before
+                raise CopyRefused(why) from None
+            self.infos.update(todo)
+            self.tables = tables_of(list(self.infos.values()), self.unique)
+        except CopyRefused:
+            raise
+        except Exception as e:  # the user's database could not be read
+            raise CopyRefused(f"copying into the scratch database failed: {type(e).__name__}: {e}") from None
+        finally:
+            if src is not None:
+                with contextlib.suppress(Exception):
+                    src.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._close_conn()
+        self.server.drop(self.name, force=True)
+
+    def _close_conn(self) -> None:
+        raise NotImplementedError
