@@ -357,12 +357,11 @@ def _databases(source: Source, db_ids: list[str], config: Config) -> dict[str, A
 def driver_version(source: Source) -> str | None:
     """The client library that reads the source's databases and its version (None: the standard library's
     sqlite3, whose SQLite version the manifest records)."""
-    name = source.info.driver
-    if name is None:
+    package = source.info.package
+    if package is None:
         return None
     from importlib import metadata
 
-    package = {"psycopg": "psycopg", "pymysql": "PyMySQL", "duckdb": "duckdb"}.get(name, name)
     try:
         return f"{package} {metadata.version(package)}"
     except metadata.PackageNotFoundError:

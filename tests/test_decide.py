@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from rose_sql.decide import Decision, Facts, decide
+from rose_sql.engines import CONTRACT
 from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.results import Execution, ResultSet
 
@@ -93,3 +94,30 @@ def test_decision_table(facts: Facts, expected: Any) -> None:
         assert isinstance(got, Decision)
         assert (got.score, got.unscored_reason, got.decided_by) == expected
         assert got.why
+
+
+# --------------------------------------------------------------------------- the outcome contract
+
+
+@pytest.mark.parametrize("failure", sorted(CONTRACT))
+def test_the_table_reads_every_row_of_the_outcome_contract_as_written(failure: str) -> None:
+    """What an engine's failure makes of an item is written once (rose_sql.engines.base.CONTRACT): the
+    decision table must read each row so, whichever engine produced it, on the gold's side and on the
+    prediction's (the other side ran)."""
+    row = CONTRACT[failure]  # type: ignore[index]
+    failed = Execution(row.status, 0.1, error=f"a {failure} failure", limit=row.limit)
+    gold_side = decide(Facts(True, failed, OK, judge=True))
+    assert isinstance(gold_side, Decision) and gold_side.score is None and gold_side.unscored_reason == row.gold
+    pred_side = decide(Facts(True, OK, failed, judge=True))
+    assert isinstance(pred_side, Decision)
+    if row.prediction == "0":
+        assert (pred_side.score, pred_side.decided_by) == (0, "execution")
+    else:
+        assert pred_side.score is None and pred_side.unscored_reason == row.prediction
+
+
+def test_a_gold_reading_what_is_not_there_is_decided_before_the_predictions_own_error() -> None:
+    missing = Execution("missing", 0.0, error="no such table: races")
+    decision = decide(Facts(True, missing, ERROR, judge=True))
+    assert isinstance(decision, Decision) and decision.unscored_reason == "db_missing"
+    assert "no such table: races" in decision.why

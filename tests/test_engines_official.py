@@ -105,3 +105,42 @@ def test_expected_files_present() -> None:
     for dialect in ("postgresql", "mysql"):
         files = sorted((EXPECTED / f"bird-minidev-{dialect}").glob("*.json"))
         assert [f.name for f in files] == [f"predict_mini_dev_{m}_{dialect}.json" for m in sorted(MODELS)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
+def test_a_shared_database_holding_one_db_ids_tables_leaves_the_others_missing(
+    dialect: str, shared: Path, superhero_on: Callable[[str], tuple[str, str]], tmp_path: Path
+) -> None:
+    """BIRD mini-dev's layout: one database for every db_id, only superhero copied in. Every item whose gold
+    reads tables that are not there is ``db_missing`` (never a 0), and the 52 superhero items read as they
+    do in a database of their own (the ``{db_id}`` layout)."""
+    from servers import READER, need, with_database
+
+    from rose_sql.tools.copy import copy_sqlite
+    from rose_sql.tools.reader import create_reader
+
+    need(dialect)
+    admin, reader = superhero_on(dialect)
+    own = Source.parse(with_database(admin, "{db_id}"))  # superhero in a database named superhero
+    copy_sqlite(shared / "bird" / "superhero" / "superhero.sqlite", own, "superhero", replace=True)
+    create_reader(own.locate("superhero"), READER, None)
+    per_db = with_database(reader, "{db_id}")
+    gold = shared / "bird" / f"mini_dev_{dialect}.json"
+    pred = shared / "preds" / "bird-minidev-official" / f"predict_mini_dev_gpt-4_{dialect}.json"
+    readings = {}
+    for layout, url in (("shared", reader), ("per_db", per_db)):
+        out = tmp_path / layout
+        cmd = [sys.executable, "-m", "rose_sql", "run", str(pred), "--gold", str(gold), "--db", url, "--out", str(out)]
+        done = subprocess.run([*cmd, "--workers", "2"], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        records = [json.loads(line) for line in (out / pred.stem / "records.jsonl").read_text().splitlines()]
+        assert len(records) == 500
+        readings[layout] = {r["id"]: r["readings"] for r in records if r["db_id"] == "superhero"}
+        if layout == "shared":
+            others = [r for r in records if r["db_id"] != "superhero"]
+            assert len(others) == 448 and all(r["unscored_reason"] == "db_missing" for r in others)
+            assert all(r["score"] is None and r["pred"]["status"] == "skipped" for r in others)
+            summary = json.loads((out / pred.stem / "summary.json").read_text())
+            assert summary["unscored"]["db_missing"] == 448
+    assert len(readings["shared"]) == 52 and readings["shared"] == readings["per_db"]

@@ -198,11 +198,22 @@ def test_default_timeout_is_short_and_stops_the_query(spider_db: Database, score
 
 
 def test_failing_gold_is_reported_never_a_match(spider_db: Database, scorer: RewardScorer) -> None:
-    broken = "SELECT name FROM no_such_table"
+    broken = "SELECT nosuchcolumn FROM singer"
     for completion in (broken, SINGERS, "no sql here"):
         r = score(scorer, completion, broken, spider_db)
         assert r.status == "gold_error" and r.total is None and r.execution is None
-        assert "no such table" in r.detail
+        assert "no such column" in r.detail
+
+
+def test_a_gold_reading_a_table_the_database_lacks_is_the_labels_problem(
+    spider_db: Database, scorer: RewardScorer
+) -> None:
+    """The outcome contract: what the gold reads is not in the label's database, so the item is invalid
+    (unscored), whatever the completion; never a match, never a 0."""
+    missing = "SELECT name FROM no_such_table"
+    for completion in (missing, SINGERS):
+        r = score(scorer, completion, missing, spider_db)
+        assert r.status == "invalid" and r.total is None and "no such table" in r.detail
 
 
 def test_gold_timeout_is_reported(spider_db: Database) -> None:
@@ -630,7 +641,7 @@ def test_verl_compute_score(shared: Path) -> None:
     assert r["score"] == pytest.approx(1.0) and r["status"] == "match" and r["scored"] is True
     label = json.dumps({"gold_sql": "SELECT name FROM no_such_table", "db_id": "concert_singer"})
     bad = compute_score("spider", "SELECT 1", label, None, db_root=root, unscored=-0.25)
-    assert bad["score"] == -0.25 and bad["scored"] is False and bad["status"] == "gold_error"
+    assert bad["score"] == -0.25 and bad["scored"] is False and bad["status"] == "invalid"  # the table is not there
     assert set(r) == set(bad)  # verl stacks every key per item: all items carry the same keys
     batch = compute_score_batch(
         ["spider"] * 3,

@@ -111,7 +111,7 @@ def test_item_errors_become_rewards_with_an_error(server: RewardServer) -> None:
         "no tab, no json",
         label(db_id="missing_db"),
         json.dumps({"gold_sql": "SELECT 1", "db_path": "/etc/hosts"}),
-        label("SELECT * FROM no_such_table"),
+        label("SELECT nosuchcolumn FROM singer"),
         label(),
         None,
     ]
@@ -120,7 +120,7 @@ def test_item_errors_become_rewards_with_an_error(server: RewardServer) -> None:
     assert body["status"] == ["invalid", "invalid", "invalid", "gold_error", "invalid", "invalid"]
     assert body["rewards"] == [0.0] * 6 and body["extra_logs"]["scored"] == [0.0] * 6
     assert all(isinstance(e, str) and e for e in body["errors"])
-    assert "db-root" in body["errors"][2] and "no such table" in body["errors"][3] and "label" in body["errors"][5]
+    assert "db-root" in body["errors"][2] and "no such column" in body["errors"][3] and "label" in body["errors"][5]
 
 
 @pytest.mark.parametrize(

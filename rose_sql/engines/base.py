@@ -480,6 +480,11 @@ class Collected:
 # --------------------------------------------------------------------------- pooled connections
 
 
+def _gone(kind: Classified) -> bool:
+    """Whether a failure says the connection itself is gone (another one may well work)."""
+    return kind.failure == "unreadable" and kind.broken
+
+
 class Pooled(Generic[C]):
     """Connections kept per (database, role, thread), and the run skeleton the engines share.
 
@@ -602,17 +607,31 @@ class Pooled(Generic[C]):
         reason = gate(sql, max_chars=self.limits.max_sql_chars, dialect=self.dialect)
         if reason is not None:
             return Execution("rejected", 0.0, error=reason), 0
+        pooled = self._pooled(db, role)
+        outcome, nbytes, gone = self._run(db, sql, role, start)
+        if gone and pooled:  # a kept connection the server closed since (a restart, an idle timeout): once more
+            outcome, nbytes, _ = self._run(db, sql, role, start)
+        return outcome, nbytes
+
+    def _pooled(self, db: Database, role: str) -> bool:
+        """Whether this thread keeps a connection to ``db`` for ``role`` already."""
+        conns: dict[tuple[str, str], C] = getattr(self._local, "conns", {})
+        return (db.target, role) in conns
+
+    def _run(self, db: Database, sql: str, role: str, start: float) -> tuple[Execution, int, bool]:
+        """One attempt: the execution, its bytes, and whether the connection turned out to be gone."""
         try:
             c = self.conn(db, role)
         except Exception as e:
-            return failed(self._classify(e), time.monotonic() - start, self.name, self.limits), 0
+            return failed(self._classify(e), time.monotonic() - start, self.name, self.limits), 0, False
         try:
             why = self._check(c, sql)
         except Exception as e:  # the catalogue could not be read: the database's fault, not the statement's
             self.drop(db, role)
-            return failed(self._classify(e), time.monotonic() - start, self.name, self.limits), 0
+            kind = self._classify(e)
+            return failed(kind, time.monotonic() - start, self.name, self.limits), 0, _gone(kind)
         if why is not None:
-            return failed(Classified("rejected", why), time.monotonic() - start, self.name, self.limits), 0
+            return failed(Classified("rejected", why), time.monotonic() - start, self.name, self.limits), 0, False
         me = threading.get_ident()
         with self._lock:
             self._running[me] = c
@@ -624,7 +643,7 @@ class Pooled(Generic[C]):
             outcome, nbytes = failed(kind, time.monotonic() - start, self.name, self.limits), 0
             if kind.broken:
                 self.drop(db, role)
-                return outcome, 0
+                return outcome, 0, _gone(kind)
         finally:
             with self._lock:
                 self._running.pop(me, None)
@@ -634,10 +653,12 @@ class Pooled(Generic[C]):
             self.drop(db, role)
             if outcome.ok:
                 kind = self._classify(e)
-                return failed(
-                    Classified("unreadable", kind.message), time.monotonic() - start, self.name, self.limits
-                ), 0
-        return outcome, nbytes
+                return (
+                    failed(Classified("unreadable", kind.message), time.monotonic() - start, self.name, self.limits),
+                    0,
+                    False,
+                )
+        return outcome, nbytes, False
 
     def cancel(self) -> None:
         with self._lock:

@@ -19,6 +19,7 @@ meant for people (:attr:`Database.shown`, :attr:`Source.shown`).
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,14 +45,22 @@ class KindInfo:
     schemes: tuple[str, ...]
     """URL schemes that name it (a folder names SQLite)."""
     driver: str | None = None
-    """The client library it needs, when not the standard library's."""
+    """The client library's module, when not the standard library's."""
+    package: str | None = None
+    """The distribution that installs the driver (its version goes in the manifest)."""
     extra: str | None = None
     """The extra that installs it (``pip install 'rose-sql[EXTRA]'``)."""
-    files: bool = False
-    """Its databases are files on this machine (identified by their content; placed by size on Ray)."""
+    suffix: str | None = None
+    """For engines whose databases are files: their ending. A URL names one file, a ``{db_id}`` path, or a
+    folder of ``<db_id><suffix>`` files (SQLite's folders are laid out as BIRD and Spider ship them)."""
     python_sqlite3: bool = False
     """The official scripts run it through Python's ``sqlite3`` (Spider's test suite, BIRD's SQLite script):
     their readings and quirks apply (an empty statement returns no rows, text that is not UTF-8 fails)."""
+
+    @property
+    def files(self) -> bool:
+        """Its databases are files on this machine (identified by their content; placed by size on Ray)."""
+        return self.suffix is not None
 
 
 KINDS: dict[Kind, KindInfo] = {
@@ -61,7 +70,7 @@ KINDS: dict[Kind, KindInfo] = {
         "rose_sql.engines.spaces.sqlite",
         "sqlite",
         ("sqlite",),
-        files=True,
+        suffix=".sqlite",
         python_sqlite3=True,
     ),
     "postgresql": KindInfo(
@@ -71,6 +80,7 @@ KINDS: dict[Kind, KindInfo] = {
         "postgres",
         ("postgresql", "postgres"),
         driver="psycopg",
+        package="psycopg",
         extra="postgres",
     ),
     "mysql": KindInfo(
@@ -80,6 +90,7 @@ KINDS: dict[Kind, KindInfo] = {
         "mysql",
         ("mysql", "mariadb"),
         driver="pymysql",
+        package="PyMySQL",
         extra="mysql",
     ),
     "duckdb": KindInfo(
@@ -89,8 +100,9 @@ KINDS: dict[Kind, KindInfo] = {
         "duckdb",
         ("duckdb",),
         driver="duckdb",
+        package="duckdb",
         extra="duckdb",
-        files=True,
+        suffix=".duckdb",
     ),
 }
 """The list of engines."""
@@ -133,9 +145,9 @@ class Database:
     @property
     def shown(self) -> str:
         """Where it is, for people (no password); a shared database names the db_id it serves."""
-        if self.kind == "sqlite":
+        if self.info.python_sqlite3:  # a path, as BIRD and Spider name their files
             return self.target
-        where = f"duckdb://{self.target}" if self.kind == "duckdb" else redact(self.target)
+        where = f"{self.info.schemes[0]}://{self.target}" if self.info.files else redact(self.target)
         return f"{where} (db_id {self.db_id})" if self.shared and self.db_id else where
 
     def __str__(self) -> str:
@@ -187,7 +199,7 @@ class Source:
         """Whether each ``db_id`` has its own database (else one is shared by all)."""
         if self.kind == "sqlite":
             return True
-        return PLACEHOLDER in self.url or (self.kind == "duckdb" and not _duckdb_file(self.url))
+        return PLACEHOLDER in self.url or (self.info.files and not _one_file(self.url))
 
     @property
     def shown(self) -> str:
@@ -207,15 +219,16 @@ class Source:
 
     def locate(self, db_id: str) -> Database:
         """The database that holds ``db_id``'s tables."""
-        if self.kind == "sqlite":
-            return Database("sqlite", str(Path(self.url) / db_id / f"{db_id}.sqlite"), db_id)
-        if self.kind == "duckdb":
+        suffix = self.info.suffix
+        if self.kind == "sqlite":  # a folder, laid out as BIRD and Spider ship them (once per item: no pathlib)
+            return Database("sqlite", os.path.join(self.url, db_id, f"{db_id}{suffix}"), db_id)
+        if suffix is not None:
             path = self.url.partition("://")[2]
             if PLACEHOLDER in path:
                 path = path.replace(PLACEHOLDER, db_id)
-            elif not _duckdb_file(self.url):
-                path = str(Path(path) / f"{db_id}.duckdb")
-            return Database("duckdb", path, db_id, shared=not self.per_db)
+            elif not _one_file(self.url):
+                path = str(Path(path) / f"{db_id}{suffix}")
+            return Database(self.kind, path, db_id, shared=not self.per_db)
         if PLACEHOLDER in self.url:
             return Database(self.kind, self.url.replace(PLACEHOLDER, urllib.parse.quote(db_id, safe="")), db_id)
         return Database(self.kind, self.url, db_id, shared=True)
@@ -248,8 +261,8 @@ def redact(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
-def _duckdb_file(url: str) -> bool:
-    """Whether a DuckDB URL names one file (not a folder of ``<db_id>.duckdb``)."""
+def _one_file(url: str) -> bool:
+    """Whether a file engine's URL names one file (not a folder of ``<db_id>`` files)."""
     path = url.partition("://")[2]
     if PLACEHOLDER in path:
         return False

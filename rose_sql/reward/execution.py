@@ -68,9 +68,13 @@ def execution_outcome(
 
 
 def gold_outcome(gold: Execution) -> tuple[RewardStatus, str] | None:
-    """``wall_guard`` or ``gold_error`` when the gold did not run to a result, else None."""
+    """``wall_guard``, ``invalid`` (the label's database lacks what the gold reads, or cannot be read: the
+    outcome contract's ``db_missing`` and ``db_unreadable``) or ``gold_error`` when the gold did not run to
+    a result, else None."""
     if gold.status == "guard":
         return "wall_guard", f"the gold query was {gold.error or 'stopped by the wall-time guard'}"
+    if gold.status in ("missing", "unreadable"):
+        return "invalid", f"the label's database: {gold.error or gold.status}"
     if not gold.ok or gold.result is None:
         return "gold_error", f"the gold query {status_text(gold)}"
     return None
