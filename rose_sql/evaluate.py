@@ -67,8 +67,8 @@ class Executed:
     def for_item(self, item: Item) -> Executed:
         """These stages' outcome for another item with the same database, gold and prediction (one
         question that several systems answered alike): the same results, the executions now cached."""
-        gold = replace(self.gold, cached=True) if self.gold is not None else None
-        pred = replace(self.pred, cached=True) if self.pred is not None else None
+        gold = self.gold.as_cached() if self.gold is not None else None
+        pred = self.pred.as_cached() if self.pred is not None else None
         return replace(self, item=item, gold=gold, pred=pred)
 
     def facts(self, *, judge: bool = False, matched_refuter: MatchedRefuter = "always") -> Facts:
@@ -300,6 +300,21 @@ def to_record(ex: Executed, judged: Judged) -> Record:
         votes=judged.votes,
         llm_calls=len(made),
         cost_usd=round(sum((c.cost_usd or 0.0 for c in made), 0.0), 8),
+    )
+
+
+def record_for(record: Record, item: Item) -> Record:
+    """The record of ``item``, when ``record`` is that of another item with the same database, gold and
+    prediction and no judge decided either (one question that several systems answered alike): the same
+    outcome, the item's own fields, the executions served from the cache."""
+    return replace(
+        record,
+        id=item.id,
+        question=item.question,
+        difficulty=item.difficulty,
+        source=item.source,
+        pred=record.pred.as_cached(),
+        gold=record.gold.as_cached(),
     )
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
-from dataclasses import replace
 
 from rose_sql.config import GUARD_MARGIN_S, Config
 from rose_sql.engines import Database, Engine, Kind, TableInfo, open_engine
@@ -66,7 +65,7 @@ class Executor:
             if fut is None:
                 fut = self._inflight[key] = Future()
         if not owner:
-            return replace(fut.result(), cached=True)
+            return fut.result().as_cached()
         try:
             execution, nbytes = self._execute(engine, db, dbk, sql, role)
         except BaseException as e:  # never leave waiters hanging
@@ -84,6 +83,9 @@ class Executor:
 
     def engine(self, kind: Kind) -> Engine:
         """This executor's engine of ``kind`` (made on first use, with this executor's limits)."""
+        engine = self._engines.get(kind)  # every statement asks: no lock once it is made
+        if engine is not None:
+            return engine
         with self._lock:
             engine = self._engines.get(kind)
             if engine is None:
@@ -145,7 +147,7 @@ class Executor:
         max_bytes = 4 * self.config.max_result_bytes
         if cells > self.config.cache_cells // 4 or nbytes > max_bytes // 4:
             return
-        self._cache[key] = (replace(execution, cached=True), cells, nbytes)  # as every hit returns it
+        self._cache[key] = (execution.as_cached(), cells, nbytes)  # as every hit returns it
         self._cache_cells += cells
         self._cache_bytes += nbytes
         while (self._cache_cells > self.config.cache_cells or self._cache_bytes > max_bytes) and self._cache:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -101,6 +101,10 @@ class ExecutionInfo:
             limit=e.limit,
             note=e.note,
         )
+
+    def as_cached(self) -> ExecutionInfo:
+        """The same execution, served from the cache (as another item that ran the same SQL records it)."""
+        return replace(self, cached=True) if self.status != "skipped" else self
 
     def execution(self) -> Execution | None:
         """The execution as the decision table needs it (status and error; no rows), None when skipped."""
@@ -404,7 +408,14 @@ def dumps(data: dict[str, Any]) -> str:
 
 
 def id_key(item_id: Any) -> str:
-    """A key under which an id read back from JSON equals the id it was written from."""
+    """A key under which an id read back from JSON equals the id it was written from: the id's JSON text
+    (``5``, ``"5"``). Asked several times per item of every run: the common ids are written without the
+    JSON encoder, to the same text."""
+    kind = type(item_id)
+    if kind is int:
+        return str(item_id)
+    if kind is str and item_id.isascii() and item_id.isprintable() and '"' not in item_id and "\\" not in item_id:
+        return f'"{item_id}"'
     return json.dumps(item_id)
 
 

@@ -30,7 +30,15 @@ from rose_sql.decide import UNSCORED
 from rose_sql.distributed.shard import Shard
 from rose_sql.engines import Source
 from rose_sql.errors import Lost, UsageError
-from rose_sql.evaluate import Executed, execute_item, failed_record, judge_item, to_record, unjudged_record
+from rose_sql.evaluate import (
+    Executed,
+    execute_item,
+    failed_record,
+    judge_item,
+    record_for,
+    to_record,
+    unjudged_record,
+)
 from rose_sql.execute import Executor
 from rose_sql.items import Item, Loaded
 from rose_sql.provenance import (
@@ -295,23 +303,31 @@ Outcome = Executed | _Line | str
 
 
 def _execute_batch(worker: _Worker, batch: tuple[list[Item], Source, bool]) -> list[Outcome]:
-    """The deterministic stages for a batch, in a worker; ``final``: no judge will follow, so decide here."""
+    """The deterministic stages for a batch, in a worker; ``final``: no judge will follow, so decide here.
+
+    Items of several systems with the same database, gold and prediction share one outcome: their
+    executions (cached), their evidence, and without a judge their decision, which is the first one's
+    record with the item's own fields (:func:`rose_sql.evaluate.record_for`)."""
     items, db_root, final = batch
     out: list[Outcome] = []
-    alike: dict[tuple[str, str | None, str], Executed] = {}  # systems that predicted the same SQL
+    alike: dict[tuple[str, str | None, str], Executed | Record] = {}  # systems that predicted the same SQL
     for it in items:
         try:
             key = (it.db_id, it.gold_sql, it.pred_sql)
             earlier = alike.get(key)
-            if earlier is not None:
-                ex = earlier.for_item(it)
-            else:
+            if isinstance(earlier, Record):
+                record = record_for(earlier, it)
+                out.append(_Line(record.to_json(), Brief.of(record)))
+                continue
+            ex = earlier.for_item(it) if earlier is not None else None
+            if ex is None:
                 ex = execute_item(it, db_root, worker.executor, worker.finder, doubts=not final)
-            alike[key] = ex
             if final:
                 record = unjudged_record(ex)
+                alike[key] = record
                 out.append(_Line(record.to_json(), Brief.of(record)))
             else:
+                alike[key] = ex
                 out.append(ex)
         except Exception as e:  # a bug of ours: reported on the item, the batch goes on
             out.append(f"{type(e).__name__}: {e}")

@@ -23,7 +23,7 @@ from rose_sql.demo import run_demo
 from rose_sql.engines import Source
 from rose_sql.errors import InputError
 from rose_sql.judges.replies import ProverReply, RefuterReply
-from rose_sql.record import SCHEMA_VERSION, read_records
+from rose_sql.record import SCHEMA_VERSION, id_key, read_records
 from rose_sql.summary import Summary
 from rose_sql.testing import Reply, ScriptedOpenAI, by_content
 
@@ -218,3 +218,13 @@ def test_replay_keeps_what_no_judge_could_decide(league: tuple[Path, Path], tmp_
     for policy in VARIANTS:
         replayed = [replay(r, policy) for r in records]
         assert [d.unscored_reason for d in replayed[4:6]] == ["judge_invalid", "no_question"], policy
+
+
+@pytest.mark.parametrize(
+    "item_id",
+    [0, 7, -3, 10**30, "5", "", "q 1", 'say "hi"', "back\\slash", "tab\there", "naïve", "日本", "\x7f", True, None],
+)
+def test_an_ids_key_is_its_json_text(item_id: Any) -> None:
+    """The fast path of ``id_key`` writes the common ids itself: it must give the encoder's text for every id."""
+    assert id_key(item_id) == json.dumps(item_id)
+    assert id_key(json.loads(json.dumps(item_id))) == id_key(item_id)

@@ -270,7 +270,9 @@ class SQLite(Pooled[_Conn]):
         return self.limits.timeout_s
 
     def identity(self, db: Database) -> DbKey:
-        return db_key(db.target)
+        key = db_key(db.target)
+        self._local.identity = (db.target, key)  # the statement that follows on this thread opens by it
+        return key
 
     def exists(self, db: Database) -> bool:
         return os.path.isfile(db.target)
@@ -297,7 +299,8 @@ class SQLite(Pooled[_Conn]):
         conns: OrderedDict[tuple[str, str], _Conn] | None = getattr(self._local, "conns", None)
         if conns is None:
             conns = self._local.conns = OrderedDict()
-        key = db_key(db.target)
+        known: tuple[str, DbKey] | None = getattr(self._local, "identity", None)
+        key = known[1] if known is not None and known[0] == db.target else db_key(db.target)
         k = (key[0], role)
         c = conns.get(k)
         if c is not None and (c.key != key or c.closed):
