@@ -279,6 +279,32 @@ def strip_comments(sql: str) -> str:
     return "".join(out)
 
 
+_KEPT_AS_WRITTEN = {TokenType.STRING, TokenType.NATIONAL_STRING, TokenType.HEX_STRING, TokenType.BIT_STRING}
+"""Tokens whose text is data: their case is never folded."""
+
+
+@lru_cache(maxsize=4096)
+def normalize(sql: str) -> str:
+    """The text under which two ways of writing the same SQL coincide: tokens one space apart, keywords and
+    unquoted names in upper case, comments and trailing semicolons dropped; string literals and quoted
+    names kept as written (``select  a from t;`` and ``SELECT a FROM t`` are one text). What sqlglot
+    cannot tokenize falls back to its whitespace collapsed and trailing semicolons dropped.
+
+    For pairing what refers to one prediction (a label and a record), never for deciding a score.
+    """
+    tokens = query(sql).tokens
+    if tokens is None:
+        return " ".join(sql.split()).rstrip("; ")
+    words = []
+    for tok in tokens:
+        raw = sql[tok.start : tok.end + 1]
+        quoted = tok.token_type == TokenType.IDENTIFIER and raw[:1] in ('"', "`", "[")
+        words.append(raw if quoted or tok.token_type in _KEPT_AS_WRITTEN else raw.upper())
+    while words and words[-1] == ";":
+        words.pop()
+    return " ".join(words)
+
+
 _CLOSING_QUOTE = {"'": "'", '"': '"', "`": "`", "[": "]"}
 
 

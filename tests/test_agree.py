@@ -153,6 +153,62 @@ def test_pairing_needs_half_of_the_labelled_items_and_checks_databases(tmp_path:
     assert "counted as absent (db_mismatch)" in pairing_warnings([p])[-1]
 
 
+def test_a_label_pairs_with_the_prediction_it_is_about(tmp_path: Path) -> None:
+    """ROSE-VEC labels one system's prediction per question: another system's SQL for it is not labelled."""
+    rows = [
+        {"id": 1, "label": True, "db_id": "shop", "predicted_sql": "SELECT name FROM t WHERE x = 'Ab';"},
+        {"id": 2, "label": False, "db_id": "shop", "predicted_sql": "SELECT count(*)\nFROM t"},
+        {"id": 3, "label": True, "db_id": "shop", "predicted_sql": "SELECT 1"},
+        {"id": 4, "label": True, "db_id": "shop", "predicted_sql": "SELECT 2"},
+    ]
+    ls = load_labels(_write(tmp_path / "l.json", rows))
+    run = _run(
+        [
+            # the same SQL as written otherwise (case, whitespace, trailing semicolon) pairs
+            make_record({"id": 1, "score": 1, "db_id": "shop", "pred_sql": "select  name from T where X = 'Ab'"}),
+            make_record({"id": 2, "score": 0, "db_id": "shop", "pred_sql": "SELECT COUNT(*) FROM t;"}),
+            # a literal's case is data: other SQL
+            make_record({"id": 3, "score": 1, "db_id": "shop", "pred_sql": "SELECT 1 WHERE 'a' = 'A'"}),
+            make_record({"id": 4, "score": 1, "db_id": "shop", "pred_sql": "SELECT 2"}),
+        ]
+    )
+    (p,) = pair_runs([run], [ls])
+    assert [x.unscored_reason for x in p.items] == [None, None, "sql_mismatch", None]
+    assert p.other_sql == ["3"] and p.with_record == 3
+    out = block(p.items, resamples=0)
+    assert out["n"] == 3 and out["unscored_reasons"] == {"sql_mismatch": 1}
+    assert any("1 labels of l are about another prediction" in w and "sql_mismatch" in w for w in pairing_warnings([p]))
+    # fewer than half about the run's SQL: refused, naming the system when the file does
+    ls2 = load_labels(_write(tmp_path / "l2.json", [{**r, "system": "alpha"} for r in rows]))
+    others = [make_record({"id": i, "score": 1, "db_id": "shop", "pred_sql": f"SELECT {i + 10}"}) for i in (1, 2, 3)]
+    with pytest.raises(UsageError, match=r"3 are about another prediction .*labels are about alpha.*ids 1, 2, 3"):
+        pair_runs([_run([*others, make_record({"id": 4, "score": 1, "db_id": "shop", "pred_sql": "SELECT 2"})])], [ls2])
+    # records without SQL (a scores file) pair by id alone, and say so
+    (q,) = pair_runs([_run([_rec(i, 1) for i in (1, 2, 3, 4)])], [ls])
+    assert q.with_record == 4 and q.unchecked_sql == 4
+    assert any("paired with l's labels by id alone" in w for w in pairing_warnings([q]))
+
+
+def test_rose_vec_labels_are_refused_for_another_systems_predictions(shared: Path, tmp_path: Path) -> None:
+    """The symptom: alpha-SQL's superhero run read against ROSE-VEC's superhero labels, which are about other
+    systems' SQL for 18 of the 23 questions, once gave a kappa over all 23; now only the 5 pair and it is refused."""
+    bird = shared / "bird"
+    labels = json.loads((shared / "rose-vec" / "rose-vec-bird.json").read_text(encoding="utf-8"))
+    hero = [x for x in labels if x["db_id"] == "superhero"]
+    ls = load_labels(_write(tmp_path / "rose-vec-superhero.json", hero))
+    preds = json.loads((shared / "preds" / "bird-dev" / "alpha-result.json").read_text(encoding="utf-8"))
+    items = tmp_path / "alpha.json"
+    _write(items, [x for x in preds if x["db_id"] == "superhero"])
+    res = CliRunner().invoke(main, ["run", str(items), "--db", str(bird), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "out" / "alpha")
+    p = pair(run, ls)
+    assert (len(p.items), p.with_record, len(p.other_sql)) == (23, 5, 18)
+    res = CliRunner().invoke(main, ["agree", str(tmp_path / "out" / "alpha"), "--labels", str(ls.path)])
+    assert res.exit_code == 2
+    assert "only 5 of the 23 labelled items" in res.output and "18 are about another prediction" in res.output
+
+
 def test_flag_precision_and_recall_against_tags(tmp_path: Path) -> None:
     ls = load_labels(_write(tmp_path / "l.json", {str(i): True for i in range(1, 7)}))
     ls = with_tags(ls, "goldx", _write(tmp_path / "gx.json", [1, 2, 3]))

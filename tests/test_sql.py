@@ -16,7 +16,7 @@ from rose_sql.engines import Database
 from rose_sql.evidence.features import features
 from rose_sql.evidence.finder import Finder
 from rose_sql.execute import Executor
-from rose_sql.sql import Query, has_top_level_order_by, parse, query, strip_comments, tables_read
+from rose_sql.sql import Query, has_top_level_order_by, normalize, parse, query, strip_comments, tables_read
 
 CRASHERS = ["{!->>GLOB,=", "!{:1}ESCAPE}>\ud800"]
 """Texts on which sqlglot 30 raises TypeError / AttributeError from inside its parser (found by fuzzing)."""
@@ -143,3 +143,20 @@ def test_the_lexer_is_linear_on_hostile_text() -> None:
     for text in ("'" + "''" * 100_000, "-" * 200_000, "/*" * 100_000, "[" * 200_000, "SELECT 1 /*" + "*" * 200_000):
         assert isinstance(rose_sql.sql._strip_comments_lexically(text), str)
     assert time.perf_counter() - start < 1.0
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("select  a\nfrom t;", "SELECT a FROM t", True),
+        ("SELECT count(*) FROM t -- why\n", "select COUNT(*) from T;;", True),
+        ("SELECT `Free Meal` FROM frpm", "SELECT `Free Meal` FROM FRPM", True),
+        ("SELECT 'Ab'", "SELECT 'ab'", False),  # a literal is data
+        ('SELECT "A" FROM t', 'SELECT "a" FROM t', False),  # a quoted name keeps its case
+        ("SELECT a FROM t", "SELECT b FROM t", False),
+        ("SELECT 'open /* comment", "select 'open /* comment", False),  # untokenizable: whitespace only
+        ("SELECT 'open\n  x", "SELECT 'open x;", True),  # ... its whitespace collapsed, a trailing ; dropped
+    ],
+)
+def test_normalize_pairs_one_query_written_two_ways(a: str, b: str, same: bool) -> None:
+    assert (normalize(a) == normalize(b)) is same

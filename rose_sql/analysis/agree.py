@@ -17,8 +17,11 @@ the same numbers; when several subsets are merged each is resampled within itsel
 
 **A run and a labels file must be about the same items** (:func:`pair_runs`). A record is the record
 of a labelled item when their ids match and, where both name a database (ROSE-VEC labels and run
-records do), the databases too; a record with the id of a label but another database is counted as
-absent (``db_mismatch``). Pairing is refused when fewer than half of the labelled items
+records do), the databases too, and, where both carry the predicted SQL, the same SQL up to how it is
+written (:func:`rose_sql.sql.normalize`: whitespace, keyword case, a trailing semicolon): a question is
+labelled about one system's prediction (ROSE-VEC labels one per question), and a label says nothing of
+another system's SQL for the same question. A record with the id of a label but another database is
+counted as absent (``db_mismatch``), one with other SQL too (``sql_mismatch``). Pairing is refused when fewer than half of the labelled items
 (:data:`MIN_LABELLED_WITH_RECORD`) have a record: the metrics would then describe a remainder the labels
 were not chosen for, and that is what a run paired with another benchmark's labels looks like
 (Spider records read against BIRD labels share ids 0..1033 but not one database). Records without a
@@ -38,6 +41,7 @@ from typing import Any, Literal
 from rose_sql.analysis.labels import FLAGS, Flag, HumanLabel, LabelSet, key
 from rose_sql.analysis.runs import PARTIAL_HELP, Run
 from rose_sql.errors import UsageError
+from rose_sql.sql import normalize
 
 UnscoredPolicy = Literal["exclude", "wrong"]
 BOOTSTRAP_RESAMPLES = 1000
@@ -173,6 +177,12 @@ class Pairing:
     """The id lists the experts' tags came from, by flag."""
     other_db: list[tuple[str, str, str]] = field(default_factory=list)
     """Labelled ids whose record names another database: (id, the record's, the label's)."""
+    other_sql: list[str] = field(default_factory=list)
+    """Labelled ids whose record holds other predicted SQL than the label is about."""
+    unchecked_sql: int = 0
+    """Labels with predicted SQL paired with a record that has none (a scores file): paired by id alone."""
+    systems: tuple[str, ...] = ()
+    """The systems whose predictions the labels are about, when the labels file says."""
 
     @property
     def absent(self) -> list[str]:
@@ -185,24 +195,32 @@ class Pairing:
         return len(self.items) - len(self.absent)
 
 
-_ABSENT = ("absent_from_run", "db_mismatch")
+_ABSENT = ("absent_from_run", "db_mismatch", "sql_mismatch")
 
 
 def pair(run: Run, labels: LabelSet) -> Pairing:
-    """Match a run's records with a label set by id (and by database, where both name one)."""
+    """Match a run's records with a label set by id, and by database and predicted SQL where both say."""
     records = {key(r.id): r for r in run.records}
     items = []
-    other_db = []
+    other_db: list[tuple[str, str, str]] = []
+    other_sql: list[str] = []
+    unchecked = 0
     for k, h in labels.labels.items():
         r = records.get(k)
+        why = "absent_from_run"
         if r is not None and r.db_id and h.db_id and r.db_id != h.db_id:
             other_db.append((k, r.db_id, h.db_id))
-            r = None
+            r, why = None, "db_mismatch"
+        elif r is not None and h.pred_sql is not None:
+            if not r.pred_sql:
+                unchecked += 1
+            elif normalize(r.pred_sql) != normalize(h.pred_sql):
+                other_sql.append(k)
+                r, why = None, "sql_mismatch"
         flags: dict[Flag, tuple[bool | None, bool | None]] = {
             f: (_tag(h, f), getattr(r.labels, f) if r is not None else None) for f in FLAGS
         }
         if r is None:
-            why = "db_mismatch" if other_db and other_db[-1][0] == k else "absent_from_run"
             items.append(Paired(labels.name, k, h.correct, None, why, h.reviewed, flags))
             continue
         reason = r.unscored_reason or ("unscored" if r.score is None else None)
@@ -210,7 +228,17 @@ def pair(run: Run, labels: LabelSet) -> Pairing:
     unlabelled = sum(1 for k in records if k not in labels.labels)
     outside = {f: list(ids) for f, ids in labels.tags_outside.items()}
     return Pairing(
-        labels.name, items, unlabelled, outside, run.name, run.completeness, dict(labels.tag_sources), other_db
+        labels.name,
+        items,
+        unlabelled,
+        outside,
+        run.name,
+        run.completeness,
+        dict(labels.tag_sources),
+        other_db,
+        other_sql,
+        unchecked,
+        labels.systems,
     )
 
 
@@ -241,6 +269,12 @@ def check_overlap(p: Pairing) -> None:
             f"{len(p.other_db)} share an id with a record about another database "
             f"(id {k}: {here} in the run, {there} in the labels)"
         )
+    if p.other_sql:
+        about = f" (the labels are about {', '.join(p.systems)})" if p.systems else ""
+        why.append(
+            f"{len(p.other_sql)} are about another prediction than the run's for the same question{about} "
+            f"(ids {_some(p.other_sql)})"
+        )
     absent = [p.id for p in p.items if p.unscored_reason == "absent_from_run"]
     if absent:
         why.append(f"{len(absent)} have no record (ids {_some(absent)})")
@@ -248,8 +282,9 @@ def check_overlap(p: Pairing) -> None:
         f"run {p.run} and labels {p.subset} are not about the same items: only {p.with_record} of the "
         f"{labelled} labelled items have a record of the same item; {'; '.join(why)}. Agreement needs at least "
         f"half of the labelled items ({MIN_LABELLED_WITH_RECORD:.0%}): below that the metrics describe a "
-        "remainder the labels were not chosen for, as when a run meets another benchmark's labels or the "
-        "labels files are given in another order than the runs. Give each run the labels of its own items."
+        "remainder the labels were not chosen for, as when a run meets another benchmark's labels, or "
+        "another system's predictions of the same questions, or the labels files are given in another "
+        "order than the runs. Give each run the labels of its own items."
     )
 
 
@@ -266,6 +301,16 @@ def pairing_warnings(pairings: Sequence[Pairing]) -> list[str]:
             out.append(
                 f"{p.run}: {len(p.other_db)} records share an id with a label of {p.subset} but name another "
                 f"database (id {k}: {here} in the run, {there} in the labels): counted as absent (db_mismatch)"
+            )
+        if p.other_sql:
+            out.append(
+                f"{p.run}: {len(p.other_sql)} labels of {p.subset} are about another prediction than the run's "
+                f"for the same question (ids {_some(p.other_sql)}): left out (sql_mismatch)"
+            )
+        if p.unchecked_sql:
+            out.append(
+                f"{p.run}: {p.unchecked_sql} records carry no predicted SQL (a scores file): paired with "
+                f"{p.subset}'s labels by id alone, unchecked against the SQL the labels are about"
             )
         for flag, ids in p.tags_outside.items():
             if ids:

@@ -33,6 +33,7 @@ FLAGS: tuple[Flag, ...] = ("goldx", "ambq")
 _TRUE = {"true", "1", "yes", "y", "t", "1.0", "correct"}
 _FALSE = {"false", "0", "no", "n", "f", "0.0", "incorrect", "wrong"}
 _LABEL_FIELDS = ("label", "correct", "expert", "value")
+_SQL_FIELDS = ("predicted_sql", "pred_sql")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,9 @@ class HumanLabel:
     """The question is ambiguous (None: not tagged either way)."""
     db_id: str | None = None
     """The database the item is about, when the file says (ROSE-VEC does): pairing checks it."""
+    pred_sql: str | None = None
+    """The predicted SQL the label is about, when the file says (ROSE-VEC does): pairing checks it, for a
+    question labelled once is labelled about one system's prediction."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,8 @@ class LabelSet:
     """Which file the human GoldX / AmbQ tags came from."""
     tags_outside: dict[str, list[str]] = field(default_factory=dict)
     """Tagged ids that are not items of this set (ignored, and reported), by flag."""
+    systems: tuple[str, ...] = ()
+    """The systems whose predictions were labelled, when the file says (a ``system`` field)."""
 
     def tagged(self, flag: Flag) -> bool:
         """Whether the experts' tags for this flag are known for the set."""
@@ -130,11 +136,24 @@ def load_labels(path: Path) -> LabelSet:
             goldx=_optional_bool(row, "goldx", path, where),
             ambq=True if ambiguous else _optional_bool(row, "ambq", path, where),
             db_id=str(row["db_id"]) if row.get("db_id") not in (None, "") else None,
+            pred_sql=_optional_sql(row, path, where),
         )
     if any(str(r.get("expert", "")).strip().lower() == "ambiguous" for _, r in rows):
         # the experts said which questions are ambiguous, so every other one is not
         labels = {k: h if h.ambq is not None else replace(h, ambq=False) for k, h in labels.items()}
-    return LabelSet(path.stem, path, "rose-vec" if rose_vec else "generic", labels, _digest(path.read_bytes()))
+    systems = tuple(sorted({str(r["system"]) for _, r in rows if r.get("system") not in (None, "")}))
+    fmt = "rose-vec" if rose_vec else "generic"
+    return LabelSet(path.stem, path, fmt, labels, _digest(path.read_bytes()), systems=systems)
+
+
+def _optional_sql(row: dict[str, Any], path: Path, where: str | int) -> str | None:
+    name = next((f for f in _SQL_FIELDS if row.get(f) not in (None, "")), None)
+    if name is None:
+        return None
+    value = row[name]
+    if not isinstance(value, str):
+        raise InputError(path, f"{name} must be text, not {type(value).__name__}", where=where)
+    return value
 
 
 def _optional_bool(row: dict[str, Any], name: str, path: Path, where: str | int) -> bool | None:

@@ -9,8 +9,8 @@ The export of project ``P`` is a folder ``OUT/P/``:
 - ``gold_false_ids.json``, ``ambq_ids.json``, ``ambs_ids.json``: the consensus items flagged GoldX,
   AmbQ and ambiguous schema, as id lists (the layout of ROSE-VEC's ``historical_51e2685/``; the first
   two are ``rose agree``'s ``--goldx-ids`` and ``--ambq-ids``);
-- ``labels.jsonl``: every label ever given, with its annotator, time and source (``current`` is false
-  for a label its annotator later changed);
+- ``labels.jsonl``: every label ever given, with the predicted SQL it is about, its annotator, time
+  and source (``current`` is false for a label its annotator later changed);
 - ``agreement.json``: raw agreement, kappa per pair, and the counts of the export.
 """
 
@@ -102,6 +102,7 @@ def label_rows(labels: Sequence[Label], items: dict[str, WorkItem], project: str
             "project": project,
             "question_id": _question_id(lab.key),
             "db_id": items[lab.key].item.db_id if lab.key in items else None,
+            "predicted_sql": items[lab.key].item.pred_sql if lab.key in items else None,
             "annotator": lab.annotator,
             "label": lab.verdict.correct,
             "goldx": lab.verdict.goldx,
