@@ -129,12 +129,12 @@ def test_unscored_and_absent_items_are_counted_not_dropped(tmp_path: Path) -> No
     run = _run([_rec(1, 1), _rec(2, 0), _rec(3, None, "judge_error"), _rec(5, 1), _rec(77, 1)])
     p = pair(run, ls)
     out = block(p.items, unlabelled=p.unlabelled, resamples=0)
-    assert out["n"] == 3 and out["unscored"] == 2
-    assert out["unscored_reasons"] == {"absent_from_run": 1, "judge_error": 1}
-    assert out["unlabelled"] == 1 and out["confusion"] == {"tp": 1, "fp": 1, "fn": 0, "tn": 1}
+    assert out.n == 3 and out.unscored == 2
+    assert out.unscored_reasons == {"absent_from_run": 1, "judge_error": 1}
+    assert out.unlabelled == 1 and out.confusion == Confusion(tp=1, fp=1, fn=0, tn=1)
     wrong = block(p.items, unscored="wrong", resamples=0)
-    assert wrong["n"] == 5 and wrong["confusion"] == {"tp": 1, "fp": 1, "fn": 2, "tn": 1}
-    assert wrong["unscored"] == 2 and wrong["unscored_counted_as"] == "wrong"
+    assert wrong.n == 5 and wrong.confusion == Confusion(tp=1, fp=1, fn=2, tn=1)
+    assert wrong.unscored == 2 and wrong.unscored_counted_as == "wrong"
 
 
 def test_pairing_needs_half_of_the_labelled_items_and_checks_databases(tmp_path: Path) -> None:
@@ -176,7 +176,7 @@ def test_a_label_pairs_with_the_prediction_it_is_about(tmp_path: Path) -> None:
     assert [x.unscored_reason for x in p.items] == [None, None, "sql_mismatch", None]
     assert p.other_sql == ["3"] and p.with_record == 3
     out = block(p.items, resamples=0)
-    assert out["n"] == 3 and out["unscored_reasons"] == {"sql_mismatch": 1}
+    assert out.n == 3 and out.unscored_reasons == {"sql_mismatch": 1}
     assert any("1 labels of l are about another prediction" in w and "sql_mismatch" in w for w in pairing_warnings([p]))
     # fewer than half about the run's SQL: refused, naming the system when the file does
     ls2 = load_labels(_write(tmp_path / "l2.json", [{**r, "system": "alpha"} for r in rows]))
@@ -222,19 +222,21 @@ def test_flag_precision_and_recall_against_tags(tmp_path: Path) -> None:
             _rec(6, 1, goldx=False),
         ]
     )
-    flags = block(pair(run, ls).items, resamples=0)["flags"]
+    flags = block(pair(run, ls).items, resamples=0).flags
     assert "ambq" not in flags  # no human AmbQ tags: nothing to measure
     gx = flags["goldx"]
-    assert (gx["tagged"], gx["flagged"], gx["both"], gx["items"]) == (3, 3, 2, 6)
-    assert (gx["precision"], gx["recall"]) == (66.67, 66.67)
+    assert (gx.tagged, gx.flagged, gx.both, gx.items) == (3, 3, 2, 6)
+    assert (gx.precision, gx.recall) == (66.67, 66.67)
 
 
 def test_merged_agreement_and_subsets(tmp_path: Path) -> None:
     a = load_labels(_write(tmp_path / "a.json", {"1": True, "2": False}))
     b = load_labels(_write(tmp_path / "b.json", {"1": True, "2": True}))  # ids overlap a's: kept apart
     result = agree([pair(_run([_rec(1, 1), _rec(2, 0)]), a), pair(_run([_rec(1, 1), _rec(2, 0)]), b)], resamples=0)
-    assert result["subsets"]["a"]["accuracy"] == 100.0 and result["subsets"]["b"]["accuracy"] == 50.0
-    assert result["n"] == 4 and result["accuracy"] == 75.0 and result["confusion"]["fn"] == 1
+    assert result.subsets["a"].agreement.metrics.accuracy == 100.0
+    assert result.subsets["b"].agreement.metrics.accuracy == 50.0
+    merged = result.merged
+    assert merged.n == 4 and merged.metrics.accuracy == 75.0 and merged.confusion.fn == 1
 
 
 def test_bootstrap_is_seeded_and_brackets_the_estimate(tmp_path: Path) -> None:
@@ -242,12 +244,13 @@ def test_bootstrap_is_seeded_and_brackets_the_estimate(tmp_path: Path) -> None:
     ls = load_labels(_write(tmp_path / "l.json", labels))
     run = _run([_rec(i, int((i % 3 != 0) != (i % 7 == 0))) for i in range(60)])
     p = [pair(run, ls)]
-    one, two = agree(p, resamples=300, seed=1), agree(p, resamples=300, seed=1)
-    other = agree(p, resamples=300, seed=2)
-    assert one["ci95"] == two["ci95"] and one["ci95"] != other["ci95"]
+    one, two = agree(p, resamples=300, seed=1).merged, agree(p, resamples=300, seed=1).merged
+    other = agree(p, resamples=300, seed=2).merged
+    assert one.ci95 == two.ci95 and one.ci95 != other.ci95
     for m in ("kappa", "accuracy", "mcc", "f1"):
-        lo, hi = one["ci95"][m]
-        assert lo <= one[m] <= hi, m
+        interval, value = one.ci95[m], one.metrics.get(m)
+        assert interval is not None and value is not None
+        assert interval[0] <= value <= interval[1], m
 
 
 # --------------------------------------------------------------------------- files and CLI

@@ -92,15 +92,12 @@ def test_records_keep_their_replies_and_flags(imported: dict[str, Path]) -> None
 def test_replay_table(shared: Path, imported: dict[str, Path]) -> None:
     runs = [load_run(imported["bird-o3"]), load_run(imported["spider-o3"])]
     sets = [load_labels(shared / "rose-vec" / f"rose-vec-{p}.json") for p in ("bird", "spider")]
-    table = {row["policy"]: row for row in replay_table(runs, sets, ["always", "never", "no-refuter"], "exclude")}
-    assert table["recorded"]["kappa"] == table["always"]["kappa"] == 80.43
+    table = {row.policy: row for row in replay_table(runs, sets, ["always", "never", "no-refuter"], "exclude")}
+    assert table["recorded"].kappa == table["always"].kappa == 80.43
     # the 6 Refuter overturns on matching results were all wrong: skipping it there helps
-    assert (table["never"]["kappa"], table["never"]["subsets"]) == (
-        82.68,
-        {"rose-vec-bird": 83.82, "rose-vec-spider": 79.6},
-    )
-    assert table["no-refuter"]["kappa"] == 65.06
-    assert all(row["unscored"] == 0 for row in table.values())
+    assert (table["never"].kappa, table["never"].subsets) == (82.68, {"rose-vec-bird": 83.82, "rose-vec-spider": 79.6})
+    assert table["no-refuter"].kappa == 65.06
+    assert all(row.unscored == 0 for row in table.values())
 
 
 @pytest.mark.slow
@@ -326,8 +323,8 @@ def test_replay_and_card_of_a_judged_run(tmp_path: Path, make_db: Any) -> None:
     labels = tmp_path / "labels.json"
     labels.write_text(json.dumps({"1": True, "2": True, "3": False, "4": True, "5": False}))
     sets = [load_labels(labels)]
-    table = {row["policy"]: row for row in replay_table([run], sets, ["always", "never"], "exclude")}
-    assert (table["recorded"]["accuracy"], table["always"]["accuracy"], table["never"]["accuracy"]) == (
+    table = {row.policy: row for row in replay_table([run], sets, ["always", "never"], "exclude")}
+    assert (table["recorded"].accuracy, table["always"].accuracy, table["never"].accuracy) == (
         80.0,
         80.0,
         100.0,

@@ -4,25 +4,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from conftest import make_record, write_records
 
-from rose_sql.analysis.judge_card import card_name, upgrade
+from rose_sql.analysis.judge_card import JudgeCard, card_name, upgrade
 from rose_sql.cli import main
 from rose_sql.errors import UsageError
 
 OLD = {"kappa": 80.0, "accuracy": 90.0, "mcc": 81.0, "f1": 94.0}
 
 
-def _card(name: str, set_sha: str = "abc", **metrics: float) -> dict[str, Any]:
-    return {
-        "name": name,
-        "validation_set": {"name": "ROSE-VEC", "sha256": set_sha},
-        "agreement": {**OLD, **metrics, "ci95": {"kappa": [75.0, 85.0]}},
-    }
+def _card(name: str, set_sha: str = "abc", **metrics: float) -> JudgeCard:
+    return JudgeCard.from_dict(
+        {
+            "name": name,
+            "validation_set": {"name": "ROSE-VEC", "sha256": set_sha},
+            "agreement": {**OLD, **metrics, "ci95": {"kappa": [75.0, 85.0]}},
+        }
+    )
 
 
 # (changes to the new card's metrics, upgrade?, the metrics named as not better)

@@ -15,18 +15,18 @@ which is what ``exclude`` does, with the count shown). Records without a label a
 Intervals are percentile bootstrap intervals (95 %), from a seeded generator so that a rerun gives
 the same numbers; when several subsets are merged each is resampled within itself (stratified).
 
-**A run and a labels file must be about the same items** (:func:`pair_runs`). A record is the record
-of a labelled item when their ids match and, where both name a database (ROSE-VEC labels and run
-records do), the databases too, and, where both carry the predicted SQL, the same SQL up to how it is
-written (:func:`rose_sql.sql.normalize`: whitespace, keyword case, a trailing semicolon): a question is
-labelled about one system's prediction (ROSE-VEC labels one per question), and a label says nothing of
-another system's SQL for the same question. A record with the id of a label but another database is
-counted as absent (``db_mismatch``), one with other SQL too (``sql_mismatch``). Pairing is refused when fewer than half of the labelled items
-(:data:`MIN_LABELLED_WITH_RECORD`) have a record: the metrics would then describe a remainder the labels
-were not chosen for, and that is what a run paired with another benchmark's labels looks like
-(Spider records read against BIRD labels share ids 0..1033 but not one database). Records without a
-label are normal (a labelled subset of a whole benchmark's run) and only counted. Runs that are
-partial, tagged ids that the labels file lacks, and databases that differ are reported as warnings.
+**A run and a labels file must be about the same items** (:func:`pair_runs`). A record is the record of a
+labelled item when their ids match and, where both name a database (ROSE-VEC labels and run records do), the
+databases too, and, where both carry the predicted SQL, the same SQL up to how it is written
+(:func:`rose_sql.sql.normalize`: whitespace, keyword case, a trailing semicolon): a question is labelled about
+one system's prediction (ROSE-VEC labels one per question), and a label says nothing of another system's SQL
+for the same question. A record with the id of a label but another database is counted as absent
+(``db_mismatch``), one with other SQL too (``sql_mismatch``). Pairing is refused when fewer than half of the
+labelled items (:data:`MIN_LABELLED_WITH_RECORD`) have a record: the metrics would then describe a remainder
+the labels were not chosen for, and that is what a run paired with another benchmark's labels looks like
+(Spider records read against BIRD labels share ids 0..1033 but not one database). Records without a label are
+normal (a labelled subset of a whole benchmark's run) and only counted. Runs that are partial, tagged ids that
+the labels file lacks, and databases that differ are reported as warnings.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import math
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 from rose_sql.analysis.labels import FLAGS, Flag, HumanLabel, LabelSet, key
 from rose_sql.analysis.runs import PARTIAL_HELP, Run
@@ -375,6 +375,145 @@ def _interval(values: list[float], resamples: int) -> list[float] | None:
     return [round(lo, 2), round(hi, 2)]
 
 
+Interval = list[float]
+"""A 95 % interval, ``[low, high]`` in percent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """The agreement metrics of a table, in percent (None where undefined)."""
+
+    kappa: float | None
+    accuracy: float | None
+    mcc: float | None
+    f1: float | None
+    precision: float | None
+    recall: float | None
+
+    @classmethod
+    def of(cls, c: Confusion) -> Metrics:
+        return cls(**metrics(c))
+
+    def get(self, name: str) -> float | None:
+        """A metric by name (one of :data:`METRICS`)."""
+        value: float | None = getattr(self, name)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class FlagAgreement:
+    """A judge flag (GoldX or AmbQ) against the experts' tags."""
+
+    tagged: int
+    """Items the experts tagged."""
+    flagged: int
+    """Of the items tagged either way, those the judge flagged."""
+    both: int
+    """Tagged and flagged."""
+    items: int
+    """Items the experts tagged either way."""
+    judge_flagged_overall: int
+    """Items the judge flagged, tagged either way or not."""
+    tags_outside_set: int
+    """Tagged ids that are not items of the label set (not counted)."""
+    precision: float | None
+    recall: float | None
+    ci95: dict[str, Interval | None]
+    """The 95 % intervals of precision and recall (empty without a bootstrap)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Agreement:
+    """The agreement of a set of paired items: metrics, counts, intervals, flags."""
+
+    metrics: Metrics
+    n: int
+    """Items in the metrics."""
+    unscored: int
+    """Labelled items without a score (absent from the run, or unscored), by reason below."""
+    unscored_reasons: dict[str, int]
+    unscored_counted_as: Literal["excluded", "wrong"]
+    unlabelled: int
+    """Records without a label (ignored)."""
+    unreviewed: int
+    """Items labelled without human review that are included."""
+    confusion: Confusion
+    ci95: dict[str, Interval | None]
+    """Each metric's 95 % interval (empty without a bootstrap)."""
+    flags: dict[Flag, FlagAgreement]
+    """The judge's flags against the experts' tags, where they tagged."""
+
+    def to_dict(self) -> dict[str, object]:
+        """As ``rose agree --json`` prints it (the metrics at the top level)."""
+        c = self.confusion
+        return {
+            **{name: self.metrics.get(name) for name in METRICS},
+            "n": self.n,
+            "unscored": self.unscored,
+            "unscored_reasons": dict(self.unscored_reasons),
+            "unscored_counted_as": self.unscored_counted_as,
+            "unlabelled": self.unlabelled,
+            "unreviewed": self.unreviewed,
+            "confusion": {"tp": c.tp, "fp": c.fp, "fn": c.fn, "tn": c.tn},
+            "ci95": dict(self.ci95),
+            "flags": {f: asdict(x) for f, x in self.flags.items()},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SubsetAgreement:
+    """One labels file's agreement, with the run it was paired with."""
+
+    agreement: Agreement
+    run: str
+    """The run's name."""
+    run_completeness: str
+    """Whether the run covers its input."""
+    labelled_with_record: int
+    """Labelled items that have a record of the same item."""
+    tags_outside_ids: dict[str, list[str]]
+    """Tagged ids that are not items of the labels file, by flag (where there are any)."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            **self.agreement.to_dict(),
+            "run": self.run,
+            "run_completeness": self.run_completeness,
+            "labelled_with_record": self.labelled_with_record,
+            "tags_outside_ids": dict(self.tags_outside_ids),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """The agreement of runs with their labels: merged, per subset, and what the metrics do not show."""
+
+    merged: Agreement
+    subsets: dict[str, SubsetAgreement]
+    warnings: list[str]
+    unscored: UnscoredPolicy
+    resamples: int
+    seed: int
+
+    def to_dict(self) -> dict[str, object]:
+        """As ``rose agree --json`` prints it: the merged block at the top level, each subset under ``subsets``."""
+        return {
+            **self.merged.to_dict(),
+            "warnings": list(self.warnings),
+            "subsets": {name: b.to_dict() for name, b in self.subsets.items()},
+            "convention": {
+                "positive": "the prediction is correct (score 1, label true)",
+                "unscored": "counted as wrong" if self.unscored == "wrong" else "excluded from the metrics and counted",
+                "percent": "two decimals",
+                "bootstrap": {
+                    "resamples": self.resamples,
+                    "seed": self.seed,
+                    "interval": "95% percentile, stratified by subset",
+                },
+            },
+        }
+
+
 def block(
     items: Sequence[Paired],
     *,
@@ -383,39 +522,44 @@ def block(
     seed: int = BOOTSTRAP_SEED,
     unlabelled: int = 0,
     tags_outside: dict[str, list[str]] | None = None,
-) -> dict[str, Any]:
+) -> Agreement:
     """The agreement of a set of paired items (several subsets are resampled within themselves)."""
     subsets = sorted({p.subset for p in items})
     strata = [_judged([p for p in items if p.subset == s], unscored) for s in subsets]
     pairs = [x for s in strata for x in s]
     c = Confusion.of(pairs)
-    out: dict[str, Any] = {**metrics(c), "n": c.n}
-    missing = Counter(p.unscored_reason for p in items if p.score is None)
-    out["unscored"] = sum(missing.values())
-    out["unscored_reasons"] = dict(sorted(missing.items(), key=lambda kv: str(kv[0])))
-    out["unscored_counted_as"] = "excluded" if unscored == "exclude" else "wrong"
-    out["unlabelled"] = unlabelled
-    out["unreviewed"] = sum(1 for p in items if not p.reviewed)
-    out["confusion"] = {"tp": c.tp, "fp": c.fp, "fn": c.fn, "tn": c.tn}
-    out["ci95"] = _bootstrap(strata, lambda s: metrics(Confusion.of(s)), resamples, seed) if resamples and c.n else {}
-    out["flags"] = {}
+    missing = Counter(str(p.unscored_reason) for p in items if p.score is None)
+    flags: dict[Flag, FlagAgreement] = {}
     for flag in FLAGS:
         flag_strata = [_flag_table([p for p in items if p.subset == s], flag) for s in subsets]
         table = [x for s in flag_strata for x in s]
         if not table:
             continue
         fc = Confusion.of(table)
-        out["flags"][flag] = {
-            "tagged": fc.tp + fc.fn,
-            "flagged": fc.tp + fc.fp,
-            "both": fc.tp,
-            "items": fc.n,
-            "judge_flagged_overall": sum(1 for p in items if p.flags[flag][1]),
-            "tags_outside_set": len((tags_outside or {}).get(flag, [])),
-            **_flag_stats(table),
-            "ci95": _bootstrap(flag_strata, _flag_stats, resamples, seed) if resamples else {},
-        }
-    return out
+        stats = _flag_stats(table)
+        flags[flag] = FlagAgreement(
+            tagged=fc.tp + fc.fn,
+            flagged=fc.tp + fc.fp,
+            both=fc.tp,
+            items=fc.n,
+            judge_flagged_overall=sum(1 for p in items if p.flags[flag][1]),
+            tags_outside_set=len((tags_outside or {}).get(flag, [])),
+            precision=stats["precision"],
+            recall=stats["recall"],
+            ci95=_bootstrap(flag_strata, _flag_stats, resamples, seed) if resamples else {},
+        )
+    return Agreement(
+        metrics=Metrics.of(c),
+        n=c.n,
+        unscored=sum(missing.values()),
+        unscored_reasons=dict(sorted(missing.items())),
+        unscored_counted_as="excluded" if unscored == "exclude" else "wrong",
+        unlabelled=unlabelled,
+        unreviewed=sum(1 for p in items if not p.reviewed),
+        confusion=c,
+        ci95=_bootstrap(strata, lambda s: metrics(Confusion.of(s)), resamples, seed) if resamples and c.n else {},
+        flags=flags,
+    )
 
 
 def agree(
@@ -424,35 +568,33 @@ def agree(
     unscored: UnscoredPolicy = "exclude",
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
-) -> dict[str, Any]:
-    """Agreement per subset and merged: the merged block at the top level, each subset under ``subsets``."""
-    kw: dict[str, Any] = {"unscored": unscored, "resamples": resamples, "seed": seed}
+) -> Report:
+    """Agreement per subset and merged."""
     subsets = {}
     outside: dict[str, list[str]] = {}
     for p in pairings:
-        subsets[p.subset] = {
-            **block(p.items, unlabelled=p.unlabelled, tags_outside=p.tags_outside, **kw),
-            "run": p.run,
-            "run_completeness": p.completeness,
-            "labelled_with_record": p.with_record,
-            "tags_outside_ids": {f: ids for f, ids in p.tags_outside.items() if ids},
-        }
+        subsets[p.subset] = SubsetAgreement(
+            block(
+                p.items,
+                unlabelled=p.unlabelled,
+                tags_outside=p.tags_outside,
+                unscored=unscored,
+                resamples=resamples,
+                seed=seed,
+            ),
+            p.run,
+            p.completeness,
+            p.with_record,
+            {f: ids for f, ids in p.tags_outside.items() if ids},
+        )
         for f, ids in p.tags_outside.items():
             outside.setdefault(f, []).extend(ids)
     merged = block(
         [x for p in pairings for x in p.items],
         unlabelled=sum(p.unlabelled for p in pairings),
         tags_outside=outside,
-        **kw,
+        unscored=unscored,
+        resamples=resamples,
+        seed=seed,
     )
-    return {
-        **merged,
-        "warnings": pairing_warnings(pairings),
-        "subsets": subsets,
-        "convention": {
-            "positive": "the prediction is correct (score 1, label true)",
-            "unscored": "excluded from the metrics and counted" if unscored == "exclude" else "counted as wrong",
-            "percent": "two decimals",
-            "bootstrap": {"resamples": resamples, "seed": seed, "interval": "95% percentile, stratified by subset"},
-        },
-    }
+    return Report(merged, subsets, pairing_warnings(pairings), unscored, resamples, seed)

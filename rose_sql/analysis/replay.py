@@ -24,8 +24,8 @@ where the strong model was never asked) leaves the item ``not_replayable``, and 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass, replace
+from typing import Literal, TypeVar
 
 from rose_sql.analysis.agree import UnscoredPolicy, agree, pair_runs
 from rose_sql.analysis.labels import LabelSet
@@ -33,6 +33,7 @@ from rose_sql.analysis.runs import Run
 from rose_sql.config import Aggregate
 from rose_sql.decide import Decision, Facts, JudgeOutcome, Step, settle
 from rose_sql.evidence.findings import questions_match
+from rose_sql.items import ItemId
 from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.judges.votes import Vote, outcome
 from rose_sql.record import Record
@@ -146,7 +147,7 @@ def replay_table(
     variants: Sequence[Variant],
     unscored: UnscoredPolicy,
     aggregates: Sequence[Aggregate] = (),
-) -> list[dict[str, Any]]:
+) -> list[ReplayRow]:
     """Agreement with the labels of the recorded scores and of each replayed policy (point estimates);
     with ``aggregates``, of each policy under each aggregation rule. Each row names the items whose
     stored votes cannot support its rule (``unsupported``)."""
@@ -160,13 +161,38 @@ def replay_table(
             for r in runs
         ]
         result = agree(pair_runs(replayed, sets), unscored=unscored, resamples=0)
+        merged = result.merged
         rows.append(
-            {
-                "policy": (policy or "recorded") + (f" + {rule}" if rule else ""),
-                **{k: result[k] for k in ("n", "unscored", "kappa", "accuracy", "mcc", "f1")},
-                "unscored_reasons": result["unscored_reasons"],
-                "subsets": {name: b["kappa"] for name, b in result["subsets"].items()},
-                "unsupported": [x.id for r in replayed for x in r.records if x.why.startswith(UNSUPPORTED)],
-            }
+            ReplayRow(
+                policy=(policy or "recorded") + (f" + {rule}" if rule else ""),
+                n=merged.n,
+                unscored=merged.unscored,
+                kappa=merged.metrics.kappa,
+                accuracy=merged.metrics.accuracy,
+                mcc=merged.metrics.mcc,
+                f1=merged.metrics.f1,
+                unscored_reasons=merged.unscored_reasons,
+                subsets={name: b.agreement.metrics.kappa for name, b in result.subsets.items()},
+                unsupported=[x.id for r in replayed for x in r.records if x.why.startswith(UNSUPPORTED)],
+            )
         )
     return rows
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRow:
+    """Agreement with the labels of one policy (and aggregation rule), merged over the runs."""
+
+    policy: str
+    """``recorded`` (the scores as the runs decided them), or the policy replayed (``+ rule``)."""
+    n: int
+    unscored: int
+    kappa: float | None
+    accuracy: float | None
+    mcc: float | None
+    f1: float | None
+    unscored_reasons: dict[str, int]
+    subsets: dict[str, float | None]
+    """Kappa per labels file."""
+    unsupported: list[ItemId]
+    """Items whose stored votes cannot support the rule (left unscored ``not_replayable``)."""

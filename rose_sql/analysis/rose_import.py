@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, TypedDict, cast
 
 from rose_sql.analysis.labels import LabelSet, key
 from rose_sql.analysis.replay import Variant, replay
@@ -34,6 +34,49 @@ from rose_sql.provenance import JudgeInfo
 from rose_sql.readings import Readings
 from rose_sql.record import ComparisonInfo, ExecutionInfo, JudgeCall, Record, RecordWriter
 from rose_sql.summary import Summary, summarize, write_summary
+
+
+class Attempt(TypedDict, total=False):
+    """One reply of their ``prover_output.json`` or ``refuter_output.json`` (an entry's ``result``)."""
+
+    verdict: bool
+    expected_answer: str
+    sql_description: str
+    evidence: str
+    reason: str
+    judgement: str
+    ambiguity: str
+    gold_correct: bool
+
+
+class Entry(TypedDict, total=False):
+    """One entry of their files: ``eval_results.json``, the replies' ``{question_id, result}``, a ROSE-VEC
+    label or a BIRD question (each holds some of these keys; ``question_id`` always)."""
+
+    question_id: int | str
+    score: float | None
+    prover_result: bool | None
+    refuter_result: bool | None
+    result: Attempt
+    predicted_sql: str
+    gold_sql: str
+    question: str
+    db_id: str
+    difficulty: str
+
+
+class _Base(TypedDict):
+    """The fields of a record that the item gives, whoever decided it."""
+
+    id: int | str
+    db_id: str
+    readings: Readings
+    difficulty: str | None
+    question: str | None
+    pred_sql: str
+    gold_sql: str | None
+    source: str
+
 
 Stage = Literal["prover", "refuter"]
 AMBIGUITY = {"na": "none", "none": "none", "ambiguous question": "question", "ambiguous schema": "schema"}
@@ -55,7 +98,7 @@ class Imported:
     """Disagreements between their files and our replay of them, duplicates, missing items."""
 
 
-def _load(path: Path) -> list[dict[str, Any]]:
+def _load(path: Path) -> list[Entry]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -64,12 +107,12 @@ def _load(path: Path) -> list[dict[str, Any]]:
         raise InputError(path, f"cannot read: {e}") from None
     if not isinstance(data, list) or not all(isinstance(x, dict) and "question_id" in x for x in data):
         raise InputError(path, "expected a JSON list of objects with 'question_id'")
-    return data
+    return cast(list[Entry], data)
 
 
-def _replies(path: Path) -> dict[str, list[dict[str, Any]]]:
+def _replies(path: Path) -> dict[str, list[Attempt]]:
     """Replies by question id, every attempt in file order."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[Attempt]] = {}
     for i, entry in enumerate(_load(path)):
         if not isinstance(entry.get("result"), dict):
             raise InputError(path, "an entry without a 'result' object", where=f"[{i}]")
@@ -77,12 +120,12 @@ def _replies(path: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _final(attempts: list[dict[str, Any]], verdict: bool) -> dict[str, Any] | None:
+def _final(attempts: list[Attempt], verdict: bool) -> Attempt | None:
     """The last attempt whose verdict is the one the score was computed from."""
     return next((a for a in reversed(attempts) if a.get("verdict") is verdict), None)
 
 
-def prover_reply(result: dict[str, Any]) -> ProverReply:
+def prover_reply(result: Attempt) -> ProverReply:
     """Their Prover's reply in our shape (``sql_description`` -> ``sql_behaviour``, ``verdict`` -> ...)."""
     evidence = result.get("evidence")
     return ProverReply(
@@ -94,7 +137,7 @@ def prover_reply(result: dict[str, Any]) -> ProverReply:
     )
 
 
-def refuter_reply(result: dict[str, Any]) -> RefuterReply:
+def refuter_reply(result: Attempt) -> RefuterReply:
     """Their Refuter's reply in our shape (``verdict`` -> ``overturn``, ambiguity names mapped)."""
     ambiguity = str(result.get("ambiguity") or "na").strip().lower()
     return RefuterReply(
@@ -105,7 +148,7 @@ def refuter_reply(result: dict[str, Any]) -> RefuterReply:
     )
 
 
-def _call(stage: Stage, model: str, reply: ProverReply | RefuterReply, raw: dict[str, Any], src: Path) -> JudgeCall:
+def _call(stage: Stage, model: str, reply: ProverReply | RefuterReply, raw: Attempt, src: Path) -> JudgeCall:
     return JudgeCall(
         stage=stage,
         model=model,
@@ -124,7 +167,7 @@ def _call(stage: Stage, model: str, reply: ProverReply | RefuterReply, raw: dict
     )
 
 
-def _labels(raw: dict[str, Any] | None) -> DatasetLabels:
+def _labels(raw: Attempt | None) -> DatasetLabels:
     """GoldX / AmbQ as the paper reads them: ``gold_correct`` false; ambiguity ``ambiguous question``."""
     if raw is None:
         return DatasetLabels()
@@ -155,7 +198,7 @@ def _ex_scores(outputs: Path, ex_dir: Path | None) -> dict[str, int]:
     return {key(x["question_id"]): int(x["score"] == 1.0) for x in _load(path) if x.get("score") is not None}
 
 
-def _base(entry: dict[str, Any], label_db: str, src: Path, ex: int | None, difficulty: str | None) -> dict[str, Any]:
+def _base(entry: Entry, label_db: str, src: Path, ex: int | None, difficulty: str | None) -> _Base:
     return {
         "id": entry["question_id"],
         "db_id": label_db,
@@ -225,7 +268,7 @@ def _raw_labels(labels: LabelSet) -> dict[str, str]:
     return {key(x["question_id"]): str(x.get("db_id") or "") for x in data}
 
 
-def _score_record(entry: dict[str, Any], base: dict[str, Any], method: str) -> Record:
+def _score_record(entry: Entry, base: _Base, method: str) -> Record:
     raw = entry.get("score")
     score = None if raw is None else int(raw == 1.0)
     ex_reading = base["readings"]
@@ -244,12 +287,12 @@ def _score_record(entry: dict[str, Any], base: dict[str, Any], method: str) -> R
 
 
 def _calls(
-    qid: Any,
+    qid: int | str,
     model: str,
-    verdicts: tuple[Any, Any],
-    attempts: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+    verdicts: tuple[bool | None, bool | None],
+    attempts: tuple[list[Attempt], list[Attempt]],
     outputs: Path,
-) -> tuple[list[JudgeCall], dict[str, Any] | None, list[str]]:
+) -> tuple[list[JudgeCall], Attempt | None, list[str]]:
     """The judge calls behind an item's verdicts, its Refuter's raw reply, and what could not be found."""
     calls: list[JudgeCall] = []
     problems: list[str] = []
@@ -269,10 +312,10 @@ def _calls(
 
 
 def _rose_record(
-    entry: dict[str, Any],
-    base: dict[str, Any],
+    entry: Entry,
+    base: _Base,
     model: str,
-    attempts: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+    attempts: tuple[list[Attempt], list[Attempt]],
     outputs: Path,
     variant: Variant,
 ) -> tuple[Record, list[str]]:

@@ -17,8 +17,17 @@ import click
 from rose_sql.__version__ import __version__
 from rose_sql.analysis.agree import BOOTSTRAP_SEED, agree, pair_runs
 from rose_sql.analysis.calibrate import Part, describe, labelled_source, rose_vec_sources, select, write_part
+from rose_sql.analysis.judge_card import JudgeCard
 from rose_sql.analysis.labels import LabelSet, load_labels, with_tags
-from rose_sql.cli.calibration import _bootstrap_opt, _fmt, _policy, _runs, _unscored_opt, _warn, print_agreement
+from rose_sql.cli.calibration import (
+    _bootstrap_opt,
+    _policy,
+    _runs,
+    _unscored_opt,
+    _warn,
+    card_line,
+    print_agreement,
+)
 from rose_sql.cli.main import PATH, console, fail
 from rose_sql.cli.run import databases, run_cmd
 from rose_sql.config import Config
@@ -142,46 +151,40 @@ def _card(
         old = load_card(old_card) if old_card is not None else None
     except RoseError as e:
         fail(e)
-    _warn(result["warnings"])
+    _warn(result.warnings)
     print_agreement(result)
-    path = out / f"{card['name']}.json"
-    path.write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    a = card["agreement"]
-    console.print(
-        f"{card['name']}: kappa {_fmt(a['kappa'])}, accuracy {_fmt(a['accuracy'])}, MCC {_fmt(a['mcc'])}, "
-        f"F1 {_fmt(a['f1'])} on {validation_set} (n={a['n']}) -> {path}",
-        highlight=False,
-    )
+    path = out / f"{card.name}.json"
+    path.write_text(json.dumps(card.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    console.print(f"{card_line(card)} -> {path}", highlight=False)
     if old is None or old_card is None:
         return
     try:
         verdict = upgrade(old, card)
     except UsageError as e:
-        console.print(f"Cannot apply the upgrade rule: {e}. Keep using {old['name']}.", highlight=False)
+        console.print(f"Cannot apply the upgrade rule: {e}. Keep using {old.name}.", highlight=False)
         return
     for line in verdict.reasons[:-1]:
         console.print(f"  {line}", highlight=False)
     console.print(advice(old, card, old_card, path, verdict.upgrade), highlight=False)
     (out / "verdict.json").write_text(
-        json.dumps({"old": old["name"], "new": card["name"], "upgrade": verdict.upgrade, "reasons": verdict.reasons})
-        + "\n",
+        json.dumps({"old": old.name, "new": card.name, "upgrade": verdict.upgrade, "reasons": verdict.reasons}) + "\n",
         encoding="utf-8",
     )
 
 
-def advice(old: dict[str, Any], new: dict[str, Any], old_path: Path, new_path: Path, upgrade: bool) -> str:
+def advice(old: JudgeCard, new: JudgeCard, old_path: Path, new_path: Path, upgrade: bool) -> str:
     """The upgrade rule's verdict as advice: which judge to use from now on, and why."""
     from rose_sql.analysis.judge_card import UPGRADE_METRICS
 
     if upgrade:
         return (
-            f"Use the new judge, {new['name']} ({new_path}): it agrees with the experts better than the current "
-            f"judge, {old['name']} ({old_path}), on kappa, accuracy, MCC and F1 alike."
+            f"Use the new judge, {new.name} ({new_path}): it agrees with the experts better than the current "
+            f"judge, {old.name} ({old_path}), on kappa, accuracy, MCC and F1 alike."
         )
-    worse = [m for m in UPGRADE_METRICS if float(new["agreement"][m]) <= float(old["agreement"][m])]
+    worse = [m for m in UPGRADE_METRICS if (new.agreement.metric(m) or 0.0) <= (old.agreement.metric(m) or 0.0)]
     names = ", ".join("MCC" if m == "mcc" else "F1" if m == "f1" else m for m in worse)
     return (
-        f"Keep using the current judge, {old['name']} ({old_path}): the new judge, {new['name']} ({new_path}), "
+        f"Keep using the current judge, {old.name} ({old_path}): the new judge, {new.name} ({new_path}), "
         f"is not better on {names}, and the rule asks for better on all four."
     )
 

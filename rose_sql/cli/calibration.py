@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast, get_args
 
@@ -16,11 +17,15 @@ from rose_sql.__version__ import __version__
 from rose_sql.analysis.agree import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
+    Agreement,
+    FlagAgreement,
+    Report,
     UnscoredPolicy,
     agree,
     pair_runs,
     pairing_warnings,
 )
+from rose_sql.analysis.judge_card import JudgeCard
 from rose_sql.analysis.labels import Flag, LabelSet, load_labels, reviewed_only, with_tags
 from rose_sql.analysis.replay import MEANING, VARIANTS, Variant, replay_table
 from rose_sql.analysis.runs import Run, load_runs
@@ -135,13 +140,12 @@ def _warn(lines: Sequence[str]) -> None:
         err.print(f"[yellow]warning:[/] {line}", highlight=False)
 
 
-def _ci(block: dict[str, Any], metric: str) -> str:
+def _ci(value: float | None, ci: list[float] | None) -> str:
     """The value, with its interval on a second, dim line."""
-    ci = (block.get("ci95") or {}).get(metric)
-    return f"{_fmt(block.get(metric))}\n[dim]{ci[0]:.1f}-{ci[1]:.1f}[/]" if ci else _fmt(block.get(metric))
+    return f"{_fmt(value)}\n[dim]{ci[0]:.1f}-{ci[1]:.1f}[/]" if ci else _fmt(value)
 
 
-def print_agreement(result: dict[str, Any]) -> None:
+def print_agreement(result: Report) -> None:
     """Agreement tables: metrics with intervals per subset and merged, then the flags."""
     table = Table(
         title="Agreement with the human labels (percent; 95% bootstrap interval below)",
@@ -150,32 +154,32 @@ def print_agreement(result: dict[str, Any]) -> None:
     )
     name_column(table, "subset")
     number_columns(table, "n", "unscored", "kappa", "accuracy", "MCC", "F1", "TP/FP/FN/TN")
-    blocks = list(result["subsets"].items())
+    blocks: list[tuple[str, Agreement]] = [(name, b.agreement) for name, b in result.subsets.items()]
     if len(blocks) > 1:
-        blocks.append(("merged", result))
+        blocks.append(("merged", result.merged))
     for name, b in blocks:
-        c = b["confusion"]
+        c = b.confusion
         table.add_row(
             name,
-            str(b["n"]),
-            str(b["unscored"]),
-            *(_ci(b, m) for m in ("kappa", "accuracy", "mcc", "f1")),
-            f"{c['tp']}/{c['fp']}/{c['fn']}/{c['tn']}",
+            str(b.n),
+            str(b.unscored),
+            *(_ci(b.metrics.get(m), b.ci95.get(m)) for m in ("kappa", "accuracy", "mcc", "f1")),
+            f"{c.tp}/{c.fp}/{c.fn}/{c.tn}",
         )
     show(table)
     for name, b in blocks:
-        if b["unscored"]:
-            detail = ", ".join(f"{v} {k}" for k, v in b["unscored_reasons"].items())
-            console.print(f"{name}: {b['unscored']} unscored ({detail}), {b['unscored_counted_as']}")
-        if b["unreviewed"]:
-            console.print(f"{name}: {b['unreviewed']} items labelled without human review are included")
-        if b["unlabelled"]:
-            console.print(f"{name}: {b['unlabelled']} records have no label (ignored)")
-    tagged_in = {f: sum(1 for _, b in blocks[: len(result["subsets"])] if f in b["flags"]) for f in ("goldx", "ambq")}
-    flags = [
+        if b.unscored:
+            detail = ", ".join(f"{v} {k}" for k, v in b.unscored_reasons.items())
+            console.print(f"{name}: {b.unscored} unscored ({detail}), {b.unscored_counted_as}")
+        if b.unreviewed:
+            console.print(f"{name}: {b.unreviewed} items labelled without human review are included")
+        if b.unlabelled:
+            console.print(f"{name}: {b.unlabelled} records have no label (ignored)")
+    tagged_in = {f: sum(1 for _, b in blocks[: len(result.subsets)] if f in b.flags) for f in ("goldx", "ambq")}
+    flags: list[tuple[str, str, FlagAgreement]] = [
         (name, f, x)
         for name, b in blocks
-        for f, x in b["flags"].items()
+        for f, x in b.flags.items()
         if name != "merged" or tagged_in[f] > 1  # the merged line only adds something over two tagged subsets
     ]
     if flags:
@@ -185,7 +189,13 @@ def print_agreement(result: dict[str, Any]) -> None:
         number_columns(ft, "tagged", "flagged", "both", "precision", "recall")
         for name, f, x in flags:
             ft.add_row(
-                name, f, str(x["tagged"]), str(x["flagged"]), str(x["both"]), _ci(x, "precision"), _ci(x, "recall")
+                name,
+                f,
+                str(x.tagged),
+                str(x.flagged),
+                str(x.both),
+                _ci(x.precision, x.ci95.get("precision")),
+                _ci(x.recall, x.ci95.get("recall")),
             )
         show(ft)
 
@@ -232,9 +242,9 @@ def agree_cmd(
         result = agree(pairings, unscored=_policy(unscored), resamples=bootstrap, seed=seed)
     except RoseError as e:
         fail(e)
-    _warn(result["warnings"])
+    _warn(result.warnings)
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(json.dumps(result.to_dict(), indent=2))
     else:
         print_agreement(result)
 
@@ -381,7 +391,7 @@ def replay_cmd(
         fail(e)
     _warn(warnings)
     if as_json:
-        click.echo(json.dumps(table, indent=2))
+        click.echo(json.dumps([asdict(row) for row in table], indent=2))
         return
     t = Table(title="Replay: the same judgements under other policies (percent)", title_justify="left")
     subsets = [s.name for s in sets]
@@ -389,22 +399,19 @@ def replay_cmd(
     number_columns(t, "n", "unscored", "kappa", "accuracy", "MCC", "F1", *(f"kappa {s}" for s in subsets))
     for row in table:
         t.add_row(
-            row["policy"],
-            str(row["n"]),
-            str(row["unscored"]),
-            _fmt(row["kappa"]),
-            _fmt(row["accuracy"]),
-            _fmt(row["mcc"]),
-            _fmt(row["f1"]),
-            *(_fmt(row["subsets"][s]) for s in subsets),
+            row.policy,
+            str(row.n),
+            str(row.unscored),
+            *(_fmt(x) for x in (row.kappa, row.accuracy, row.mcc, row.f1)),
+            *(_fmt(row.subsets[s]) for s in subsets),
         )
     show(t)
     for row in table:
-        if row["unsupported"]:
-            ids = ", ".join(json.dumps(i) for i in row["unsupported"][:10])
-            more = f" and {len(row['unsupported']) - 10} more" if len(row["unsupported"]) > 10 else ""
+        if row.unsupported:
+            ids = ", ".join(json.dumps(i) for i in row.unsupported[:10])
+            more = f" and {len(row.unsupported) - 10} more" if len(row.unsupported) > 10 else ""
             console.print(
-                f"{row['policy']}: the stored votes of {len(row['unsupported'])} items cannot support this rule "
+                f"{row.policy}: the stored votes of {len(row.unsupported)} items cannot support this rule "
                 f"(not_replayable): {ids}{more}",
                 highlight=False,
             )
@@ -463,14 +470,18 @@ def judge_card_cmd(
         card = build_card(loaded, sets, result, validation_set=validation_set, date=date, version=__version__)
     except RoseError as e:
         fail(e)
-    _warn(result["warnings"])
+    _warn(result.warnings)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    a = card["agreement"]
-    console.print(
-        f"{card['name']}: kappa {_fmt(a['kappa'])}, accuracy {_fmt(a['accuracy'])}, MCC {_fmt(a['mcc'])}, "
-        f"F1 {_fmt(a['f1'])} on {validation_set} (n={a['n']}) -> {out}",
-        highlight=False,
+    out.write_text(json.dumps(card.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    console.print(f"{card_line(card)} -> {out}", highlight=False)
+
+
+def card_line(card: JudgeCard) -> str:
+    """A card's agreement in one line."""
+    a = card.agreement
+    return (
+        f"{card.name}: kappa {_fmt(a.kappa)}, accuracy {_fmt(a.accuracy)}, MCC {_fmt(a.mcc)}, F1 {_fmt(a.f1)} on "
+        f"{card.validation_set.name} (n={a.n})"
     )
 
 
@@ -496,9 +507,7 @@ def judge_compare_cmd(old: Path, new: Path, as_json: bool) -> None:
         fail(e)
     if as_json:
         click.echo(
-            json.dumps(
-                {"old": a["name"], "new": b["name"], "upgrade": verdict.upgrade, "reasons": verdict.reasons}, indent=2
-            )
+            json.dumps({"old": a.name, "new": b.name, "upgrade": verdict.upgrade, "reasons": verdict.reasons}, indent=2)
         )
     else:
         for line in verdict.reasons:
