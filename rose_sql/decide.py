@@ -143,6 +143,9 @@ UNSCORED: dict[Unscored, Reason] = {
     ),
 }
 
+NO_PREDICTION = "no prediction for this question of the gold file: counted wrong (no_prediction), as leaderboards do"
+"""The decision's ``why`` for a question without a prediction."""
+
 DecidedBy = Literal["execution", "prover", "refuter", "imported"]
 """The stage that settled a score (``imported``: taken as published from outputs we could not re-decide)."""
 Step = Literal["prover", "refuter", "refuter_matched"]
@@ -205,6 +208,8 @@ class Facts:
     """Whether the Refuter is consulted on a Prover's pass (replay's ``no-refuter`` variant turns it off)."""
     question: bool = True
     """Whether the item has question text for the judges to read."""
+    predicted: bool = True
+    """False for a question of the gold file that the prediction file has no prediction for."""
     db: str = ""
     """The database (named in the reasons about it)."""
     prover: ProverReply | JudgeOutcome | None = None
@@ -250,6 +255,8 @@ def _table(f: Facts) -> Decision | Step:
             return Decision(None, "wall_guard", None, f"the {side} was {e.error}")
     if gold is not None and not gold.ok:
         return Decision(None, "gold_error", None, f"the gold SQL does not execute ({gold.status}): {gold.error}")
+    if not f.predicted:
+        return Decision(0, None, "execution", NO_PREDICTION)
     if pred is not None and pred.status == "timeout":
         return Decision(0, None, "execution", failed)  # the gold ran within the same limit
     if f.judge and f.evidence_guard:

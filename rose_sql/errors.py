@@ -10,6 +10,8 @@ on the item; the third belongs to the RL reward::
      |   caller mistakes: shown to the user by the CLI (exit status 2)
      +-- InputError           a file cannot be read or parsed; names the file and line or key
      +-- UsageError           options that contradict each other or name nothing usable
+     |   infrastructure: stops a run that has started (exit status 2), what was recorded kept
+     +-- EndpointUnreachable  the judge's endpoint cannot be reached, or refuses the key, at the first call
      |   judge failures: caught by the judge walk, recorded on the item
      +-- ReplyError           a judge's reply holds no valid JSON object of the expected shape
      +-- EndpointError        the endpoint kept failing, or answered outside the protocol (raw text kept)
@@ -49,6 +51,10 @@ class InputError(RoseError):
 
 class UsageError(RoseError):
     """Options or arguments that cannot work together (shown to the user; the run does not start)."""
+
+
+class EndpointUnreachable(RoseError):
+    """The judge's endpoint cannot be reached, or refuses the key, before a run's first uncached call (exit 2)."""
 
 
 class ReplyError(RoseError):

@@ -9,16 +9,17 @@ judge-free path for scripts and tests, and :func:`evaluate_items` the whole path
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rose_sql.compare import Comparison, compare
 from rose_sql.config import Config, MatchedRefuter
 from rose_sql.decide import Decision, Facts, JudgeOutcome, Step, decide, walk
 from rose_sql.engines import Database, Source
 from rose_sql.engines.kinds import as_source
+from rose_sql.errors import EndpointUnreachable
 from rose_sql.evidence.findings import Evidence, questions_match, render
 from rose_sql.execute import Executor
 from rose_sql.items import Item
@@ -84,6 +85,7 @@ class Executed:
             evidence_questions_match=judge and questions_match(self.doubts, self.evidence),
             evidence_guard=self.evidence.guard if self.evidence is not None else None,
             question=bool((self.item.question or "").strip()),
+            predicted=self.item.pred_sql is not None,
         )
 
     def evidence_text(self) -> str | None:
@@ -108,6 +110,8 @@ def execute_item(
     gold = executor.run(db, item.gold_sql, role="gold") if item.gold_sql is not None else None
     if gold is not None and gold.status in ("missing", "unreadable"):  # the item is db_missing / db_unreadable
         return Executed(item, db, True, gold, server=server)
+    if item.pred_sql is None:  # a question of the gold file without a prediction: wrong, as leaderboards count it
+        return Executed(item, db, True, gold, readings=_no_prediction(db, gold), server=server)
     pred = executor.run(db, item.pred_sql, role="pred")
     comparison = None
     if gold is not None and gold.result is not None and pred.result is not None:
@@ -125,6 +129,16 @@ def execute_item(
 
         found_doubts = match_doubts(item.pred_sql, item.gold_sql, gold, comparison)
     return Executed(item, db, True, gold, pred, comparison, readings, evidence, found_doubts, server)
+
+
+def _no_prediction(db: Database, gold: Execution | None) -> Readings:
+    """The readings of a question without a prediction whose gold ran: 0, as a prediction that fails (the
+    test suite's where it runs)."""
+    if gold is None or not gold.ok:
+        return Readings()
+    if db.info.python_sqlite3:
+        return Readings(bird_ex=0, soft_f1=0.0, ts_ex=0, ts_ex_keep_distinct=0)
+    return Readings(bird_ex=0, soft_f1=0.0)
 
 
 def official_readings(item: Item, db: Database, gold: Execution, pred: Execution, executor: Executor) -> Readings:
@@ -342,11 +356,27 @@ def evaluate_item(item: Item, source: Source, executor: Executor) -> Record:
         return failed_record(item, e)
 
 
+T = TypeVar("T")
+
+
+async def gather_or_stop(work: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """The results of ``work`` run concurrently, in order; the first :class:`EndpointUnreachable` cancels
+    the rest and is raised (each coroutine turns every other failure into data on its items)."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(w) for w in work]
+    except* EndpointUnreachable as stopped:
+        raise stopped.exceptions[0] from None
+    return [t.result() for t in tasks]
+
+
 def evaluate_items(items: Sequence[Item], source: Source, config: Config | None = None) -> list[Record]:
     """Evaluate items in this process, judges and evidence as ``config`` says: the records, in order.
 
     The library's whole path for scripts and notebooks (``rose run`` adds worker processes, resume and
-    the files). Never raises for an item's problem: each one's failure is data on its record.
+    the files). Never raises for an item's problem: each one's failure is data on its record. Raises
+    :class:`~rose_sql.errors.EndpointUnreachable` when a judge is configured and its endpoint cannot be
+    reached at the first call the cache cannot answer (no item is then scored ``judge_error`` for it).
     """
     as_source(source)
     return asyncio.run(_evaluate_items(items, source, config or Config()))
@@ -383,10 +413,12 @@ async def _evaluate_items(items: Sequence[Item], source: Source, config: Config)
                     if llm is None or schemas is None:
                         return unjudged_record(ex)
                     return to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy, votes=votes))
+                except EndpointUnreachable:
+                    raise  # the endpoint, not the item: the run stops
                 except Exception as e:  # a bug of ours: the item says so, the others go on
                     return failed_record(item, e)
 
-            return list(await asyncio.gather(*(one(it) for it in items)))
+            return await gather_or_stop([one(it) for it in items])
     finally:
         if finder is not None:
             finder.close()  # the scratch databases of the witness search on a server

@@ -6,7 +6,10 @@ not stop the run, like BIRD prediction keys that are not ``0..N-1``). Malformed 
 evaluated: files are read through :mod:`rose_sql.readers` (size bound, encoding, strict JSON and
 CSV), and every value an item takes is checked by :mod:`rose_sql.fields` (ids are strings or
 integers, text is text, a ``db_id`` is a folder name). Nothing is dropped: a file with no items is an error, and empty
-predictions are kept (they score 0) and counted in a warning.
+predictions are kept (they score 0) and counted in a warning. A question of a gold file that a BIRD or
+SQLExam prediction file has no prediction for is an item too, without SQL (``pred_sql`` None): counted
+wrong and in every denominator, as leaderboards count it, and named in a warning (Spider files, and
+files paired with a gold by position, must have a line per question already).
 
 Formats (``--format``; auto-detected when omitted):
 
@@ -60,8 +63,9 @@ class Item:
     """Identifier kept as the input gives it (BIRD key, Spider position, question_id)."""
     db_id: str
     """Database name: the database file is ``<db-root>/<db_id>/<db_id>.sqlite``."""
-    pred_sql: str
-    """The predicted SQL as written by the system."""
+    pred_sql: str | None
+    """The predicted SQL as written by the system; None for a question of the gold file that the prediction
+    file has no prediction for (``no_prediction``: scored 0, as leaderboards count it)."""
     gold_sql: str | None
     """The reference SQL; None when the input has none."""
     question: str | None = None
@@ -251,10 +255,24 @@ def _bird(src: _Source, gold: _GoldFile | None) -> Loaded:
             )
         else:
             warnings.append(f"{path.name}: keys are not 0..{len(keys) - 1}; paired by key")
-    missing = len(golds) - len(keys_of)
-    if missing:
-        warnings.append(f"{path.name}: {missing} of {len(golds)} questions in {gold_path.name} have no prediction")
+    absent = [(pos, g) for pos, g in enumerate(golds) if pos not in keys_of]
+    items += [_unpredicted(g, f"{gold_path.name}[{pos}]") for pos, g in absent]
+    if absent:
+        warnings.append(_unpredicted_warning(path, gold, [g.id for _, g in absent]))
     return Loaded(path, "bird", items, warnings)
+
+
+def _unpredicted(g: _Gold, source: str) -> Item:
+    """The item of a gold question that the prediction file has no prediction for (scored 0)."""
+    return Item(g.id, g.db_id, None, g.sql, g.question, g.evidence, g.difficulty, source)
+
+
+def _unpredicted_warning(path: Path, gold: _GoldFile, ids: list[ItemId]) -> str:
+    return (
+        f"{path.name}: {len(ids)} of {len(gold.golds)} questions in {gold.path.name} have no prediction "
+        f"(ids {_some([repr(i) for i in ids])}): each is counted wrong (no_prediction, scored 0) and stays in "
+        "every denominator, as leaderboards count a missing prediction"
+    )
 
 
 def _spider(src: _Source, gold: _GoldFile | None) -> Loaded:
@@ -339,6 +357,11 @@ def _sqlexam(src: _Source, gold: _GoldFile | None) -> Loaded:
         )
     if gold is not None:
         warnings.append(_sqlexam_gold_note(path, gold, data, items))
+        have = {it.id for it in items}  # matched by question_id: a repeat's position shares its question's prediction
+        absent = [g for g in gold.golds if g.qid is not None and g.qid not in have]
+        items += [_unpredicted(g, f"{gold.path.name}:{g.id}") for g in absent]
+        if absent:
+            warnings.append(_unpredicted_warning(path, gold, [g.id for g in absent]))
     return Loaded(path, "sqlexam", items, warnings)
 
 
@@ -527,7 +550,7 @@ def load_items(
         fmt, parsed = _detect(path, text)
     gold = load_gold(Path(gold_path), max_bytes) if gold_path is not None else None
     loaded = _LOADERS[fmt](_Source(path, text, parsed), gold)
-    if not loaded.items:
+    if all(it.pred_sql is None for it in loaded.items):  # none, or only the gold's questions it lacks
         raise InputError(path, "no items: the file holds no predictions")
     seen: dict[ItemId, str] = {}
     for it in loaded.items:
@@ -536,7 +559,7 @@ def load_items(
             message = f"item id {it.id!r} occurs more than once ({both}); ids must be unique"
             raise InputError(path, message, where=_place_of(it, path))
         seen[it.id] = it.source
-    empty = [it.source for it in loaded.items if not it.pred_sql.strip()]
+    empty = [it.source for it in loaded.items if it.pred_sql is not None and not it.pred_sql.strip()]
     if empty:
         loaded.warnings.append(
             f"{path.name}: {len(empty)} of {len(loaded.items)} items have an empty prediction ({_some(empty)}); "

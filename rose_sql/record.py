@@ -23,6 +23,10 @@ Layout versions (``schema``):
   item is ``db_missing`` when the gold meets it), and an execution may carry ``note`` (a documented way its
   engine differed from SQLite for that statement, written only when set). Nothing was renamed: a record of
   layout 2 reads as it was.
+- 4: ``pred_sql`` is null for a question of the gold file that the prediction file has no prediction for
+  (scored 0 by execution: ``no_prediction``); ``summary.json`` carries ``figures`` (each figure with its
+  denominator and what it left out) and ``by_difficulty`` holds figures too. A record of layout 3 reads as
+  it was; a summary of layout 3 gets its figures rebuilt from its means (see ``rose_sql.summary``).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ if TYPE_CHECKING:  # pydantic models: imported by the judges and by readers, nev
 
     from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The layout this version writes; :func:`migrate` reads every earlier one."""
 PREVIEW_ROWS = 5
 """Rows of each result a record keeps."""
@@ -257,8 +261,8 @@ class Record:
     """Difficulty label when the data has one."""
     question: str | None = None
     """The question text."""
-    pred_sql: str = ""
-    """The predicted SQL as given."""
+    pred_sql: str | None = ""
+    """The predicted SQL as given; None for a question of the gold file without a prediction (scored 0)."""
     gold_sql: str | None = None
     """The gold SQL as given."""
     source: str = ""
@@ -384,6 +388,7 @@ def migrate(data: Any) -> Any:
         return data
     # 1 -> 2: new fields take their defaults (labels' three Refuter fields, doubts); nothing was renamed
     # 2 -> 3: a new status value and an optional note; nothing was renamed
+    # 3 -> 4: pred_sql may be null (no prediction); nothing was renamed
     return {**data, "schema": SCHEMA_VERSION}
 
 

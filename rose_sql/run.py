@@ -29,11 +29,12 @@ from rose_sql.config import Config
 from rose_sql.decide import UNSCORED
 from rose_sql.distributed.shard import Shard
 from rose_sql.engines import Source
-from rose_sql.errors import Lost, UsageError
+from rose_sql.errors import EndpointUnreachable, Lost, UsageError
 from rose_sql.evaluate import (
     Executed,
     execute_item,
     failed_record,
+    gather_or_stop,
     judge_item,
     record_for,
     to_record,
@@ -247,7 +248,7 @@ def _batches(queue: list[tuple[str, Item]]) -> list[list[tuple[str, Item]]]:
     together where they fit: a worker process then runs that gold, and the predictions several
     systems share, once for all of them."""
     groups: dict[tuple[str, str], list[tuple[str, Item]]] = {}
-    for entry in sorted(queue, key=lambda e: e[1].pred_sql):  # alike predictions side by side
+    for entry in sorted(queue, key=lambda e: e[1].pred_sql or ""):  # alike predictions side by side
         it = entry[1]
         groups.setdefault((it.db_id, it.gold_sql or ""), []).append(entry)
     batches: list[list[tuple[str, Item]]] = [[]]
@@ -310,7 +311,7 @@ def _execute_batch(worker: _Worker, batch: tuple[list[Item], Source, bool]) -> l
     record with the item's own fields (:func:`rose_sql.evaluate.record_for`)."""
     items, db_root, final = batch
     out: list[Outcome] = []
-    alike: dict[tuple[str, str | None, str], Executed | Record] = {}  # systems that predicted the same SQL
+    alike: dict[tuple[str, str | None, str | None], Executed | Record] = {}  # systems that predicted the same SQL
     for it in items:
         try:
             key = (it.db_id, it.gold_sql, it.pred_sql)
@@ -394,7 +395,7 @@ class Evaluator:
                 write(name, ex.json, ex.brief)
             else:
                 judged.append(self._finish(name, it, ex, write))
-        await asyncio.gather(*judged)
+        await gather_or_stop(judged)
 
     async def _finish(self, name: str, item: Item, ex: Outcome, write: Write) -> None:
         try:
@@ -403,6 +404,8 @@ class Evaluator:
             assert not isinstance(ex, _Line) and self.schemas is not None  # a judge is configured
             judged = await judge_item(ex, self.llm, self.schemas, matched_refuter=self.policy, votes=self.votes)
             record = to_record(ex, judged)
+        except EndpointUnreachable:
+            raise  # the endpoint, not the item: the run stops, nothing recorded for it
         except Exception as e:  # a bug of ours: the item is unscored, the run goes on
             record = failed_record(item, e)
         write(name, record.to_json(), Brief.of(record))
@@ -440,7 +443,7 @@ class Local:
                 flush({name for name, _ in batch})
 
         try:
-            await asyncio.gather(*(one(b) for b in _batches(queue)))
+            await gather_or_stop([one(b) for b in _batches(queue)])
         finally:
             await evaluator.aclose()
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from rose_sql.accounting import READINGS, Figure, Figures, by_difficulty, figures, gaps
 from rose_sql.config import Config
 from rose_sql.items import ItemId, Loaded
 from rose_sql.provenance import JudgeInfo, Manifest, judge_info
@@ -26,7 +27,7 @@ from rose_sql.record import SCHEMA_VERSION, Record, id_key, read_records
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
-READINGS = ("bird_ex", "ts_ex", "ts_ex_keep_distinct", "soft_f1")
+__all__ = ["READINGS", "Brief", "CallBrief", "StageUsage", "Summary", "Usage", "summarize", "summarize_briefs"]
 
 
 class CallBrief(NamedTuple):
@@ -55,6 +56,10 @@ class Brief(NamedTuple):
     calls: tuple[CallBrief, ...]
     escalated: bool = False
     """Whether a stage of the item escalated to the strong model (``--escalate-to``)."""
+    gaps: tuple[str | None, ...] = (None, None, None, None)
+    """Per official reading, why it is undefined (:func:`rose_sql.accounting.gaps`)."""
+    predicted: bool = True
+    """False for a question of the gold file without a prediction (``no_prediction``)."""
 
     @classmethod
     def of(cls, r: Record) -> Brief:
@@ -66,27 +71,19 @@ class Brief(NamedTuple):
         )
         reason = r.comparison.reason if r.comparison is not None else None
         escalated = any(v.escalated for v in r.votes or ())
-        return cls(r.id, r.score, r.unscored_reason, r.decided_by, r.readings, r.difficulty, reason, calls, escalated)
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """ROSE and the official readings over a group of items."""
-
-    n: int
-    """Items in the group."""
-    scored: int
-    """Items with a score."""
-    rose: float | None
-    """Mean score over scored items (None when nothing is scored)."""
-    bird_ex: float | None = None
-    """Mean BIRD EX where defined."""
-    ts_ex: float | None = None
-    """Mean Spider test-suite EX where defined."""
-    ts_ex_keep_distinct: float | None = None
-    """Mean Spider test-suite EX with --keep_distinct where defined."""
-    soft_f1: float | None = None
-    """Mean BIRD Soft-F1 where defined."""
+        return cls(
+            r.id,
+            r.score,
+            r.unscored_reason,
+            r.decided_by,
+            r.readings,
+            r.difficulty,
+            reason,
+            calls,
+            escalated,
+            gaps(r),
+            r.pred_sql is not None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +145,9 @@ class Summary:
     coverage: float
     """scored / n."""
     rose: float | None
-    """Mean score over scored items (None when nothing is scored)."""
+    """Mean score over scored items; None while any item awaits a judge, and when nothing is scored."""
     bird_ex: float | None
-    """Mean BIRD EX over items where it is defined."""
+    """Mean BIRD EX over items where it is defined (None over no item)."""
     ts_ex: float | None
     """Mean Spider test-suite EX (DISTINCT removed, its default)."""
     ts_ex_keep_distinct: float | None
@@ -165,8 +162,13 @@ class Summary:
     """Our comparator's outcomes by reason (same, order, values, ...)."""
     readings_n: dict[str, int]
     """How many items each reading is defined on."""
-    by_difficulty: dict[str, Block] = field(default_factory=dict)
-    """The same means per difficulty label, where the data has them."""
+    figures: Figures
+    """Every figure above with its numerator, denominator and what it left out, by reason
+    (:mod:`rose_sql.accounting`)."""
+    by_difficulty: dict[str, Figures] = field(default_factory=dict)
+    """The figures per difficulty label, where the data has them, each with its own denominator."""
+    no_prediction: int = 0
+    """Questions of the gold file without a prediction: scored 0, in every denominator."""
     llm: Usage = field(default_factory=Usage)
     """LLM calls, cached replies, tokens and cost: totals and per stage (from the records)."""
     judge: JudgeInfo | None = None
@@ -181,8 +183,11 @@ class Summary:
     schema: int = SCHEMA_VERSION
     """Version of the record and summary layout."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> dict[str, object]:
+        data: dict[str, object] = asdict(self)
+        data["figures"] = self.figures.to_dict()
+        data["by_difficulty"] = {d: f.to_dict() for d, f in self.by_difficulty.items()}
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> Summary:
@@ -194,6 +199,8 @@ class Summary:
         version = data.get("schema", 1)
         if not isinstance(version, int) or version > SCHEMA_VERSION:
             raise ValueError(f"summary layout {version!r} is newer than this rose-sql reads; upgrade")
+        if version < 4:
+            data = _lift(data)
         try:
             summary: Summary = _adapter().validate_python({**data, "schema": SCHEMA_VERSION})
         except ValidationError as e:
@@ -202,21 +209,33 @@ class Summary:
         return summary
 
 
+def _lift(data: dict[str, Any]) -> dict[str, object]:
+    """A summary of a layout before 4 (no figures) lifted: its figures rebuilt from its means and counts
+    (a reading's left-out items under ``not_recorded``: the reasons were not kept), ROSE no number while
+    items await a judge (those layouts wrote 0.0), ``by_difficulty`` dropped (its means had no
+    denominators of their own; the records give them)."""
+    n, scored = int(data.get("n", 0)), int(data.get("scored", 0))
+    unscored = {str(k): int(v) for k, v in (data.get("unscored") or {}).items()}
+    counts = data.get("readings_n") or {}
+
+    def reading(name: str) -> Figure:
+        k = int(counts.get(name, 0))
+        return Figure(name, float(data.get(name) or 0.0) * k, k, n, {"not_recorded": n - k} if n > k else {})
+
+    rose = Figure("rose", float(data.get("rose") or 0.0) * scored, scored, n, unscored)
+    figs = Figures(n, rose, *(reading(name) for name in READINGS))
+    out: dict[str, object] = {k: v for k, v in data.items() if k != "by_difficulty"}
+    out["figures"] = figs.to_dict()
+    if rose.awaiting:
+        out["rose"] = None
+    return out
+
+
 @cache
 def _adapter() -> TypeAdapter[Summary]:
     from pydantic import TypeAdapter
 
     return TypeAdapter(Summary)
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return round(sum(values) / len(values), 6) if values else None
-
-
-def _block(briefs: list[Brief]) -> Block:
-    scored = [b.score for b in briefs if b.score is not None]
-    means = {name: _mean([v for b in briefs if (v := getattr(b.readings, name)) is not None]) for name in READINGS}
-    return Block(len(briefs), len(scored), _mean(scored), **means)
 
 
 _COUNTS = ("calls", "cached", "prompt_tokens", "completion_tokens", "cost_usd", "cached_tokens", "reasoning_tokens")
@@ -289,24 +308,25 @@ def summarize_briefs(
     """Summarise the briefs of one system's records (deduplicated by id, the last of an id winning)."""
     by_id = {id_key(b.id): b for b in briefs_in}
     briefs = list(by_id.values())
-    main = _block(briefs)
+    main = figures(briefs)
     n = len(briefs)
-    difficulties = sorted({b.difficulty for b in briefs if b.difficulty})
     return Summary(
         system=system,
         n=n,
-        scored=main.scored,
-        coverage=round(main.scored / n, 6) if n else 0.0,
-        rose=main.rose,
-        bird_ex=main.bird_ex,
-        ts_ex=main.ts_ex,
-        ts_ex_keep_distinct=main.ts_ex_keep_distinct,
-        soft_f1=main.soft_f1,
-        unscored=dict(Counter(str(b.unscored_reason) for b in briefs if b.score is None)),
+        scored=main.rose.n,
+        coverage=round(main.rose.n / n, 6) if n else 0.0,
+        rose=main.rose.value,
+        bird_ex=main.bird_ex.value,
+        ts_ex=main.ts_ex.value,
+        ts_ex_keep_distinct=main.ts_ex_keep_distinct.value,
+        soft_f1=main.soft_f1.value,
+        unscored=main.rose.left_out,
         decided_by=dict(Counter(str(b.decided_by) for b in briefs if b.score is not None)),
         comparison=dict(Counter(b.comparison_reason or "not_compared" for b in briefs)),
-        readings_n={k: sum(1 for b in briefs if getattr(b.readings, k) is not None) for k in READINGS},
-        by_difficulty={d: _block([b for b in briefs if b.difficulty == d]) for d in difficulties},
+        readings_n={name: main.reading(name).n for name in READINGS},
+        figures=main,
+        by_difficulty=by_difficulty(briefs),
+        no_prediction=sum(1 for b in briefs if not b.predicted),
         llm=_usage(briefs),
         judge=judge_info(config),
         format=loaded.format if loaded else "",

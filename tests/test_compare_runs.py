@@ -14,7 +14,6 @@ from conftest import make_record, write_records
 from rose_sql.analysis.runs import Run, load_run
 from rose_sql.analysis.systems import (
     Discordance,
-    Mean,
     Scores,
     leaderboard,
     ordered_difficulties,
@@ -57,7 +56,10 @@ def _write(folder: Path, records: list[Record]) -> Path:
 def test_system_row_by_hand() -> None:
     row = system_row(Run("a", Path("a"), A))
     assert (row.headline.items, row.unscored, row.ex_undefined) == (7, 1, 1)
-    assert row.headline.rose == Mean(66.67, 6) and row.headline.readings["bird_ex"] == Mean(50.0, 6)
+    rose, ex = row.headline.figures.rose, row.headline.figures.bird_ex
+    assert (rose.percent, rose.n, rose.of, rose.left_out) == (66.67, 6, 7, {"judge_error": 1})
+    assert (ex.percent, ex.n, ex.of, ex.left_out) == (50.0, 6, 7, {"no_gold": 1})  # item 6 has no reading
+    assert rose.shown() == "66.67 over 6 of 7 (1 judge_error)"
     assert row.overall == Scores(n=5, ex=40.0, rose=60.0, gap=20.0)
     assert list(row.by_difficulty) == ["simple", "moderate", "challenging"]  # easiest first, not alphabetical
     assert row.by_difficulty["simple"] == Scores(2, 50.0, 100.0, 50.0)

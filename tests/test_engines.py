@@ -21,6 +21,7 @@ from rose_sql.errors import UsageError
 from rose_sql.evaluate import evaluate_item
 from rose_sql.execute import Executor
 from rose_sql.items import Item
+from rose_sql.record import SCHEMA_VERSION
 
 KINDS = ("postgresql", "mysql", "duckdb")
 
@@ -79,7 +80,7 @@ def test_sqlite_records_keep_their_layout(make_db: Callable[..., Path]) -> None:
     with Executor(Config(workers=1)) as ex:
         record = evaluate_item(Item(1, "t", "SELECT a FROM t", "SELECT a FROM t"), Source.folder(db.parent.parent), ex)
     data = record.to_dict()
-    assert "dialect" not in data and "server" not in data and data["schema"] == 3
+    assert "dialect" not in data and "server" not in data and data["schema"] == SCHEMA_VERSION
     assert "note" not in data["pred"] and "note" not in data["gold"]
 
 

@@ -259,8 +259,10 @@ def test_the_hostile_set_through_rose_run(
     done = subprocess.run(
         [*cmd, "--timeout", str(TIMEOUT_S), "--workers", "2"], capture_output=True, text=True, timeout=600
     )
-    assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in (out / "hostile" / "records.jsonl").read_text().splitlines()]
+    guarded = sum(r["unscored_reason"] == "wall_guard" for r in records)  # under load, a time limit may fire
+    assert done.returncode == (3 if guarded else 0), done.stderr
+    assert not guarded or f"({guarded} wall_guard)" in done.stderr
     assert len(records) == len(cases)
     assert all(r["gold"]["status"] == "ok" for r in records)
     assert _checksums(kind, admin) == before

@@ -40,8 +40,11 @@ def test_bird_pairs_by_key_not_position(tmp_path: Path) -> None:
 def test_bird_missing_keys_warn(tmp_path: Path) -> None:
     gold = write(tmp_path / "dev.json", json.dumps(BIRD_GOLD))
     loaded = load_items(write(tmp_path / "p.json", json.dumps({"0": bird_pred("SELECT 1", "a")})), gold)
-    assert [it.id for it in loaded.items] == [0]
-    assert any("2 of 3 questions" in w for w in loaded.warnings)
+    # a gold question without a prediction is an item without SQL: counted wrong, never dropped
+    assert [(it.id, it.pred_sql) for it in loaded.items] == [(0, "SELECT 1"), (1, None), (2, None)]
+    assert [it.source for it in loaded.items[1:]] == ["dev.json[1]", "dev.json[2]"]
+    (warning,) = [w for w in loaded.warnings if "2 of 3 questions" in w]
+    assert "(ids 1, 2)" in warning and "no_prediction, scored 0" in warning
 
 
 @pytest.mark.parametrize(
@@ -211,9 +214,11 @@ def test_sqlexam_with_gold_says_what_the_gold_did(tmp_path: Path) -> None:
         {"question_id": 9, "db_id": "a", "predicted_sql": "SELECT 9", "gold_sql": "SELECT 9"},
     ]
     loaded = load_items(write(tmp_path / "r.json", json.dumps(rows)), gold)
-    assert [it.gold_sql for it in loaded.items] == ["SELECT 2", "SELECT 0", "SELECT 9"]
+    assert [it.gold_sql for it in loaded.items] == ["SELECT 2", "SELECT 0", "SELECT 9", "SELECT 1"]
     assert loaded.items[1].question == "q0"
-    (note,) = loaded.warnings
+    assert (loaded.items[3].id, loaded.items[3].pred_sql) == (1, None)  # the gold's question 1 has no prediction
+    note, missing = loaded.warnings
+    assert missing.startswith("r.json: 1 of 3 questions in dev.json have no prediction (ids 1)")
     assert note.startswith("r.json carries its own gold_sql; --gold dev.json replaced it for 2 of 3 items")
     assert "(1 of them differ" in note and "question_id 9 (1) not in it keep their own" in note
 

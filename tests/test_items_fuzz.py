@@ -232,7 +232,8 @@ def check(case: Case) -> str:
         assert isinstance(it.id, int | str) and not isinstance(it.id, bool), it
         assert it.id not in ids, it
         ids.add(it.id)
-        assert isinstance(it.pred_sql, str) and isinstance(it.db_id, str) and it.db_id.strip() == it.db_id != ""
+        assert isinstance(it.pred_sql, str | None) and isinstance(it.db_id, str) and it.db_id.strip() == it.db_id != ""
+        assert it.pred_sql is not None or (case.gold is not None and it.source.startswith(case.gold.name))
         assert "/" not in it.db_id and "\x00" not in it.db_id
         json.dumps([it.id, it.db_id, it.question, it.evidence], ensure_ascii=False).encode()  # records can hold them
     return "loaded"

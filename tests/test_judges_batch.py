@@ -45,7 +45,10 @@ def batch_args(srv: ScriptedOpenAI, tmp: Path, *extra: str) -> list[str]:
 
 
 def run_batch(items: Path, league: Path, out: Path, srv: ScriptedOpenAI, cache: Path, *extra: str) -> Any:
-    return rose(["run", str(items), "--db-root", str(league), "--out", str(out), *batch_args(srv, cache, *extra)])
+    """A batched run of ``items`` (the tests' ITEMS hold item 7, whose replies are never valid: each run ends
+    with it judge_invalid, and exits 3 saying so)."""
+    args = ["run", str(items), "--db-root", str(league), "--out", str(out), *batch_args(srv, cache, *extra)]
+    return rose(args, exit_code=3)
 
 
 def batch_log(out: Path) -> list[dict[str, Any]]:
@@ -62,7 +65,7 @@ def test_batch_run_scores_like_live_run_at_half_price(tmp_path: Path, league: Pa
     items = write_items(tmp_path / "items.jsonl", ITEMS)
     with ScriptedOpenAI(by_content(verdicts)) as srv:
         rose(["run", str(items), "--db-root", str(league), "--out", str(tmp_path / "live"),
-              *judge_args(srv, tmp_path / "a", "--policy", "paper")])  # fmt: skip
+              *judge_args(srv, tmp_path / "a", "--policy", "paper")], exit_code=3)  # fmt: skip
         live_calls = srv.calls
         srv.reset()
         result = run_batch(items, league, tmp_path / "out", srv, tmp_path / "b")
@@ -146,7 +149,7 @@ def test_expired_batch_sends_its_unfinished_requests_again(tmp_path: Path, leagu
     script = BatchScript(validating_polls=2, in_progress_polls=3, expire=lambda n: 2 if n == 0 else None)
     with ScriptedOpenAI(by_content(verdicts)) as live_srv:
         rose(["run", str(items), "--db-root", str(league), "--out", str(tmp_path / "live"),
-              *judge_args(live_srv, tmp_path / "a", "--policy", "paper")])  # fmt: skip
+              *judge_args(live_srv, tmp_path / "a", "--policy", "paper")], exit_code=3)  # fmt: skip
     with ScriptedOpenAI(by_content(verdicts), batch=script) as srv:
         run_batch(items, league, tmp_path / "out", srv, tmp_path / "b")
         batches = srv.batch.batches
@@ -177,7 +180,7 @@ def test_batch_needs_a_judge_and_the_cache(tmp_path: Path, league: Path) -> None
     items = write_items(tmp_path / "items.jsonl", ITEMS)
     base = ["run", str(items), "--db-root", str(league), "--out", str(tmp_path / "out"), "--batch"]
     result = CliRunner().invoke(main, base)
-    assert result.exit_code == 2 and "needs --judge-model" in result.output
+    assert result.exit_code == 2 and "--batch configures the judges: give --judge-model too" in result.output
     with ScriptedOpenAI(by_content(verdicts)) as srv:
         result = CliRunner().invoke(main, [*base, *judge_args(srv, tmp_path), "--no-cache"])
         assert srv.batch.batches == []
@@ -224,7 +227,8 @@ def test_kill_9_while_polling_then_resume_sends_nothing_twice(tmp_path: Path, le
             (out / "batches.jsonl").write_text("".join(line + "\n" for line in kept))
         hold.set()
         resumed = subprocess.run([*args, "--resume"], capture_output=True, text=True, env=ENV, timeout=HANG_GUARD_S)
-        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert resumed.returncode == 3, resumed.stderr[-3000:]  # item 7's replies are never valid
+        assert "1 judge_invalid" in resumed.stderr
         sent = srv.batch.submitted
         batches = srv.batch.batches
         assert srv.calls == 0

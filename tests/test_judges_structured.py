@@ -96,7 +96,13 @@ def rose(args: list[str], code: int = 0) -> Any:
 
 
 def run(
-    srv: ScriptedOpenAI, tmp: Path, league: Path, items: list[dict[str, Any]], *extra: str, out: str = "out"
+    srv: ScriptedOpenAI,
+    tmp: Path,
+    league: Path,
+    items: list[dict[str, Any]],
+    *extra: str,
+    out: str = "out",
+    code: int = 0,
 ) -> dict[Any, dict[str, Any]]:
     """``rose run`` of ``items`` judged by ``srv``; the records by id."""
     tmp.mkdir(parents=True, exist_ok=True)
@@ -107,7 +113,7 @@ def run(
         args += ["--judge-model", "gpt-4o-mini"]
     if "--cache-dir" not in extra and "--no-cache" not in extra:
         args += ["--cache-dir", str(tmp / "cache")]
-    rose([*args, *extra])
+    rose([*args, *extra], code)
     lines = (tmp / out / "items" / "records.jsonl").read_text().splitlines()
     return {r["id"]: r for r in map(json.loads, lines)}
 
@@ -209,7 +215,7 @@ def test_refusal_message_shapes_are_recognised(tmp_path: Path, league: Path) -> 
 
 def test_structured_on_insists_and_a_refusal_is_a_judge_error(tmp_path: Path, league: Path) -> None:
     with ScriptedOpenAI(refuse_schema(by_content(plain))) as srv:
-        records = run(srv, tmp_path, league, [item(1)], "--judge-structured", "on")
+        records = run(srv, tmp_path, league, [item(1)], "--judge-structured", "on", code=3)
     (call,) = records[1]["judges"]
     assert records[1]["unscored_reason"] == "judge_error" and "--judge-structured auto" in call["error"]
     assert call["reply_format"] == "json_schema"

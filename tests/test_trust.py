@@ -160,9 +160,11 @@ def test_resume_retries_items_whose_endpoint_was_down(league: tuple[Path, Path],
     items, db_root = league
     _write_items(items, ["SELECT name, age FROM player WHERE age > 25"] * 6)
     out, env = tmp_path / "out", {"OPENAI_API_KEY": "t"}
-    down = ["--judge-model", "m", "--judge-base-url", "http://127.0.0.1:9/v1", "--max-retries", "0"]
-    down += ["--judge-timeout", "2", "--cache-dir", tmp_path / "cache"]
-    assert rose("run", items, "--db-root", db_root, "--out", out, *down, env=env).exit_code == 0
+    with ScriptedOpenAI(lambda request, index: Reply(status=503, error="overloaded")) as failing:
+        down = ["--judge-model", "m", "--judge-base-url", failing.base_url, "--max-retries", "0"]
+        down += ["--judge-timeout", "2", "--cache-dir", tmp_path / "cache"]
+        res = rose("run", items, "--db-root", db_root, "--out", out, *down, env=env)
+        assert res.exit_code == 3 and "6 judge_error" in res.output  # never a score: unscored, and said so
     assert {r.unscored_reason for r in read_records(out / "items/records.jsonl")} == {"judge_error"}
     with ScriptedOpenAI(by_content(verdict)) as srv:
         up = ["--judge-model", "m", "--judge-base-url", srv.base_url, "--cache-dir", tmp_path / "cache"]
@@ -178,10 +180,12 @@ def test_keep_unscored_keeps_them(league: tuple[Path, Path], tmp_path: Path) -> 
     items, db_root = league
     _write_items(items, ["SELECT name, age FROM player WHERE age > 25"] * 6)
     out, env = tmp_path / "out", {"OPENAI_API_KEY": "t"}
-    down = ["--judge-model", "m", "--judge-base-url", "http://127.0.0.1:9/v1", "--max-retries", "0"]
-    assert rose("run", items, "--db-root", db_root, "--out", out, *down, env=env).exit_code == 0
-    res = rose("run", items, "--db-root", db_root, "--out", out, "--resume", "--keep-unscored", *down, env=env)
-    assert res.exit_code == 0 and "0 to go" in res.output
+    with ScriptedOpenAI(lambda request, index: Reply(status=503, error="overloaded")) as failing:
+        down = ["--judge-model", "m", "--judge-base-url", failing.base_url, "--max-retries", "0", "--no-cache"]
+        assert rose("run", items, "--db-root", db_root, "--out", out, *down, env=env).exit_code == 3
+        res = rose("run", items, "--db-root", db_root, "--out", out, "--resume", "--keep-unscored", *down, env=env)
+        assert failing.calls == 6  # the Prover of each item once: the kept items were not asked again
+    assert res.exit_code == 3 and "0 to go" in res.output  # kept as they were: still unscored, still said
 
 
 # --------------------------------------------------------------------------- interruptions and mistakes

@@ -77,21 +77,24 @@ def test_without_a_judge_the_run_table_shows_readings_and_rose_awaits(shared: Pa
              "--out", out)  # fmt: skip
     line = _row(res.stdout, "c3sql")
     # it used to print ROSE 0.00 (the mean of the one prediction that fails) beside BIRD EX 79.12
-    assert "79.12 (972)" in line and "82.72 (972)" in line and "84.53 (972)" in line
+    assert "79.12 (972/1034)" in line and "82.72 (972/1034)" in line and "84.53 (972/1034)" in line
     assert "awaiting judge (971 items)" in line and "0.00" not in line
     assert "complete" in line
+    # wta_1's 62 items have no database here: every figure says it leaves them out, never a bare number
+    assert "c3sql: every figure leaves out 62 db_missing" in res.stdout
 
 
 def test_without_a_judge_compare_shows_the_readings_not_ex_0_on_1_item(spider_out: Path, tmp_path: Path) -> None:
     res = ok("compare", spider_out / "c3sql", "--json", tmp_path / "t.json", "--csv", tmp_path / "t.csv")
     line = _row(res.stdout, "c3sql")
-    assert "79.12 (972)" in line and "awaiting judge (971 items)" in line and "0.00" not in line
+    assert "79.12 (972/1034)" in line and "awaiting judge (971 items)" in line and "0.00" not in line
     assert "EX (bird_ex) vs ROSE" not in res.stdout  # it used to show n 1, EX 0.00, ROSE 0.00, gap +0.00
     assert "ROSE awaits a judge on 971 items" in res.stdout
     (system,) = json.loads((tmp_path / "t.json").read_text())["systems"]
-    head = system["headline"]
-    assert head["readings"]["bird_ex"] == {"value": 79.12, "n": 972}
-    assert head["rose"] == {"value": None, "n": 1} and head["awaiting_judge"] == 971
+    figures = system["headline"]["figures"]
+    ex, rose = figures["bird_ex"], figures["rose"]
+    assert (ex["percent"], ex["n"], ex["of"], ex["left_out"]) == (79.12, 972, 1034, {"db_missing": 62})
+    assert (rose["percent"], rose["n"], rose["left_out"]) == (None, 1, {"awaiting_judge": 971, "db_missing": 62})
     assert system["overall"]["n"] == 0 and system["discordant"] is None and system["subsets"] == {}
     (row,) = csv.DictReader(io.StringIO((tmp_path / "t.csv").read_text()))
     assert (row["bird_ex"], row["rose"], row["awaiting_judge"], row["pair_ex"]) == ("79.12", "", "971", "")
@@ -103,7 +106,7 @@ def test_without_a_judge_the_report_headline_is_the_readings(spider_out: Path, t
     page = page_path.read_text(encoding="utf-8")
     cards = dict(re.findall(r'<div class="k">([^<]*)</div><div class="v">([^<]*)</div>', page))
     assert cards["BIRD EX"] == "79.12" and cards["TS EX"] == "82.72" and cards["Soft-F1"] == "84.53"
-    assert cards["ROSE"] == "awaiting judge" and "on 972 items" in page
+    assert cards["ROSE"] == "awaiting judge" and "on 972 of 1034 items (62 db_missing)" in page
     assert "0.00" not in cards.values() and "gap" not in cards  # it used to say EX 0.00, ROSE 0.00, gap +0.00
     assert "nothing to plot" not in page  # it used to draw six empty charts
     assert re.findall(r'data-chart="([^"]+)"', page) == ["readings"]
@@ -264,7 +267,7 @@ def test_piped_tables_keep_names_whole(spider_out: Path, o3_bird: Path, shared: 
     res = ok("compare", long, spider_out / "codes-1b")  # CliRunner's output is not a terminal
     assert "…" not in res.stdout  # the run table used to print "alpha-su…" and compare "discord…"
     line = _row(res.stdout, long.name)
-    assert "79.12 (972)" in line and "awaiting judge (971 items)" in line  # one row, one line
+    assert "79.12 (972/1034)" in line and "awaiting judge (971 items)" in line  # one row, one line
     labels = shared / "rose-vec/rose-vec-bird.json"
     for args in (["agree", "--bootstrap", "0"], ["replay"]):
         res = ok(args[0], o3_bird, "--labels", labels, *args[1:])

@@ -54,7 +54,7 @@ class AuditRow:
     reasons: list[str]
     """Why it is flagged: ``goldx``, ``ambq``, ``smell:<name>``."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         r, labels = self.record, self.record.labels
         return {
             "system": self.system,

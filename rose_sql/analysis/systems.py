@@ -1,11 +1,11 @@
 """The re-evaluation table across systems: the official readings and ROSE, then EX against ROSE.
 
 For each system (one run folder) its :class:`Headline`: the official readings (BIRD EX, test-suite
-EX, Soft-F1) in percent, each with the number of items it is defined on, and ROSE, the mean score over
-scored items, once a judge has scored them. While items await a judge (a run without
-``--judge-model``) ROSE is no number but their count: the only scores execution settles alone are the
-0s of predictions that fail, and their mean says nothing about a system. An undefined number is
-None here and a word in every view (:func:`shown`, :func:`rose_shown`), never 0.
+EX, Soft-F1) and ROSE, each a :class:`~rose_sql.accounting.Figure` with the items it is over, the items
+of the run, and what it left out by reason (computed by :mod:`rose_sql.accounting`, as ``summary.json``'s).
+While items await a judge (a run without ``--judge-model``) ROSE is no number but their count: the only
+scores execution settles alone are the 0s of predictions that fail, and their mean says nothing about a
+system. An undefined number is None here and a word in every view (:meth:`Figure.cell`), never 0.
 
 Where ROSE exists, EX (the ``bird_ex`` reading by default) and ROSE are compared on the items where
 *both* are defined, so the gap compares like with like; the same by difficulty; and the discordance
@@ -21,40 +21,26 @@ import csv
 import io
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from rose_sql.accounting import AWAITING, NAMES, READINGS, UNDEFINED, Figure, Figures, figures
 from rose_sql.analysis.runs import Completeness, Run, completeness
 from rose_sql.record import Record
-from rose_sql.summary import READINGS, Summary
+from rose_sql.summary import Brief, Summary
+
+__all__ = ["AWAITING", "UNDEFINED", "Headline", "SystemRow", "headline", "leaderboard", "summary_headline"]
 
 SUBSETS = ("goldx", "ambq", "goldx_or_ambq")
 _COUNTS = ("discordant", "ex_only", "rose_only")
-READING_NAMES = {
-    "bird_ex": "BIRD EX",
-    "ts_ex": "TS EX",
-    "ts_ex_keep_distinct": "TS EX keep-distinct",
-    "soft_f1": "Soft-F1",
-}
+READING_NAMES = {name: NAMES[name] for name in READINGS}
 """The official readings as the views name them."""
-AWAITING, UNDEFINED = "awaiting judge", "undefined"
-"""The words shown in place of a number: ROSE while items await a judge; a number defined on no item."""
 _DIFFICULTY_RANK = {"simple": 0, "easy": 0, "moderate": 1, "medium": 1, "challenging": 2, "hard": 2, "extra": 3}
 
 
 def ordered_difficulties(labels: Iterable[str]) -> list[str]:
     """Difficulty labels from easiest to hardest (BIRD's and Spider's names known; others after, sorted)."""
     return sorted(set(labels), key=lambda d: (_DIFFICULTY_RANK.get(d.lower(), 9), d))
-
-
-@dataclass(frozen=True, slots=True)
-class Mean:
-    """A mean in percent over the items where it is defined."""
-
-    value: float | None
-    """Percent, two decimals; None when defined on no item (and for ROSE while items await a judge)."""
-    n: int
-    """Items it is defined on (for ROSE: the scored items)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +51,18 @@ class Headline:
     """Records in the run."""
     completeness: Completeness
     """Whether every item of the input has a record (``partial`` runs look finished otherwise)."""
-    readings: dict[str, Mean]
-    """The official readings by name (:data:`rose_sql.summary.READINGS`)."""
-    rose: Mean
-    """The mean score over scored items; its value is None while any item awaits a judge."""
-    awaiting_judge: int
-    """Items no judge has scored yet (reason ``awaiting_judge``)."""
+    figures: Figures
+    """ROSE and the official readings, each with its denominator and what it left out."""
 
     @property
     def rose_ready(self) -> bool:
         """Whether ROSE is a number."""
-        return self.rose.value is not None
+        return self.figures.rose.value is not None
+
+    @property
+    def awaiting_judge(self) -> int:
+        """Items no judge has scored yet (reason ``awaiting_judge``)."""
+        return self.figures.rose.awaiting
 
 
 def _pct(part: float, whole: int) -> float | None:
@@ -88,47 +75,14 @@ def reading(record: Record, name: str) -> int | None:
     return value
 
 
-def reading_means(records: Sequence[Record]) -> dict[str, Mean]:
-    """Each official reading's mean over the records where it is defined."""
-    out = {}
-    for name in READINGS:
-        values = [v for r in records if (v := getattr(r.readings, name)) is not None]
-        out[name] = Mean(_pct(sum(values), len(values)), len(values))
-    return out
-
-
-def _rose(mean: float | None, scored: int, awaiting: int) -> Mean:
-    return Mean(None if awaiting or mean is None else round(100 * mean, 2), scored)
-
-
 def headline(records: Sequence[Record], state: Completeness = "unknown") -> Headline:
     """The headline of a run's records."""
-    scores = [r.score for r in records if r.score is not None]
-    awaiting = sum(1 for r in records if r.unscored_reason == "awaiting_judge")
-    mean = sum(scores) / len(scores) if scores else None
-    return Headline(len(records), state, reading_means(records), _rose(mean, len(scores), awaiting), awaiting)
+    return Headline(len(records), state, figures(Brief.of(r) for r in records))
 
 
 def summary_headline(s: Summary) -> Headline:
     """The headline of a ``summary.json`` (what ``rose run`` prints as it ends)."""
-    means = {}
-    for name in READINGS:
-        value: float | None = getattr(s, name)
-        means[name] = Mean(None if value is None else round(100 * value, 2), s.readings_n.get(name, 0))
-    awaiting = s.unscored.get("awaiting_judge", 0)
-    return Headline(s.n, completeness(s.manifest, s), means, _rose(s.rose, s.scored, awaiting), awaiting)
-
-
-def shown(m: Mean, unit: str = "") -> str:
-    """A mean with the items it is defined on, ``79.12 (972)``; ``undefined`` when defined on none."""
-    return UNDEFINED if m.value is None else f"{m.value:.2f}{unit} ({m.n})"
-
-
-def rose_shown(h: Headline) -> str:
-    """ROSE as every view shows it: ``59.94 (322)``, ``awaiting judge (971 items)`` or ``undefined``."""
-    if h.awaiting_judge:
-        return f"{AWAITING} ({h.awaiting_judge} {'item' if h.awaiting_judge == 1 else 'items'})"
-    return shown(h.rose)
+    return Headline(s.n, completeness(s.manifest, s), s.figures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +129,7 @@ class SystemRow:
     """Items without a ROSE score."""
     ex_undefined: int
     """Items without the EX reading compared."""
-    ex_by_difficulty: dict[str, Mean]
+    ex_by_difficulty: dict[str, Figure]
     """The EX reading compared, per difficulty label, over the items where it is defined."""
     overall: Scores
     """EX, ROSE and gap on every item where both are defined."""
@@ -207,22 +161,24 @@ def _flagged(record: Record, subset: str) -> bool:
 
 def system_row(run: Run, which: str = "bird_ex") -> SystemRow:
     """The re-evaluation line of one run, EX being the reading ``which``."""
-    head = headline(run.records, run.completeness)
+    briefs = [Brief.of(r) for r in run.records]
+    head = Headline(len(briefs), run.completeness, figures(briefs))
     difficulties = ordered_difficulties(str(r.difficulty) for r in run.records if r.difficulty)
-    ex_by_difficulty = {}
-    for d in difficulties:
-        values = [v for r in run.records if r.difficulty == d and (v := reading(r, which)) is not None]
-        ex_by_difficulty[d] = Mean(_pct(sum(values), len(values)), len(values))
-    common: dict[str, Any] = {
-        "system": run.name,
-        "headline": head,
-        "unscored": sum(1 for r in run.records if r.score is None),
-        "ex_undefined": sum(1 for r in run.records if reading(r, which) is None),
-        "ex_by_difficulty": ex_by_difficulty,
-    }
+    ex_by_difficulty = {d: figures(b for b in briefs if b.difficulty == d).reading(which) for d in difficulties}
+    row = SystemRow(
+        system=run.name,
+        headline=head,
+        unscored=sum(1 for r in run.records if r.score is None),
+        ex_undefined=sum(1 for r in run.records if reading(r, which) is None),
+        ex_by_difficulty=ex_by_difficulty,
+        overall=Scores(0, None, None, None),
+        by_difficulty={},
+        discordant=None,
+        ex_only=None,
+        rose_only=None,
+    )
     if not head.rose_ready:
-        none = Scores(0, None, None, None)
-        return SystemRow(**common, overall=none, by_difficulty={}, discordant=None, ex_only=None, rose_only=None)
+        return row
     both = []
     for r in run.records:
         ex = reading(r, which)
@@ -235,8 +191,8 @@ def system_row(run: Run, which: str = "bird_ex") -> SystemRow:
         k = sum(1 for _, e, s in inside if e != s)
         subsets[name] = Discordance(len(inside), k, _pct(k, len(inside)), _pct(k, len(discordant)))
     paired_difficulties = ordered_difficulties(str(r.difficulty) for r, _, _ in both if r.difficulty)
-    return SystemRow(
-        **common,
+    return replace(
+        row,
         overall=_scores([(e, s) for _, e, s in both]),
         by_difficulty={d: _scores([(e, s) for r, e, s in both if r.difficulty == d]) for d in paired_difficulties},
         discordant=len(discordant),
@@ -251,14 +207,27 @@ def leaderboard(runs: Sequence[Run], reading: str = "bird_ex") -> list[SystemRow
 
     def rank(row: SystemRow) -> tuple[float, float, str]:
         h = row.headline
-        return -(h.rose.value if h.rose.value is not None else -1.0), -(h.readings[reading].value or -1.0), row.system
+        rose, ex = h.figures.rose.value, h.figures.reading(reading).value
+        return -(rose if rose is not None else -1.0), -(ex if ex is not None else -1.0), row.system
 
     return sorted((system_row(r, reading) for r in runs), key=rank)
 
 
 def to_json(rows: Sequence[SystemRow], reading: str = "bird_ex") -> str:
     """The table as JSON (percent values, two decimals; an undefined number is null)."""
-    return json.dumps({"reading": reading, "systems": [asdict(r) for r in rows]}, indent=2, ensure_ascii=False) + "\n"
+    data = {"reading": reading, "systems": [_row_dict(r) for r in rows]}
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def _row_dict(row: SystemRow) -> dict[str, object]:
+    data = asdict(row)
+    data["headline"]["figures"] = row.headline.figures.to_dict()
+    data["ex_by_difficulty"] = {d: f.to_dict() for d, f in row.ex_by_difficulty.items()}
+    return data
+
+
+def _left_out(f: Figure) -> str:
+    return "; ".join(f"{n} {reason}" for reason, n in f.left_out.items())
 
 
 def to_csv(rows: Sequence[SystemRow]) -> str:
@@ -269,8 +238,9 @@ def to_csv(rows: Sequence[SystemRow]) -> str:
     difficulties = ordered_difficulties(d for row in rows for d in row.ex_by_difficulty)
     head = ["system", "items", "completeness"]
     for name in READINGS:
-        head += [name, f"{name}_n"]
-    head += ["rose", "scored", "awaiting_judge", "unscored", "ex_undefined", "pair_n", "pair_ex", "pair_rose", "gap"]
+        head += [name, f"{name}_n", f"{name}_left_out"]
+    head += ["rose", "scored", "rose_left_out", "no_prediction", "awaiting_judge", "unscored", "ex_undefined"]
+    head += ["pair_n", "pair_ex", "pair_rose", "gap"]
     for d in difficulties:
         head += [f"{d}_ex", f"{d}_ex_n", f"{d}_pair_n", f"{d}_pair_ex", f"{d}_pair_rose", f"{d}_gap"]
     head += list(_COUNTS)
@@ -283,12 +253,15 @@ def to_csv(rows: Sequence[SystemRow]) -> str:
         h, o = row.headline, row.overall
         line: list[Any] = [row.system, h.items, h.completeness]
         for name in READINGS:
-            line += [h.readings[name].value, h.readings[name].n]
-        line += [h.rose.value, h.rose.n, h.awaiting_judge, row.unscored, row.ex_undefined, o.n, o.ex, o.rose, o.gap]
+            f = h.figures.reading(name)
+            line += [f.percent, f.n, _left_out(f)]
+        rose = h.figures.rose
+        line += [rose.percent, rose.n, _left_out(rose), rose.no_prediction, h.awaiting_judge, row.unscored]
+        line += [row.ex_undefined, o.n, o.ex, o.rose, o.gap]
         for d in difficulties:
-            ex = row.ex_by_difficulty.get(d, Mean(None, 0))
+            ex = row.ex_by_difficulty.get(d)
             g = row.by_difficulty.get(d, Scores(0, None, None, None))
-            line += [ex.value, ex.n, g.n, g.ex, g.rose, g.gap]
+            line += [ex.percent if ex else None, ex.n if ex else 0, g.n, g.ex, g.rose, g.gap]
         line += [row.discordant, row.ex_only, row.rose_only]
         for name in SUBSETS:
             x = row.subsets.get(name)

@@ -10,18 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from rose_sql.__version__ import __version__
+from rose_sql.accounting import UNDEFINED, left_out_lines
 from rose_sql.analysis.runs import PARTIAL_HELP, Run, load_runs
-from rose_sql.analysis.systems import (
-    READING_NAMES,
-    SUBSETS,
-    UNDEFINED,
-    Headline,
-    Mean,
-    SystemRow,
-    ordered_difficulties,
-    rose_shown,
-    shown,
-)
+from rose_sql.analysis.systems import READING_NAMES, SUBSETS, Headline, SystemRow, ordered_difficulties
 from rose_sql.cli.main import PATH, console, err, fail
 from rose_sql.cli.tables import name_column, number_columns, show
 from rose_sql.errors import RoseError, UsageError
@@ -48,15 +39,24 @@ def headline_table(title: str, names: Sequence[str], heads: Sequence[Headline]) 
     number_columns(table, *READING_NAMES.values(), "ROSE")
     for name, h in zip(names, heads, strict=True):
         state = f"[bold yellow]{h.completeness}[/]" if h.completeness == "partial" else h.completeness
-        readings = (shown(h.readings[r]) for r in READING_NAMES)
-        table.add_row(escape(name), str(h.items), state, *readings, rose_shown(h))
+        readings = (h.figures.reading(r).cell() for r in READING_NAMES)
+        table.add_row(escape(name), str(h.items), state, *readings, h.figures.rose.cell())
     return table
+
+
+HEADLINE_TITLE = "percent (in brackets: the items each is over, n/items when it left some out)"
+"""What a headline table's cells say."""
+
+
+def left_out_notes(names: Sequence[str], heads: Sequence[Headline]) -> list[str]:
+    """What each system's figures leave out, by reason, under the headline table (never a bare number)."""
+    return [f"{name}: {line}" for name, h in zip(names, heads, strict=True) for line in left_out_lines(h.figures)]
 
 
 def rich_tables(rows: Sequence[SystemRow], reading: str = "bird_ex") -> list[Table]:
     """The terminal tables: the headline of every system; then, for those ROSE has scored, EX against ROSE
     overall and by difficulty; the EX reading by difficulty for the others."""
-    title = "Official readings and ROSE, percent (in brackets: the items each is defined on)"
+    title = f"Official readings and ROSE, {HEADLINE_TITLE}"
     tables = [headline_table(title, [r.system for r in rows], [r.headline for r in rows])]
     judged = [r for r in rows if r.headline.rose_ready]
     waiting = [r for r in rows if not r.headline.rose_ready]
@@ -90,14 +90,15 @@ def rich_tables(rows: Sequence[SystemRow], reading: str = "bird_ex") -> list[Tab
         name_column(by, "system")
         number_columns(by, *difficulties)
         for row in (r for r in waiting if r.ex_by_difficulty):
-            by.add_row(escape(row.system), *(shown(row.ex_by_difficulty.get(d, Mean(None, 0))) for d in difficulties))
+            ex = (f.cell() if (f := row.ex_by_difficulty.get(d)) is not None else "no item" for d in difficulties)
+            by.add_row(escape(row.system), *ex)
         tables.append(by)
     return tables
 
 
 def notes(rows: Sequence[SystemRow]) -> list[str]:
     """What the tables cannot say in a cell: runs awaiting a judge, partial runs, runs of unknown completeness."""
-    out = []
+    out = left_out_notes([r.system for r in rows], [r.headline for r in rows])
     waiting = [r for r in rows if r.headline.awaiting_judge]
     if waiting:
         total = sum(r.headline.awaiting_judge for r in waiting)

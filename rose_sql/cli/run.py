@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
 import click
+from click.core import ParameterSource
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -120,6 +121,13 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
     is_flag=True,
     help="Continue an earlier run in OUT: keep its records (refused if its inputs or options differ) and "
     "evaluate again the items it left unscored for a transient reason.",
+)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 3 when any item is unscored (db_missing, gold_error... too), for CI jobs; without it only "
+    "transient and infrastructure reasons do (judge_error, budget_exhausted, wall_guard, db_unreadable...). "
+    "Items awaiting a judge in a run without one are what such a run is for: never counted.",
 )
 @click.option(
     "--keep-unscored",
@@ -359,6 +367,7 @@ def run_cmd(
     fmt: str | None,
     max_input_mb: float,
     resume: bool,
+    strict: bool,
     keep_unscored: bool,
     max_steps: int,
     timeout: float,
@@ -400,9 +409,13 @@ def run_cmd(
     """Evaluate one or more prediction files against the gold and the databases.
 
     Writes OUT/<name>/records.jsonl (one line per item, appended as items finish), manifest.json and
-    summary.json for each prediction file. Exit status 0 when the run completed, whatever the scores;
-    2 for unusable input or options, or when no database could be read; 130 when interrupted (the
-    command that continues is printed).
+    summary.json for each prediction file. Exit status: 0 when the run completed and every item is
+    scored, or awaits a judge in a run without one, whatever the scores; 3 when it completed but items
+    are unscored for a transient or infrastructure reason (judge_error, judge_invalid, budget_exhausted,
+    wall_guard, db_unreadable, internal_error; with --strict, for any reason), after a line that says
+    how many, why, and the command that continues; 2 for unusable input or options, when no database
+    could be read, or when the judge's endpoint cannot be reached; 130 when interrupted (the command
+    that continues is printed).
 
     \b
     Examples (from the repository root, beside ../shared/data):
@@ -465,6 +478,7 @@ def run_cmd(
     try:
         _check_votes(config.judge, judge_model, escalate_to, ray)
         root = databases(db_root, config, option="--db")
+        _refuse_idle_options(click.get_current_context(), config, root, resume=resume)
         if ray is not None and root.folder_path is None:
             raise UsageError("--ray evaluates folders of SQLite files; with a URL, run rose run --shard on each node")
         if batch and config.judge is not None and config.judge.votes:
@@ -507,6 +521,8 @@ def run_cmd(
     for lf in loaded:
         for w in lf.warnings:
             err.print(f"[yellow]warning:[/] {w}", highlight=False)
+    if (note := evidence_note(config)) is not None:
+        err.print(f"[yellow]note:[/] {note}", highlight=False)
     for s in systems:
         for w in s.warnings:
             err.print(f"[yellow]warning:[/] {s.name}: {w}", highlight=False)
@@ -532,6 +548,7 @@ def run_cmd(
         console.print(backend.report(), highlight=False)
     console.print(f"records: {', '.join(str(s.out_dir / 'records.jsonl') for s in systems)}", highlight=False)
     _exit_if_nothing_could_run(systems, summaries, root)
+    _exit_if_unscored(summaries, strict=strict)
 
 
 def databases(text: str, config: Config, *, option: str) -> Source:
@@ -580,6 +597,93 @@ def _batch_backend(config: Config, out: Path, poll_s: float, max_requests: int) 
     from rose_sql.judges.batch import BatchOptions
 
     return BatchBackend(config, out, BatchOptions(poll_s=poll_s, max_requests=max_requests))
+
+
+_JUDGE_ONLY = (
+    "samples",
+    "samples_temperature",
+    "escalate_to",
+    "escalate_below",
+    "aggregate",
+    "judge_base_url",
+    "concurrency",
+    "policy",
+    "matched_refuter",
+    "budget",
+    "prices",
+    "no_cache",
+    "cache_dir",
+    "judge_timeout",
+    "judge_max_tokens",
+    "retry_invalid",
+    "max_retries",
+    "judge_structured",
+    "judge_options",
+    "reasoning_effort",
+    "batch",
+    "batch_poll",
+    "batch_max_requests",
+)
+"""Options that configure the judges: given without a judge, they would change nothing."""
+
+
+def _given(ctx: click.Context) -> dict[str, str]:
+    """The options given on the command line (not left at their defaults): parameter name -> option."""
+    out = {}
+    for p in ctx.command.params:
+        source = ctx.get_parameter_source(p.name) if p.name else None
+        if p.name and isinstance(p, click.Option) and source not in (None, ParameterSource.DEFAULT):
+            out[p.name] = max(p.opts, key=len)
+    return out
+
+
+def _refuse_idle_options(ctx: click.Context, config: Config, root: Source, *, resume: bool) -> None:
+    """Refuse options that would be accepted and do nothing, naming each and why (as a run that scores
+    something else than the user asked for must not start)."""
+    given = _given(ctx)
+    idle: list[str] = []
+    if config.judge is None:
+        idle += [f"{given[n]} configures the judges: give --judge-model too" for n in _JUDGE_ONLY if n in given]
+    else:
+        j = config.judge
+        if "samples_temperature" in given and j.samples == 1:
+            idle.append("--samples-temperature is the temperature of --samples above 1: give --samples too")
+        if "escalate_below" in given and j.escalate_to is None:
+            idle.append("--escalate-below says when to escalate: give --escalate-to too")
+        if "aggregate" in given and not j.votes:
+            idle.append("--aggregate decides between votes: give --samples, --panel or --escalate-to too")
+        if "matched_refuter" in given and j.policy == "paper":
+            idle.append("--matched-refuter is set by --policy paper (the Refuter on every match): drop one")
+        if ("batch_poll" in given or "batch_max_requests" in given) and "batch" not in given:
+            idle.append(f"{given.get('batch_poll', given.get('batch_max_requests'))} configures --batch: give it too")
+    if not config.evidence:
+        idle += [
+            f"{given[n]} configures the evidence search, which is off (give --evidence, or a judge)"
+            for n in ("evidence_steps", "evidence_budget", "evidence_scratch")
+            if n in given
+        ]
+    elif "evidence_scratch" in given and root.info.files:
+        idle.append(
+            f"--evidence-scratch is the server where the witness search copies tables on PostgreSQL and MySQL; on "
+            f"{root.info.name} it copies the file into memory: drop it"
+        )
+    if "keep_unscored" in given and not resume:
+        idle.append("--keep-unscored says what --resume keeps: give --resume too")
+    if idle:
+        raise UsageError("options that would change nothing: " + "; ".join(idle))
+
+
+def evidence_note(config: Config) -> str | None:
+    """How matching results are decided when a judge runs without evidence under the default policy (said
+    before the run: a match then often passes without any judge)."""
+    j = config.judge
+    if j is None or config.evidence or j.effective_matched_refuter != "evidence":
+        return None
+    return (
+        "without evidence (--no-evidence), --matched-refuter evidence (the default) asks the Refuter about a "
+        "matching result only when a cheap doubt questions it (both results empty, other tables read): every "
+        "other match passes without a judge. Give --matched-refuter always to have each one checked"
+    )
 
 
 def _check_votes(judge: JudgeConfig | None, model: str | None, escalate_to: str | None, ray: str | None) -> None:
@@ -656,6 +760,44 @@ def _exit_if_nothing_could_run(systems: Sequence[SystemRun], summaries: Sequence
     )
 
 
+def unscored_exit(summaries: Sequence[Summary], *, strict: bool = False) -> str | None:
+    """Why the run exits 3 (None: it exits 0): items unscored for a transient or infrastructure reason, or
+    with ``strict`` for any reason but awaiting a judge in a run without one; the line says how many, why,
+    and what continues."""
+    from rose_sql.decide import UNSCORED
+
+    transient_reasons = {reason for reason, info in UNSCORED.items() if info.transient}
+    counts: dict[str, int] = {}
+    for s in summaries:
+        for reason, n in s.unscored.items():
+            if reason in transient_reasons or (strict and reason != "awaiting_judge"):
+                counts[reason] = counts.get(reason, 0) + n
+    if not counts:
+        return None
+    total, items = sum(counts.values()), sum(s.n for s in summaries)
+    why = ", ".join(f"{n} {r}" for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    line = f"{total} of {items} items are unscored ({why}): every figure above leaves them out."
+    transient = [r for r in counts if r in transient_reasons]
+    if transient:
+        line += f" To evaluate them again: {resume_command()}"
+    if "wall_guard" in counts:
+        line += (
+            " (wall_guard: a time limit fired, so which items it stops depends on the machine's load; that is what a "
+            "guard is for)"
+        )
+    if strict and len(transient) < len(counts):
+        line += " --strict counts every unscored reason."
+    return line
+
+
+def _exit_if_unscored(summaries: Sequence[Summary], *, strict: bool) -> None:
+    """Exit 3 after the line of :func:`unscored_exit`, when there is one."""
+    line = unscored_exit(summaries, strict=strict)
+    if line is not None:
+        err.print(f"[bold]exit 3:[/] {line}", highlight=False)
+        sys.exit(3)
+
+
 def _run_with_progress(
     systems: Sequence[SystemRun], db_root: Source, config: Config, backend: Backend | None = None
 ) -> list[Summary]:
@@ -710,11 +852,13 @@ def print_summaries(summaries: Sequence[Summary]) -> None:
     """The terminal summary of a run: the official readings with the items each is defined on, and ROSE
     (a number once a judge has scored the items, "awaiting judge" until then, never a 0 it does not mean)."""
     from rose_sql.analysis.systems import summary_headline
-    from rose_sql.cli.analysis import headline_table
+    from rose_sql.cli.analysis import HEADLINE_TITLE, headline_table, left_out_notes
     from rose_sql.cli.tables import show
 
-    title = "ROSE-SQL run: percent (in brackets: the items each is defined on)"
-    show(headline_table(title, [s.system for s in summaries], [summary_headline(s) for s in summaries]))
+    names, heads = [s.system for s in summaries], [summary_headline(s) for s in summaries]
+    show(headline_table(f"ROSE-SQL run: {HEADLINE_TITLE}", names, heads))
+    for line in left_out_notes(names, heads):
+        console.print(line, highlight=False)
     for s in summaries:
         llm = s.llm
         if llm.calls or llm.cached:

@@ -44,7 +44,7 @@ from typing import Any
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.distributed import LOOPBACK, require_ray
 from rose_sql.engines import Source
-from rose_sql.errors import BudgetExhausted, EndpointError, Lost, UsageError
+from rose_sql.errors import BudgetExhausted, EndpointError, EndpointUnreachable, Lost, UsageError
 from rose_sql.evaluate import failed_record
 from rose_sql.execute import Executor
 from rose_sql.items import Item
@@ -169,6 +169,8 @@ class _RemoteLLM(LLM):
             return reply
         if answer[0] == "budget":
             raise BudgetExhausted(answer[1])
+        if answer[0] == "unreachable":
+            raise EndpointUnreachable(answer[1])
         raise EndpointError(answer[1], answer[2])
 
     async def aclose(self) -> None:
@@ -188,6 +190,8 @@ class LLMOwner:
             return ("ok", await self.llm.complete(messages, fresh=fresh, schema=schema, sample=sample))
         except BudgetExhausted as e:
             return ("budget", str(e))
+        except EndpointUnreachable as e:
+            return ("unreachable", str(e))
         except EndpointError as e:
             return ("endpoint", str(e), e.raw)
 
@@ -232,7 +236,10 @@ class EvaluatorActor:
                 return ("mismatch", why)
             self.checked.add(db_id)
         out: list[Finished] = []
-        await self.evaluator.batch(entries, db_root, lambda name, line, brief: out.append((name, line, brief)))
+        try:
+            await self.evaluator.batch(entries, db_root, lambda name, line, brief: out.append((name, line, brief)))
+        except EndpointUnreachable as e:  # the run stops: the driver says so
+            return ("unreachable", str(e))
         return ("ok", out)
 
     def _check(self, db_root: Source, db_id: str) -> str | None:
@@ -356,6 +363,8 @@ class RayBackend:
                 continue
             if tag == "mismatch":
                 raise UsageError(value)
+            if tag == "unreachable":
+                raise EndpointUnreachable(value)
             for name, line, brief in value:
                 write(name, line, brief)
             flush({name for name, _ in batch.entries})

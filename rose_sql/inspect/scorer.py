@@ -14,19 +14,36 @@ that fails, a judge that never answered validly, a database that is missing...) 
 official readings, the comparison, the witness and gold smells, each judge call's verdict, and what
 produced the score (``rose_sql_version``, the hashes of the judges' ``prompts``);
 ``metadata["rose_record"]`` the whole record as ``rose run`` writes it.
+
+As in every view of ROSE-SQL, the headline states its denominator: beside inspect's ``accuracy`` (over the
+scored samples) and ``stderr``, the scorer reports ``scored`` (the samples accuracy is over) and
+``unscored`` (those it left out; their reasons are each score's ``reason``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 from inspect_ai.dataset import Sample
 from inspect_ai.model import Model, get_model
-from inspect_ai.scorer import CORRECT, INCORRECT, Score, Scorer, Target, accuracy, scorer, stderr
+from inspect_ai.scorer import (
+    CORRECT,
+    INCORRECT,
+    Metric,
+    SampleScore,
+    Score,
+    Scorer,
+    Target,
+    accuracy,
+    metric,
+    scorer,
+    stderr,
+)
 from inspect_ai.solver import TaskState
 
 from rose_sql.__version__ import __version__
@@ -37,7 +54,7 @@ from rose_sql.execute import Executor
 from rose_sql.inspect.judge import InspectLLM, judge_config
 from rose_sql.items import Item
 from rose_sql.judges.ask import prompt_hashes
-from rose_sql.record import Record
+from rose_sql.record import JudgeCall, Record
 
 GRADER_ROLE = "grader"
 """The inspect model role the judges are taken from (inspect's convention for model-graded scorers)."""
@@ -81,13 +98,13 @@ def record_score(record: Record) -> Score:
         "comparison": data.get("comparison"),
         "witness": ev.get("witness"),
         "gold_smells": ev.get("gold_smells", []),
-        "judges": [_verdict(c) for c in data.get("judges", [])],
+        "judges": [_verdict(c) for c in record.judges],
         "llm_calls": record.llm_calls,
         "rose_sql_version": __version__,
         "prompts": prompt_hashes(),
     }
     metadata = {"rose": rose, "rose_record": data}
-    explanation = _explanation(record, data)
+    explanation = _explanation(record)
     if record.score is None:
         return Score.unscored(
             reason=record.unscored_reason, answer=record.pred_sql, explanation=explanation, metadata=metadata
@@ -96,26 +113,49 @@ def record_score(record: Record) -> Score:
     return Score(value=value, answer=record.pred_sql, explanation=explanation, metadata=metadata)
 
 
-def _verdict(call: dict[str, Any]) -> dict[str, Any]:
-    reply = call.get("reply") or {}
+def _verdict(call: JudgeCall) -> dict[str, object]:
+    reply = call.reply
     keys = ("answers_question", "overturn", "ambiguity", "gold_correct", "gold_confidence", "label")
-    return {"stage": call.get("stage"), "model": call.get("model"), "error": call.get("error")} | {
-        k: reply[k] for k in keys if k in reply
-    }
+    shown = {k: getattr(reply, k) for k in keys if reply is not None and hasattr(reply, k)}
+    return {"stage": call.stage, "model": call.model, "error": call.error, **shown}
 
 
-def _explanation(record: Record, data: dict[str, Any]) -> str:
+def _explanation(record: Record) -> str:
     lines = [f"{record.decided_by or 'unscored'}: {record.why}"]
-    for call in data.get("judges", []):
-        reply = call.get("reply") or {}
-        if reply.get("reasoning"):
-            lines.append(f"{call.get('stage')}: {reply['reasoning']}")
-        elif call.get("error"):
-            lines.append(f"{call.get('stage')}: {call['error']}")
+    for call in record.judges:
+        if call.reply is not None and call.reply.reasoning:
+            lines.append(f"{call.stage}: {call.reply.reasoning}")
+        elif call.error:
+            lines.append(f"{call.stage}: {call.error}")
     return "\n".join(lines)
 
 
-@scorer(metrics=[accuracy(), stderr()])
+def _is_scored(s: SampleScore) -> bool:
+    value = s.score.value
+    return not (isinstance(value, float) and math.isnan(value))
+
+
+@metric
+def scored() -> Metric:
+    """The samples ``accuracy`` is over: those ROSE scored."""
+
+    def count(scores: list[SampleScore]) -> float:
+        return float(sum(1 for s in scores if _is_scored(s)))
+
+    return count
+
+
+@metric
+def unscored() -> Metric:
+    """The samples ``accuracy`` left out: those ROSE left unscored (each score's ``reason`` says why)."""
+
+    def count(scores: list[SampleScore]) -> float:
+        return float(sum(1 for s in scores if not _is_scored(s)))
+
+    return count
+
+
+@scorer(metrics=[accuracy(), stderr(), scored(), unscored()])
 def rose_scorer(
     db_root: str | Path,
     *,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rose_sql.config import JudgeConfig
-from rose_sql.errors import EndpointError, UsageError
+from rose_sql.errors import EndpointError, EndpointUnreachable, UsageError
 from rose_sql.judges.budget import Ledger, Message, cost, load_prices, price_of, prompt_tokens_bound
 from rose_sql.judges.cache import Cache, fence_key
 from rose_sql.judges.context import Fences
@@ -103,6 +103,8 @@ _WANTS_MAX_COMPLETION_TOKENS = re.compile(r"(?:^|/)(?:o\d|gpt-5)", re.IGNORECASE
 """OpenAI's reasoning models refuse ``max_tokens``: ask them with ``max_completion_tokens`` at once."""
 _REFUSED = re.compile(r"unsupported|not supported|unrecognized|unknown|not allowed", re.IGNORECASE)
 _RETRIED_STATUSES = (408, 409, 429)
+PROBE_TIMEOUT_S = 30.0
+"""The longest the check that the endpoint answers waits (``--judge-timeout`` when it is shorter)."""
 _BACKOFF_S = (0.5, 8.0)
 """The first pause before a retry, and the longest (the SDK's own values)."""
 
@@ -143,6 +145,9 @@ class LLM:
         self._cap_switched = False
         self._format_refused = cfg.structured == "off"
         """True once ``response_format`` is not to be sent: ``off``, or the endpoint refused it."""
+        self._probed: asyncio.Lock | None = None
+        self._reachable: bool | None = None
+        self._unreachable = ""
 
     def _seed(self, sample: int) -> int | None:
         """The seed of a sample: the configured seed plus the sample's index (each sample its own call)."""
@@ -216,9 +221,47 @@ class LLM:
             except _SchemaRefused:
                 continue  # asked as text now: under another key, which the cache may hold
 
+    async def check_reachable(self) -> None:
+        """Raise :class:`~rose_sql.errors.EndpointUnreachable` when the endpoint cannot be reached or refuses
+        the key: asked once per client, before its first call that the cache cannot answer (so never on a
+        fully cached rerun), with a request that is no judge call (the model list: not cached, counted or
+        charged). Any HTTP answer but 401 or 403 counts as reachable: a server without a model list, or
+        one that is busy, still answers."""
+        if self._reachable is None:
+            if self._probed is None:
+                self._probed = asyncio.Lock()
+            async with self._probed:
+                if self._reachable is None:
+                    problem = await self._probe()
+                    self._reachable, self._unreachable = problem is None, problem or ""
+        if not self._reachable:
+            raise EndpointUnreachable(
+                f"the judge's endpoint {self.endpoint} {self._unreachable}: no item was sent to it. Check "
+                "--judge-base-url and the API key (OPENAI_API_KEY), then run again (--resume keeps what is recorded)"
+            )
+
+    async def _probe(self) -> str | None:
+        """Why the endpoint cannot be reached (None when it answers)."""
+        openai = self._openai
+        wait = min(self.cfg.timeout_s, PROBE_TIMEOUT_S)
+        try:
+            async with asyncio.timeout(wait):
+                await self.client.models.with_raw_response.list()
+        except openai.APIStatusError as e:
+            if e.status_code in (401, 403):
+                return f"refuses the API key (HTTP {e.status_code}: {e.message})"
+            return None
+        except openai.APIConnectionError as e:
+            cause = e.__cause__ or e.__context__
+            return f"cannot be reached ({e}{f' {cause}' if cause else ''})"
+        except TimeoutError:
+            return f"did not answer within {wait:g} s"
+        return None
+
     async def _complete(
         self, messages: list[Message], key: str, schema: ReplySchema | None, with_format: bool, sample: int = 0
     ) -> ChatReply:
+        await self.check_reachable()
         if self._sem is None or self._settled is None:
             self._sem, self._settled = asyncio.Semaphore(self.cfg.concurrency), asyncio.Condition()
         async with self._sem:

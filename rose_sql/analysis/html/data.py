@@ -68,7 +68,7 @@ def _verdict(call: JudgeCall) -> str:
     return "overturn" if reply.overturn else "uphold"
 
 
-def _judge(call: JudgeCall) -> dict[str, Any]:
+def _judge(call: JudgeCall) -> dict[str, object]:
     reply = call.reply
     shown = ("expected_answer", "sql_behaviour", "label", "ambiguity", "gold_correct")
     extra = {k: _cap(getattr(reply, k)) for k in shown if getattr(reply, k, None) not in (None, "")}
@@ -81,11 +81,11 @@ def _judge(call: JudgeCall) -> dict[str, Any]:
     }
 
 
-def _evidence(record: Record) -> dict[str, Any] | None:
+def _evidence(record: Record) -> dict[str, object] | None:
     ev = record.evidence
     if ev is None:
         return None
-    out = {
+    out: dict[str, object] = {
         "smells": [f"{s.name}: {s.detail}" for s in ev.gold_smells],
         "witness": f"{ev.witness.reason} ({ev.witness.label})" if ev.witness is not None else None,
         "diff": "; ".join(ev.diff.shape) if ev.diff is not None else None,
@@ -93,7 +93,7 @@ def _evidence(record: Record) -> dict[str, Any] | None:
     return out if any(out.values()) else None
 
 
-def browser_item(record: Record, system: int, reading: str = "bird_ex") -> dict[str, Any]:
+def browser_item(record: Record, system: int, reading: str = "bird_ex") -> dict[str, object]:
     """One row of the per-item browser (texts capped so that the page stays small)."""
     return {
         "s": system,

@@ -13,25 +13,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
 
+from rose_sql.accounting import AWAITING, READINGS, UNDEFINED, Figure, figures, left_out_lines
 from rose_sql.analysis.html.assets import CSS, JS
 from rose_sql.analysis.html.data import OUTCOMES, browser_item, flags, outcome, stage_usage
 from rose_sql.analysis.html.svg import Series, bar_chart, stacked_chart
 from rose_sql.analysis.runs import PARTIAL_HELP, Run
-from rose_sql.analysis.systems import (
-    AWAITING,
-    READING_NAMES,
-    UNDEFINED,
-    Headline,
-    Mean,
-    SystemRow,
-    ordered_difficulties,
-    reading_means,
-    rose_shown,
-    shown,
-    system_row,
-)
+from rose_sql.analysis.systems import READING_NAMES, Headline, SystemRow, ordered_difficulties, system_row
 from rose_sql.record import Record
-from rose_sql.summary import READINGS, Usage
+from rose_sql.summary import Brief, Usage
 
 EX_COLOR, ROSE_COLOR = "#94a3b8", "#2563eb"
 SOURCES = (
@@ -78,18 +67,15 @@ def charts(runs: Sequence[Run], rows: Sequence[SystemRow], reading: str) -> list
 
 def _readings_chart(runs: Sequence[Run], rows: Sequence[SystemRow]) -> str:
     """The official readings: by difficulty for one run, by system for several."""
-    shown = [name for name in READINGS if any(r.headline.readings[name].value is not None for r in rows)]
+    shown = [name for name in READINGS if any(r.headline.figures.reading(name).value is not None for r in rows)]
     difficulties = ordered_difficulties(d for row in rows for d in row.ex_by_difficulty)
     if len(runs) == 1 and difficulties:
-        records = runs[0].records
-        groups = [
-            reading_means(records),
-            *(reading_means([r for r in records if r.difficulty == d]) for d in difficulties),
-        ]
+        briefs = [Brief.of(r) for r in runs[0].records]
+        groups = [rows[0].headline.figures, *(figures(b for b in briefs if b.difficulty == d) for d in difficulties)]
         cats = ["all", *difficulties]
     else:
-        groups, cats = [r.headline.readings for r in rows], [r.system for r in rows]
-    series = [Series(READING_NAMES[name], [g[name].value for g in groups]) for name in shown]
+        groups, cats = [r.headline.figures for r in rows], [r.system for r in rows]
+    series = [Series(READING_NAMES[name], [g.reading(name).percent for g in groups]) for name in shown]
     chart = bar_chart("Official readings", cats, series, unit="%", domain=(0, 100), empty="no reading is defined")
     caption = "percent of the items where each is defined; ROSE awaits a judge"
     return _figure("readings", "Official readings", caption, chart)
@@ -180,7 +166,7 @@ def _cards(run: Run, row: SystemRow, reading: str) -> str:
     cards = [
         ("items", str(h.items), ""),
         ("run", h.completeness, "interrupted or unfinished" if h.completeness == "partial" else ""),
-        *((READING_NAMES[name], *_mean(h.readings[name])) for name in _HEADLINE),
+        *((READING_NAMES[name], *_mean(h.figures.reading(name))) for name in _HEADLINE),
         ("ROSE", *_rose(h)),
     ]
     if h.rose_ready:
@@ -208,14 +194,18 @@ _HEADLINE = ("bird_ex", "ts_ex", "soft_f1")
 """The readings on the overview cards (the table has the fourth, test-suite EX keeping DISTINCT)."""
 
 
-def _mean(m: Mean) -> tuple[str, str]:
-    return (UNDEFINED, "on no item") if m.value is None else (f"{m.value:.2f}", f"on {m.n} items")
+def _mean(f: Figure) -> tuple[str, str]:
+    """A card's number and what it stands on: ``on 52 of 500 items (448 db_missing)``."""
+    if f.percent is None:
+        return UNDEFINED, f"on no item of {f.of}"
+    left = ", ".join(f"{n} {reason}" for reason, n in f.left_out.items())
+    return f"{f.percent:.2f}", f"on {f.n} of {f.of} items" + (f" ({left})" if left else "")
 
 
 def _rose(h: Headline) -> tuple[str, str]:
     if h.awaiting_judge:
-        return AWAITING, f"{h.awaiting_judge} items; {h.rose.n} scored by execution alone"
-    return _mean(h.rose)
+        return AWAITING, f"{h.awaiting_judge} items; {h.figures.rose.n} scored by execution alone"
+    return _mean(h.figures.rose)
 
 
 def _num(x: float | None, signed: bool = False) -> str:
@@ -241,12 +231,17 @@ def _table(rows: Sequence[SystemRow], reading: str) -> str:
     head = ["system", "items", "run", *READING_NAMES.values(), "ROSE"]
     lines = [
         [r.system, r.headline.items, r.headline.completeness]
-        + [shown(r.headline.readings[name]) for name in READINGS]
-        + [rose_shown(r.headline)]
+        + [r.headline.figures.reading(name).cell() for name in READINGS]
+        + [r.headline.figures.rose.cell()]
         for r in rows
     ]
-    out = '<h3>Official readings and ROSE</h3><p class="note">percent (in brackets: the items each is defined on)</p>'
+    out = (
+        '<h3>Official readings and ROSE</h3><p class="note">percent (in brackets: the items each is over, of the '
+        "run's items when it left some out)</p>"
+    )
     out += _html_table(head, lines)
+    left = [f"{r.system}: {line}" for r in rows for line in left_out_lines(r.headline.figures)]
+    out += "".join(f'<p class="note">{escape(line)}</p>' for line in left)
     judged = [r for r in rows if r.headline.rose_ready]
     if not judged:
         return out
@@ -338,7 +333,9 @@ def build_report(runs: Sequence[Run], *, reading: str = "bird_ex", title: str | 
     names = [r.name for r in runs]
     heading = title or ("ROSE-SQL report: " + names[0] if len(runs) == 1 else "ROSE-SQL comparison")
     items = [browser_item(rec, i, reading) for i, run in enumerate(runs) for rec in run.records]
-    island = json.dumps({"systems": names, "outcomes": OUTCOMES, "items": items}, ensure_ascii=False, default=str)
+    figures = {row.system: row.headline.figures.to_dict() for row in rows}  # the headline's, with denominators
+    data = {"systems": names, "outcomes": OUTCOMES, "figures": figures, "items": items}
+    island = json.dumps(data, ensure_ascii=False, default=str)
     island = island.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     overview = _cards(runs[0], rows[0], reading) if len(runs) == 1 else ""
