@@ -7,7 +7,9 @@ parents (once; later items add what they need), and drops it when the finder clo
 An item sees only its own tables and their parents, whatever earlier items copied (:meth:`ServerSpace.need`):
 a row it deletes takes with it, recorded, the rows of those tables that refer to it, as on a copy made for
 it alone; the rows of the other tables that refer to it go too, unrecorded (they are never read), so that
-what a witness changes never depends on which items came before.
+what a witness changes never depends on which items came before. For the same reason the bound on the copy
+is the item's: its tables and their parents may hold ``evidence_max_db_bytes`` of row data, and when the
+scratch database holds more, the tables of other items go.
 A worker killed before it could drop its database leaves one behind: the next scratch database made on
 that server drops those of dead processes of this machine, and ``rose db scratch URL --drop`` drops them
 on demand. Nothing is ever written to the user's database: it is read with a read-only session.
@@ -186,10 +188,16 @@ class ServerSpace(EngineSpace):
         self.max_bytes = config.evidence_max_db_bytes
         self.copy_seconds = config.evidence_budget_s
         self.copied_bytes = 0
+        """Bytes of row data the scratch database holds."""
         self.infos: dict[str, TableInfo] = {}
+        """The tables copied."""
         self.unique: list[tuple[str, str]] = []
         self._source_tables: dict[str, str] | None = None  # lower-case name -> the user's name
-        self._refused: dict[str, str] = {}  # tables whose copy failed, and why (not tried again)
+        self._catalog: dict[str, TableInfo] = {}  # every table read from the user's database
+        self._bytes: dict[str, int] = {}  # bytes of each table's rows (at least: those counted before a copy stopped)
+        self._copying = ""  # the table being copied
+        self._item_bytes = 0  # bytes of the tables of the item being copied for
+        self._refused: dict[frozenset[str], str] = {}  # an item's tables whose copy failed, and why (not tried again)
         self._every: dict[str, Table] = {}  # every table copied, with the foreign keys among them all
         self._views: dict[frozenset[str], dict[str, Table]] = {}  # what an item sees: its tables and their parents
         self._closed = False
@@ -224,8 +232,10 @@ class ServerSpace(EngineSpace):
 
     def _count(self, nbytes: int, deadline: float) -> None:
         self.copied_bytes += nbytes
-        if self.copied_bytes > self.max_bytes:
-            raise CopyRefused(f"the tables the queries read hold more than {self.max_bytes // 2**20} MiB")
+        self._item_bytes += nbytes
+        self._bytes[self._copying] += nbytes
+        if self._item_bytes > self.max_bytes:
+            raise CopyRefused(self._too_large())
         if time.monotonic() > deadline:
             raise CopyRefused(f"copying the tables the queries read took longer than {self.copy_seconds:g} s")
 
@@ -242,37 +252,26 @@ class ServerSpace(EngineSpace):
             if self._source_tables is None:
                 src = self._source()
                 self._source_tables = {n.lower(): n for n in self._source_names(src)}
-            todo: dict[str, TableInfo] = {}
             seen: set[str] = set()  # the tables the queries read and their parents, copied or to copy
             queue = [self._source_tables[t] for t in sorted(wanted) if t in self._source_tables]
             while queue:
                 t = queue.pop()
                 if t in seen:
                     continue
-                if t in self._refused:
-                    raise CopyRefused(self._refused[t])
                 seen.add(t)
-                info = self.infos.get(t)
+                info = self._catalog.get(t)
                 if info is None:
                     src = src or self._source()
-                    info = todo[t] = self._read(src, t)
+                    info = self._catalog[t] = self._read(src, t)
                 queue += [p for _, p, _ in info.foreign_keys if p not in seen]
-            if not todo:
-                self.tables = self._view(seen)
-                return
-            deadline, before = time.monotonic() + self.copy_seconds, self.copied_bytes
-            try:
-                for info in todo.values():
-                    self._copy(src, info, deadline)
-                self._finish(list(todo.values()))
-            except Exception as e:
-                why = str(e) if isinstance(e, CopyRefused) else f"copying failed: {type(e).__name__}: {e}"
-                self._refused.update(dict.fromkeys(todo, why))
-                self._undo(list(todo))
-                self.copied_bytes = before
-                raise CopyRefused(why) from None
-            self.infos.update(todo)
-            self._every = tables_of(list(self.infos.values()), self.unique)
+            key = frozenset(seen)
+            if key in self._refused:
+                raise CopyRefused(self._refused[key])
+            if sum(self._bytes.get(t, 0) for t in seen) > self.max_bytes:  # known from an earlier copy
+                raise CopyRefused(self._too_large())
+            todo = [self._catalog[t] for t in sorted(seen) if t not in self.infos]
+            if todo:
+                self._copy_for(src or self._source(), seen, todo)
             self.tables = self._view(seen)
         except CopyRefused:
             raise
@@ -282,6 +281,40 @@ class ServerSpace(EngineSpace):
             if src is not None:
                 with contextlib.suppress(Exception):
                     src.close()
+
+    def _copy_for(self, src: Any, seen: set[str], todo: list[TableInfo]) -> None:
+        """Copy ``todo``, the tables of ``seen`` (an item's tables and their parents) not copied yet; then,
+        when the scratch database holds more than its bound, drop the tables of other items."""
+        self._item_bytes = sum(self._bytes[t] for t in seen if t in self.infos)
+        deadline = time.monotonic() + self.copy_seconds
+        try:
+            for info in todo:
+                self._copying, self._bytes[info.name] = info.name, 0
+                self._copy(src, info, deadline)
+            self._finish(todo)
+        except Exception as e:
+            too_large = self._item_bytes > self.max_bytes  # known from the bytes counted: not kept as a refusal
+            why = str(e) if isinstance(e, CopyRefused) else f"copying failed: {type(e).__name__}: {e}"
+            if not too_large:
+                self._refused[frozenset(seen)] = why
+            self._drop([info.name for info in todo])
+            raise CopyRefused(why) from None
+        self.infos.update((info.name, info) for info in todo)
+        self._every = tables_of(list(self.infos.values()), self.unique)
+        if self.copied_bytes > self.max_bytes:
+            self._drop([t for t in self.infos if t not in seen])
+
+    def _drop(self, tables: list[str]) -> None:
+        """Drop tables from the scratch database (and what was built on them)."""
+        self._undo(tables)
+        for t in tables:
+            self.infos.pop(t, None)
+        self.copied_bytes = sum(self._bytes[t] for t in self.infos)
+        self._views = {names: view for names, view in self._views.items() if names.issubset(self.infos)}
+        self._every = tables_of(list(self.infos.values()), self.unique)
+
+    def _too_large(self) -> str:
+        return f"the tables the queries read hold more than {self.max_bytes // 2**20} MiB"
 
     def _view(self, names: set[str]) -> dict[str, Table]:
         """The tables an item sees: ``names`` (its tables and their parents), with the foreign keys among them
