@@ -179,7 +179,8 @@ def candidates(ws: Copy, feats: Features, result_values: list[Any], seed: int = 
             pool = (
                 c.pool
                 + [None] * (not c.notnull)
-                + [v for lit in feats.literals.get(c.name.lower(), ()) for v in _variants(lit)]
+                # in a fixed order: a set of strings iterates in the order of the process's hash seed
+                + [v for lit in sorted(feats.literals.get(c.name.lower(), ()), key=repr) for v in _variants(lit)]
             )
             if pool:
                 v = rng.choice(pool)

@@ -7,6 +7,7 @@ each row. Scratch databases are made and dropped as :mod:`rose_sql.engines.space
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -194,6 +195,15 @@ class MySpace(ServerSpace):
                     cur.executemany(insert, batch)
         finally:
             read.close()
+
+    def _undo(self, tables: list[str]) -> None:
+        with contextlib.suppress(Exception), self._conn.cursor() as cur:
+            cur.execute("SET SESSION foreign_key_checks = 0")  # the tables dropped together may refer to one another
+        try:
+            super()._undo(tables)
+        finally:
+            with contextlib.suppress(Exception), self._conn.cursor() as cur:
+                cur.execute("SET SESSION foreign_key_checks = 1")
 
     def _finish(self, infos: Sequence[TableInfo]) -> None:
         with self._conn.cursor() as cur:
