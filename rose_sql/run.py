@@ -52,6 +52,7 @@ from rose_sql.provenance import (
     write_manifest,
 )
 from rose_sql.record import Record, RecordWriter, id_key, read_records
+from rose_sql.releases import mismatches
 from rose_sql.summary import Brief, Summary, summarize_briefs, write_summary
 from rose_sql.workers import Pool, Watch, limit_memory
 
@@ -105,6 +106,9 @@ def plan(
     With ``shard``, each file's items are restricted to that shard's share (the manifest, still of the
     whole input, says which share: ``rose merge`` checks the shards against each other).
 
+    A file's items of a BIRD benchmark whose SQLite databases are of another BIRD release get a warning
+    naming both (:func:`rose_sql.releases.mismatches`; each database hashed at most once for all files).
+
     Resuming checks the earlier run's manifest (:func:`rose_sql.provenance.differences`): other inputs or
     score-changing options are refused with :class:`UsageError` naming them. Items the earlier run left
     unscored for a transient reason (:data:`rose_sql.decide.UNSCORED`) are evaluated again unless
@@ -116,8 +120,11 @@ def plan(
         dup = next(n for n in names if names.count(n) > 1)
         raise UsageError(f"two prediction files are both named {dup!r}; their output folders would collide")
     runs = []
+    digests: dict[tuple[str, int], str] = {}  # a database is hashed once, however many files name it
     for lf in loaded:
         manifest = build(lf, gold, db_root, config, command=command or command_line())
+        if db_root.folder_path is not None:  # SQLite files: their release can be told (a server's cannot)
+            lf = replace(lf, warnings=[*lf.warnings, *mismatches(lf, manifest, digests)])
         if shard is not None:
             share = [it for it in lf.items if shard.holds(it.id)]
             info = ShardInfo(shard.index, shard.count, len(share), len(lf.items))

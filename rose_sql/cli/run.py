@@ -518,8 +518,8 @@ def run_cmd(
             backend = _batch_backend(config, out, batch_poll, batch_max_requests)
     except RoseError as e:
         fail(e)
-    for lf in loaded:
-        for w in lf.warnings:
+    for s in systems:  # each file's warnings, with those the plan added (a database of another release)
+        for w in s.loaded.warnings:
             err.print(f"[yellow]warning:[/] {w}", highlight=False)
     if (note := evidence_note(config)) is not None:
         err.print(f"[yellow]note:[/] {note}", highlight=False)
