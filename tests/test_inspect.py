@@ -108,8 +108,10 @@ def test_demo_task_end_to_end(tmp_path: Path) -> None:
     # the metric skips the unscored sample
     scored = [s for s in got.values() if s.value in (CORRECT, INCORRECT)]
     assert len(scored) == 39
-    accuracy = logs[0].results.scores[0].metrics["accuracy"].value  # type: ignore[union-attr]
-    assert accuracy == pytest.approx(sum(s.value == CORRECT for s in scored) / 39)
+    score = logs[0].results.scores[0]  # type: ignore[union-attr]
+    assert score.metrics["accuracy"].value == pytest.approx(sum(s.value == CORRECT for s in scored) / 39)
+    # and the log says what it is over, and what it left out
+    assert (score.scored_samples, score.unscored_samples) == (39, len(got) - 39) == (39, 1)
 
 
 def test_grader_role_judges(tmp_path: Path) -> None:

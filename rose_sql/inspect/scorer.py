@@ -15,35 +15,22 @@ official readings, the comparison, the witness and gold smells, each judge call'
 produced the score (``rose_sql_version``, the hashes of the judges' ``prompts``);
 ``metadata["rose_record"]`` the whole record as ``rose run`` writes it.
 
-As in every view of ROSE-SQL, the headline states its denominator: beside inspect's ``accuracy`` (over the
-scored samples) and ``stderr``, the scorer reports ``scored`` (the samples accuracy is over) and
-``unscored`` (those it left out; their reasons are each score's ``reason``).
+As in every view of ROSE-SQL, the headline states its denominator: inspect's ``accuracy`` is over the
+scored samples, and its log's score says how many it was over and left out (``scored_samples``,
+``unscored_samples``); each unscored sample's ``reason`` says why.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
 
 from inspect_ai.dataset import Sample
 from inspect_ai.model import Model, get_model
-from inspect_ai.scorer import (
-    CORRECT,
-    INCORRECT,
-    Metric,
-    SampleScore,
-    Score,
-    Scorer,
-    Target,
-    accuracy,
-    metric,
-    scorer,
-    stderr,
-)
+from inspect_ai.scorer import CORRECT, INCORRECT, Score, Scorer, Target, accuracy, scorer, stderr
 from inspect_ai.solver import TaskState
 
 from rose_sql.__version__ import __version__
@@ -130,32 +117,7 @@ def _explanation(record: Record) -> str:
     return "\n".join(lines)
 
 
-def _is_scored(s: SampleScore) -> bool:
-    value = s.score.value
-    return not (isinstance(value, float) and math.isnan(value))
-
-
-@metric
-def scored() -> Metric:
-    """The samples ``accuracy`` is over: those ROSE scored."""
-
-    def count(scores: list[SampleScore]) -> float:
-        return float(sum(1 for s in scores if _is_scored(s)))
-
-    return count
-
-
-@metric
-def unscored() -> Metric:
-    """The samples ``accuracy`` left out: those ROSE left unscored (each score's ``reason`` says why)."""
-
-    def count(scores: list[SampleScore]) -> float:
-        return float(sum(1 for s in scores if not _is_scored(s)))
-
-    return count
-
-
-@scorer(metrics=[accuracy(), stderr(), scored(), unscored()])
+@scorer(metrics=[accuracy(), stderr()])
 def rose_scorer(
     db_root: str | Path,
     *,
