@@ -164,6 +164,24 @@ def test_labels_file_from_review_export(shared: Path, present: list[dict[str, An
     assert card["validation_set"]["name"] == "heroes" and card["agreement"]["n"] == 6
 
 
+def test_a_judge_that_fails_leaves_a_card_of_what_was_scored_and_exit_3(
+    shared: Path, present: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """Items the judge never answered are unscored in the agreement (counted), the card is written, and the
+    command exits 3 as rose run does, rather than stopping before the card or passing as complete."""
+    export = tmp_path / "heroes"
+    export.mkdir()
+    (export / "heroes.json").write_text(json.dumps(present[:6]))
+    with ScriptedOpenAI(lambda request, index: Reply(status=503, error="overloaded")) as srv:
+        args = ["calibrate", "--labels", str(export / "heroes.json"), "--db", str(shared / "bird")]
+        args += ["--out", str(tmp_path / "c"), "--judge-model", "m", "--judge-base-url", srv.base_url, "--no-cache"]
+        result = CliRunner().invoke(main, [*args, "--bootstrap", "0", "--no-evidence", "--max-retries", "0"], env=ENV)
+    assert result.exit_code == 3, result.output
+    card = json.loads(next((tmp_path / "c").glob("ROSE_m-*.json")).read_text())
+    assert card["agreement"]["unscored"] > 0 and card["agreement"]["n"] + card["agreement"]["unscored"] == 6
+    assert "judge_error" in result.output
+
+
 def test_refusals(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["calibrate", "--db", str(tmp_path), "--out", str(tmp_path / "o")], env=ENV)
     assert r.exit_code == 2 and "--rose-vec FOLDER or --labels FILE" in r.output

@@ -8,6 +8,7 @@ the upgrade rule are those of ``rose agree``, ``rose judge-card`` and ``rose jud
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -109,27 +110,40 @@ def calibrate_cmd(
         fail(UsageError(f"no labelled item has its database under --db {run_options['db_root']}: nothing to judge"))
     if run_options.get("dry_run"):
         with tempfile.TemporaryDirectory(prefix="rose-calibrate-") as tmp:  # nothing is written under --out
-            _run(ctx, usable, Path(tmp), run_options)
+            _run(ctx, usable, Path(tmp), run_options)  # a dry run makes no call: nothing is left unscored
         console.print("Dry run: no judge was called, no card written.")
         return
-    sets = _run(ctx, usable, out, run_options)
+    sets, status = _run(ctx, usable, out, run_options)
     name = validation_set or ("ROSE-VEC" if rose_vec is not None else sets[0].name)
     _card(out, sets, name, date, unscored, bootstrap, old_card)
+    if status:  # the run left items unscored for a transient reason: the card counts them, the status says so
+        sys.exit(status)
 
 
-def _run(ctx: click.Context, parts: list[Part], folder: Path, run_options: dict[str, Any]) -> list[LabelSet]:
-    """Write the kept items, run the cascade on them with ``rose run``, and return their label sets."""
+def _run(
+    ctx: click.Context, parts: list[Part], folder: Path, run_options: dict[str, Any]
+) -> tuple[list[LabelSet], int]:
+    """Write the kept items, run the cascade on them with ``rose run``, and return their label sets and the
+    run's exit status: 3 when it left items unscored for a transient reason (agreement and the card still
+    follow, counting them as unscored), else 0."""
     written = [write_part(p, folder / "items") for p in parts]
-    ctx.invoke(run_cmd, preds=tuple(items for items, _ in written), out=folder / "runs", fmt="sqlexam", **run_options)
+    status = 0
+    try:
+        preds = tuple(items for items, _ in written)
+        ctx.invoke(run_cmd, preds=preds, out=folder / "runs", fmt="sqlexam", **run_options)
+    except SystemExit as e:
+        if e.code != 3:
+            raise
+        status = 3
     if run_options.get("dry_run"):
-        return []
+        return [], status
     sets = []
     for items, tags in written:
         labels = load_labels(items)
         for flag, path in tags.items():
             labels = with_tags(labels, flag, path)
         sets.append(labels)
-    return sets
+    return sets, status
 
 
 def _card(
