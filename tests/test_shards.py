@@ -220,3 +220,23 @@ def test_merge_never_overwrites_a_run(league: tuple[Path, Path], tmp_path: Path)
     assert res.exit_code == 2 and "already exists" in res.output
     res = rose("merge", tmp_path / "nowhere", "--out", tmp_path / "m2")
     assert res.exit_code == 2 and "is not a folder" in res.output
+
+
+def test_a_merge_whose_items_a_judge_left_unscored_exits_3(league: tuple[Path, Path], tmp_path: Path) -> None:
+    """As rose run would: the merged run is complete, but not every item is scored, and the status says so."""
+    from rose_sql.testing import Reply, ScriptedOpenAI
+
+    items, db_root = league
+    env = {"OPENAI_API_KEY": "t"}
+    with ScriptedOpenAI(lambda request, index: Reply(status=503, error="overloaded")) as srv:
+        judge = ["--judge-model", "m", "--judge-base-url", srv.base_url, "--no-cache", "--max-retries", "0"]
+        folders = []
+        for i in range(2):
+            folder = tmp_path / f"shard-{i}"
+            res = rose("run", items, "--db-root", db_root, "--out", folder, "--shard", f"{i}/2", *judge, env=env)
+            assert res.exit_code == 3, res.output
+            folders.append(folder)
+    res = rose("merge", *folders, "--out", tmp_path / "merged")
+    assert res.exit_code == 3 and "judge_error" in res.output and "--resume' with --out" in res.output
+    summary = Summary.from_dict(json.loads((tmp_path / "merged" / "items" / "summary.json").read_text()))
+    assert summary.n == 40 and summary.unscored["judge_error"] > 0

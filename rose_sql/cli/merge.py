@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -27,9 +28,16 @@ def merge_cmd(shards: tuple[Path, ...], out: Path, allow_partial: bool) -> None:
     inputs, options or judges are refused; missing items (a shard absent or unfinished) are refused
     unless --allow-partial, and items recorded twice alike are kept once (recorded differently:
     refused). The merged OUT/<name>/ holds records.jsonl, manifest.json and summary.json, and every
-    command reads it as a run. Exit status 0 when merged, 2 when refused (nothing is written).
+    command reads it as a run. Exit status 0 when merged, 3 when merged but items are unscored for a
+    transient reason (as rose run would exit), 2 when refused (nothing is written).
+
+    \b
+    Example (two shards of one run, evaluated apart):
+      rose run preds.txt --gold dev.json --db-root dbs --out runs/s0 --shard 0/2
+      rose run preds.txt --gold dev.json --db-root dbs --out runs/s1 --shard 1/2
+      rose merge runs/s0 runs/s1 --out runs/all
     """
-    from rose_sql.cli.run import print_summaries
+    from rose_sql.cli.run import print_summaries, unscored_exit
     from rose_sql.distributed.merge import merge
 
     try:
@@ -45,3 +53,8 @@ def merge_cmd(shards: tuple[Path, ...], out: Path, allow_partial: bool) -> None:
     for m in merged:
         state = "complete" if not m.missing else "partial"
         console.print(f"{m.name}: {m.shards} shard folders merged into {m.out_dir} ({state})", highlight=False)
+    then = f"'rose run ... --resume' with --out {out} (without --shard), the inputs and options of the shards"
+    unscored = unscored_exit([m.summary for m in merged], then=then)
+    if unscored is not None:
+        err.print(f"[bold]exit 3:[/] {unscored}", highlight=False)
+        sys.exit(3)

@@ -760,10 +760,10 @@ def _exit_if_nothing_could_run(systems: Sequence[SystemRun], summaries: Sequence
     )
 
 
-def unscored_exit(summaries: Sequence[Summary], *, strict: bool = False) -> str | None:
+def unscored_exit(summaries: Sequence[Summary], *, strict: bool = False, then: str | None = None) -> str | None:
     """Why the run exits 3 (None: it exits 0): items unscored for a transient or infrastructure reason, or
     with ``strict`` for any reason but awaiting a judge in a run without one; the line says how many, why,
-    and what continues."""
+    and what continues (``then``; by default this command with ``--resume``)."""
     from rose_sql.decide import UNSCORED
 
     transient_reasons = {reason for reason, info in UNSCORED.items() if info.transient}
@@ -779,7 +779,7 @@ def unscored_exit(summaries: Sequence[Summary], *, strict: bool = False) -> str 
     line = f"{total} of {items} items are unscored ({why}): every figure above leaves them out."
     transient = [r for r in counts if r in transient_reasons]
     if transient:
-        line += f" To evaluate them again: {resume_command()}"
+        line += f" To evaluate them again: {then or resume_command()}"
     if "wall_guard" in counts:
         line += (
             " (wall_guard: a time limit fired, so which items it stops depends on the machine's load; that is what a "
