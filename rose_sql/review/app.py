@@ -34,6 +34,7 @@ from rose_sql.review.agreement import (
     first_open,
     is_open,
     majority,
+    owes,
     progress,
     status,
 )
@@ -367,6 +368,8 @@ def run_query(ctx: Context, request: Request, body: bytes, who: str, project: st
 
 
 def overview(ctx: Context, request: Request, body: bytes, who: str, project: str) -> Response:
+    """Progress, agreement and the disagreements side by side; an item the annotator still owes a label
+    is listed without its labels (:func:`~rose_sql.review.agreement.owes`)."""
     order = ctx.store.keys(project)
     labels = ctx.store.labels(project)
     by_item = current(labels)
@@ -376,7 +379,11 @@ def overview(ctx: Context, request: Request, body: bytes, who: str, project: str
         s = status(by_item.get(k, []), per)
         counts[s] = counts.get(s, 0) + 1
     agreed = agreement(by_item, order)
-    disagreements = [(k, ctx.store.item(project, k), on_item, majority(on_item)) for k, on_item in agreed.disagreements]
+    disagreements = []
+    for k, on_item in agreed.disagreements:
+        blind = owes(who, on_item, per)  # the tie-breaker sees neither earlier verdict nor reason until theirs
+        side = None if blind else majority(on_item)
+        disagreements.append((k, ctx.store.item(project, k), [] if blind else on_item, side, blind))
     return _render(
         ctx,
         "overview.html",
