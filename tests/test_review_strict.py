@@ -4,6 +4,9 @@ with a message, never a 500; non-finite numbers are refused; the export is stric
 
 from __future__ import annotations
 
+import json
+import math
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from unittest.mock import patch
@@ -14,6 +17,9 @@ import pytest
 pytest.importorskip("starlette", reason="rose review's extra is not installed: pip install -e '.[review]'")
 
 from review_support import Client, config, demo_records, load_project, thread_server
+
+from rose_sql.errors import UsageError
+from rose_sql.review.store import Store, Verdict
 
 JSON = {"Content-Type": "application/json"}
 MARKER = "The prediction filters on the right year."
@@ -105,3 +111,94 @@ def test_whoever_owes_an_item_a_label_sees_none_of_its_labels_on_any_page(served
     # someone who owes item 1 nothing (it has its three labels) may read the settled disagreement
     _, _, overview = _signed_in(base, "dan").get("/p/demo/overview")
     assert "BEA-REASON-ONE" in overview.decode()
+
+
+BAD_LABELS: list[tuple[str, bytes, str]] = [
+    ("a lone surrogate in the reason", b'{"correct": true, "reason": "why \\ud800"}', "lone surrogate"),
+    ("a lone low surrogate", b'{"correct": true, "reason": "\\udfff"}', "lone surrogate"),
+    ("250 KB of nested [", b"[" * 250_000, "nested too deeply"),
+    ("250 KB of nested {", b'{"a":' * 50_000, "nested too deeply"),
+    ("seconds beyond a float", b'{"correct": true, "seconds": 1e999}', "beyond the range"),
+    ("seconds -1e999", b'{"correct": true, "seconds": -1e999}', "beyond the range"),
+    ("seconds NaN", b'{"correct": true, "seconds": NaN}', "NaN"),
+    ("seconds Infinity", b'{"correct": true, "seconds": Infinity}', "Infinity"),
+    ("an integer beyond a float", b'{"correct": true, "seconds": 1' + b"0" * 400 + b"}", "finite"),
+    ("an integer of 5,000 digits", b'{"correct": true, "seconds": 1' + b"0" * 5000 + b"}", "not valid JSON"),
+    ("negative seconds", b'{"correct": true, "seconds": -3}', "at least 0"),
+    ("seconds as text", b'{"correct": true, "seconds": "12"}', "'seconds' must be a number"),
+    ("seconds as true", b'{"correct": true, "seconds": true}', "'seconds' must be a number"),
+    ("correct as a number", b'{"correct": 1}', "'correct' must be true or false"),
+    ("a flag as text", b'{"correct": true, "goldx": "yes"}', "'goldx' must be true or false"),
+    ("a reason as a list", b'{"correct": true, "reason": ["x"]}', "'reason' must be text"),
+    ("a reason too long", json.dumps({"correct": True, "reason": "x" * 10_001}).encode(), "at most 10000"),
+    ("an unknown field", b'{"correct": true, "gold_x": true}', "unknown field 'gold_x'"),
+    ("a list", b"[true]", "a JSON object"),
+    ("a string", b'"correct"', "a JSON object"),
+    ("bad JSON", b'{"correct": tru', "not valid JSON"),
+    ("an empty body", b"", "not valid JSON"),
+    ("not UTF-8", b'{"correct": true, "reason": "\xe9"}', "not UTF-8"),
+]
+
+
+@pytest.mark.parametrize(("what", "body", "says"), BAD_LABELS, ids=[b[0] for b in BAD_LABELS])
+def test_every_malformed_label_is_a_400_with_a_message(
+    served: tuple[str, Path], what: str, body: bytes, says: str
+) -> None:
+    base, state = served
+    c = _signed_in(base, "eve")
+    status, headers, answer = c.request("POST", "/p/demo/label?id=3", body, JSON)
+    assert status == 400, (what, status, answer[:200])
+    assert headers["content-type"].startswith("application/json")
+    assert says in json.loads(answer)["error"], answer
+    with sqlite3.connect(state) as conn:
+        assert conn.execute("SELECT count(*) FROM labels WHERE annotator = 'eve'").fetchone() == (0,)
+
+
+BAD_QUERIES: list[tuple[bytes, str]] = [
+    (b"[" * 250_000, "nested too deeply"),
+    (b'{"sql": "SELECT 1", "x": NaN}', "NaN"),
+    (b'{"sql": "SELECT 1", "limit": 1}', "unknown field 'limit'"),
+    (b"[1]", "a JSON object"),
+    (b'{"sql": ', "not valid JSON"),
+    (b'{"sql": 1}', "one query"),
+]
+
+
+@pytest.mark.parametrize(("body", "says"), BAD_QUERIES, ids=[s for _, s in BAD_QUERIES])
+def test_every_malformed_query_is_a_400_with_a_message(served: tuple[str, Path], body: bytes, says: str) -> None:
+    c = _signed_in(served[0], "fay")
+    status, _, answer = c.request("POST", "/p/demo/query?id=3", body, JSON)
+    assert status == 400 and says in json.loads(answer)["error"], (status, answer[:200])
+
+
+def test_a_too_large_body_is_refused_with_a_message_the_page_can_show(served: tuple[str, Path]) -> None:
+    c = _signed_in(served[0], "gus")
+    for path in ("/p/demo/label?id=3", "/p/demo/query?id=3"):
+        status, _, answer = c.request("POST", path, b'{"reason": "' + b"x" * 300_000 + b'"}', JSON)
+        assert status == 413 and "larger than 256 KiB" in json.loads(answer)["error"]
+
+
+def test_a_finite_seconds_is_kept(served: tuple[str, Path]) -> None:
+    base, state = served
+    c = _signed_in(base, "hal")
+    for key, seconds in (("4", 12.5), ("5", 0), ("6", None)):
+        status, _, _ = c.request(
+            "POST", f"/p/demo/label?id={key}", json.dumps({"correct": True, "seconds": seconds}).encode(), JSON
+        )
+        assert status == 200
+    with sqlite3.connect(state) as conn:
+        rows = conn.execute("SELECT key, seconds FROM labels WHERE annotator = 'hal' ORDER BY key").fetchall()
+    assert rows == [("4", 12.5), ("5", 0.0), ("6", None)]
+
+
+def test_the_store_refuses_what_json_cannot_hold(tmp_path: Path) -> None:
+    from test_review_store import _items
+
+    store = Store(tmp_path / "s.sqlite")
+    store.add_items("p", "test", _items(2))
+    for seconds in (math.inf, -math.inf, math.nan, -1.0):
+        with pytest.raises(UsageError, match="seconds"):
+            store.add_label("p", "0", "ann", Verdict(True), seconds)
+    with pytest.raises(UsageError, match="lone surrogate"):
+        store.add_label("p", "0", "ann", Verdict(True, reason="a\udc80b"))
+    assert store.labels("p") == []
