@@ -9,6 +9,7 @@ import math
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from unittest.mock import patch
 from urllib.parse import urlencode
 
@@ -19,6 +20,7 @@ pytest.importorskip("starlette", reason="rose review's extra is not installed: p
 from review_support import Client, config, demo_records, load_project, thread_server
 
 from rose_sql.errors import UsageError
+from rose_sql.review.exchange import export
 from rose_sql.review.store import Store, Verdict
 
 JSON = {"Content-Type": "application/json"}
@@ -202,3 +204,34 @@ def test_the_store_refuses_what_json_cannot_hold(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="lone surrogate"):
         store.add_label("p", "0", "ann", Verdict(True, reason="a\udc80b"))
     assert store.labels("p") == []
+
+
+def _strict(text: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_the_export_is_strict_json_even_from_an_older_state(tmp_path: Path) -> None:
+    """A state file written before non-finite seconds were refused exports them as null, never as
+    ``Infinity`` or ``NaN`` (which no strict JSON reader takes)."""
+    from test_review_store import _items
+
+    state = tmp_path / "s.sqlite"
+    store = Store(state)
+    store.add_items("p", "test", _items(2))
+    store.add_label("p", "0", "ann", Verdict(True, reason="fine"), 3.0)
+    store.add_label("p", "0", "bea", Verdict(True), 4.0)
+    store.add_label("p", "1", "ann", Verdict(False), 5.0)
+    with sqlite3.connect(state) as conn:  # as the old app stored "seconds": 1e999 and NaN
+        conn.execute("UPDATE labels SET seconds = 1e999 WHERE annotator = 'ann' AND key = '0'")
+        conn.execute("UPDATE labels SET seconds = -1e999 WHERE key = '1'")
+    summary = export(store, "p", tmp_path / "out")
+    assert summary["labels"] == 3
+    folder = tmp_path / "out" / "p"
+    lines = (folder / "labels.jsonl").read_text(encoding="utf-8").splitlines()
+    rows = [_strict(line) for line in lines]
+    assert [(r["annotator"], r["seconds"]) for r in rows] == [("ann", None), ("bea", 4.0), ("ann", None)]
+    for name in ("p.json", "agreement.json", "gold_false_ids.json", "ambq_ids.json", "ambs_ids.json"):
+        _strict((folder / name).read_text(encoding="utf-8"))
