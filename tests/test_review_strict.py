@@ -235,3 +235,21 @@ def test_the_export_is_strict_json_even_from_an_older_state(tmp_path: Path) -> N
     assert [(r["annotator"], r["seconds"]) for r in rows] == [("ann", None), ("bea", 4.0), ("ann", None)]
     for name in ("p.json", "agreement.json", "gold_false_ids.json", "ambq_ids.json", "ambs_ids.json"):
         _strict((folder / name).read_text(encoding="utf-8"))
+
+
+def test_a_per_annotator_file_with_a_lone_surrogate_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from rose_sql.cli import main
+
+    row = {"question_id": 1, "db_id": "d", "question": "q", "evidence": "", "predicted_sql": "SELECT 1"}
+    good = tmp_path / "annotations_1.json"
+    good.write_text(json.dumps([{**row, "gold_sql": "SELECT 1", "label": True, "reason": "fine"}]))
+    bad = tmp_path / "annotations_2.json"
+    bad.write_text(json.dumps([{**row, "gold_sql": "SELECT 1", "label": False, "reason": "no \udc00"}]))
+    state = tmp_path / "s.sqlite"
+    args = ["review", str(state), "--project", "p", "--import-annotations", str(good), str(bad), "--no-serve"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "annotations_2.json" in result.output and "lone surrogate" in result.output
+    store = Store(state)
+    assert store.projects() == [] and result.exception is not None and isinstance(result.exception, SystemExit)

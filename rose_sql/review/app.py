@@ -42,7 +42,7 @@ from rose_sql.review.agreement import (
 from rose_sql.review.guard import Guard, host_name
 from rose_sql.review.page import Pages, machine_view, pygments_css
 from rose_sql.review.settings import LOOPBACK, ReviewConfig
-from rose_sql.review.store import MAX_REASON, Label, Store, Verdict, check_seconds, check_text
+from rose_sql.review.store import MAX_REASON, Label, Store, Verdict, check_seconds
 
 COOKIE = "rose_review"
 """The session cookie: a random token naming the signed-in annotator."""
@@ -350,7 +350,7 @@ def _verdict(data: dict[str, Any]) -> Verdict:
     reason = data.get("reason", "")
     if not isinstance(reason, str) or len(reason) > MAX_REASON:
         raise UsageError(f"'reason' must be text of at most {MAX_REASON} characters")
-    return Verdict(correct, reason=check_text(reason, "'reason'"), **flags)
+    return Verdict(correct, reason=reason, **flags)  # the store refuses a reason it cannot hold
 
 
 def _seconds(value: Any) -> float | None:

@@ -340,8 +340,7 @@ class Store:
                 if lab.item.key in have:
                     kept += 1
                     continue
-                reason = check_text(lab.reason, f"{source}: the reason of item {lab.item.key!r}")[:MAX_REASON]
-                v = Verdict(lab.correct, lab.goldx, lab.ambq, lab.ambs, reason)
+                v = Verdict(lab.correct, lab.goldx, lab.ambq, lab.ambs, lab.reason[:MAX_REASON])
                 _insert(c, pid, lab.item.key, annotator, v, created, None, f"import:{source}")
                 have.add(lab.item.key)
                 added += 1
