@@ -96,8 +96,8 @@ def test_whoever_owes_an_item_a_label_sees_none_of_its_labels_on_any_page(served
     paths = _get_paths("demo", ["1", "2", "3"])
     assert "/p/demo/overview" in paths and "/p/demo/machine?id=1&dir=1" in paths
     seen = _seen(cid, paths)
-    assert "Disagreements (1)" in seen and "Waiting for your label" in seen  # item 1 is listed, blind
     assert [s for s in secrets if s in seen] == []
+    assert "Disagreements (1)" in seen and "Waiting for your label" in seen  # item 1 is listed, blind
     status, _, _ = cid.get("/p/demo/machine?id=1")
     assert status == 403
     # bea owes item 2 (one label, ann's): blind to it, while she sees item 1's labels, hers being there
@@ -113,6 +113,26 @@ def test_whoever_owes_an_item_a_label_sees_none_of_its_labels_on_any_page(served
     # someone who owes item 1 nothing (it has its three labels) may read the settled disagreement
     _, _, overview = _signed_in(base, "dan").get("/p/demo/overview")
     assert "BEA-REASON-ONE" in overview.decode()
+
+
+def test_a_settled_majority_is_not_shown_to_whoever_still_owes_a_label(tmp_path: Path) -> None:
+    """With three labels per item a disagreement needs a fourth: the majority the first three reached is
+    not told to the fourth annotator before they label."""
+    run, db_root = demo_records(tmp_path, n=2)
+    state = tmp_path / "state.sqlite"
+    load_project(state, "demo", run, db_root)
+    with thread_server(config(state, labels_per_item=3)) as base:
+        for name, verdict in (("ann", True), ("bea", False), ("cid", True)):
+            _signed_in(base, name).label("demo", "1", verdict, reason=f"{name.upper()}-SAYS")
+        dan = _signed_in(base, "dan")
+        seen = _seen(dan, _get_paths("demo", ["1", "2"]))
+        assert [s for s in ("settled:", "ANN-SAYS", "BEA-SAYS", "CID-SAYS", MARKER) if s in seen] == []
+        assert "Waiting for your label" in seen
+        dan.label("demo", "1", False, reason="DAN-SAYS")
+        _, _, overview = dan.get("/p/demo/overview")
+        assert "settled:" not in overview.decode() and "BEA-SAYS" in overview.decode()  # two against two
+        _, _, overview = _signed_in(base, "eve").get("/p/demo/overview")  # item 1 asks for no fifth label
+        assert "DAN-SAYS" in overview.decode() and "Waiting for your label" not in overview.decode()
 
 
 BAD_LABELS: list[tuple[str, bytes, str]] = [
