@@ -303,7 +303,7 @@ LABEL_FIELDS = ("correct", "goldx", "ambq", "ambs", "reason", "seconds")
 """What a label's JSON object may hold (``correct`` is required)."""
 
 
-def read_json(body: bytes, fields: tuple[str, ...]) -> dict[str, Any]:
+def read_json(body: bytes, fields: tuple[str, ...]) -> dict[str, object]:
     """A request's JSON object, read strictly, with no field but ``fields``; :class:`UsageError` (a 400)
     naming what is wrong: not UTF-8, not JSON, ``NaN``, ``Infinity`` or a number beyond a float's range,
     nesting deeper than the parser holds, not an object, an unknown field."""
@@ -337,7 +337,7 @@ def _finite(text: str) -> float:
     return value
 
 
-def _verdict(data: dict[str, Any]) -> Verdict:
+def _verdict(data: dict[str, object]) -> Verdict:
     correct = data.get("correct")
     if not isinstance(correct, bool):
         raise UsageError("'correct' must be true or false")
@@ -353,7 +353,7 @@ def _verdict(data: dict[str, Any]) -> Verdict:
     return Verdict(correct, reason=reason, **flags)  # the store refuses a reason it cannot hold
 
 
-def _seconds(value: Any) -> float | None:
+def _seconds(value: object) -> float | None:
     """The label's ``seconds``: left out or null (not measured), else a finite number of at least 0."""
     if value is None:
         return None
