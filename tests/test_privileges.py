@@ -231,6 +231,7 @@ SECRETS: dict[str, list[str]] = {
         "SELECT name, setting FROM pg_settings",
         "SELECT query FROM pg_stat_activity",
         "SELECT * FROM pg_user_mappings",
+        "SELECT * FROM pg_largeobject",
         "SELECT current_setting('data_directory')",
         "SELECT pg_stat_get_backend_activity(s) FROM pg_stat_get_backend_idset() AS s",
         "SELECT table_to_xml('pg_authid'::regclass, true, false, '')",

@@ -14,7 +14,8 @@ What every engine does with an untrusted statement, in order:
 2. the policy (:func:`policy`; SQLite's authorizer does it there): sqlglot must read it in the engine's
    dialect; no ``INTO``, no write anywhere in it (a data-modifying CTE), no row locks, no MySQL
    user-variable assignment; every function it calls must be one the engine's catalogue says has no side
-   effect (see each engine);
+   effect (see each engine); no catalog view or function that exposes the server's files, settings,
+   credentials or other sessions, whatever the role (:func:`policy`);
 3. a read-only transaction with the engine's own limits, rows fetched against the row and byte caps
    while they arrive (:func:`collect`: never a batch of rows larger than what was seen allows);
 4. a rollback and a reset of the session, so nothing a statement did outlives it.

@@ -3,8 +3,10 @@
 A database file is opened ``read_only`` with ``threads = 1`` (a parallel float sum differs between
 runs), ``enable_external_access = false`` (no file, URL or extension is read or written: ``COPY``,
 ``read_csv``, ``ATTACH``, ``INSTALL`` fail inside DuckDB), no extension autoloading, the memory limit of
-the run (``Limits.memory_bytes``, SQLite's heap limit too) and no temporary directory, and then
-``lock_configuration = true`` so no statement can change any of that.
+the run (``Limits.memory_bytes``, SQLite's heap limit too) and no temporary directory (nothing spills to
+disk: a query past the memory limit fails as on SQLite, where DuckDB's default would spill into a
+``.tmp`` folder beside the file), and then ``lock_configuration = true`` so no statement can change any
+of that.
 
 Errors map into the outcome contract (:data:`rose_sql.engines.base.CONTRACT`): a table that does not
 exist, or no file, is ``missing``; an I/O error ``unreadable``; the interrupt at the time limit the wall
@@ -16,7 +18,8 @@ against the caps, and is rolled back.
 
 The function policy: scalar and aggregate functions without side effects (``duckdb_functions()``'s
 ``has_side_effects``), plus :data:`ALLOWED`; table functions only from :data:`TABLES`; never
-:data:`DENIED` (``query()`` runs SQL text, ``setseed`` changes the session, sequences advance).
+:data:`DENIED` (``query()`` runs SQL text, ``setseed`` changes the session, sequences advance), nor
+:data:`SECRET_FUNCTIONS` and :data:`SECRET_VIEWS` (the settings and the logs, behind built-in views).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ rows past the cap are counted as they stream, then ``COM_RESET_CONNECTION`` roll
 Errors map into the outcome contract (:data:`rose_sql.engines.base.CONTRACT`) by error code: a table or
 database that does not exist (1146, 1049) is ``missing``; a login or a grant (1044, 1045, 1142, 1143), a
 server that cannot be reached or went away (2003, 2006, 2013...) ``unreadable``; the statement time limits
-(1969, 3024) the wall clock; out of memory or sort memory (1037, 1038, 1041) the memory limit.
+(1969, 3024) the wall clock; out of memory or sort memory (1037, 1038, 1041) and a full on-disk
+temporary table (1114) the memory limit.
 
 Where MySQL and MariaDB differ from SQLite and the other engines, and the execution says so
 (``Execution.note``): MariaDB stops a recursive CTE at ``max_recursive_iterations`` (1,000 by default)
@@ -25,7 +26,12 @@ with a warning and returns what it has; under a case-insensitive collation (the 
 The function policy: no MySQL executable comment (``/*! ... */``, ``/*M! ... */``: the server runs
 what sqlglot reads as a comment), no ``INTO`` (``OUTFILE``, ``DUMPFILE``, ``@var``), no ``:=``, none of
 :data:`DENIED` (locks, sleeps, file reads, sequence and session-value changes), and no stored function
-of the database.
+of the database; nothing of :data:`SECRET_SCHEMAS` or :data:`SECRET_TABLES` (credentials, settings,
+other sessions' queries) and no ``@@variable``, whatever the role. A login with any privilege beyond
+:data:`READ_ONLY_PRIVILEGES` is refused by ``rose run``. On MariaDB each statement also carries
+``tmp_disk_table_size`` (``Limits.temp_bytes``): an on-disk temporary table past it fails (1114) with the
+memory limit's outcome; filesort's merge files have no per-session bound before MariaDB 11.5, nor does
+MySQL 8's TempTable engine (server-wide settings only).
 """
 
 from __future__ import annotations

@@ -23,7 +23,13 @@ The function policy: a function called by name must be in ``pg_catalog`` with ev
 or stable (``provolatile``), and not one of :data:`DENIED` (stable functions that run SQL text given to
 them), or one of :data:`ALLOWED` (volatile but harmless). That refuses advisory locks, ``set_config``,
 ``nextval``, ``lo_export``, ``pg_read_file``, ``pg_sleep``, ``pg_terminate_backend``, ``dblink`` and
-every function of the database's own schemas.
+every function of the database's own schemas. Whatever the role, the catalog views and functions that
+expose the server's files, settings, credentials or other sessions (:data:`SECRET_VIEWS`, every
+``pg_stat_*`` view, :data:`SECRET_FUNCTIONS`, every ``pg_stat_get_*``) are refused, and so are
+:data:`SIDE_EFFECTS`, marked stable though each call assigns a transaction id. A login that may do more
+than read is refused by ``rose run`` (:meth:`PostgreSQL.privileges`, :data:`PRIVILEGED_ROLES`); ``rose db
+reader`` bounds its role's temporary files with ``temp_file_limit``, whose error (53400) is the memory
+limit's outcome.
 """
 
 from __future__ import annotations
@@ -105,13 +111,15 @@ SECRET_VIEWS = frozenset(
         "pg_shmem_allocations",
         "pg_statistic",
         "pg_statistic_ext_data",
+        "pg_largeobject",
         "user_mappings",
         "user_mapping_options",
     }
 )
 """Catalog views that expose credentials (password hashes, user mappings' options, a subscription's
-connection string), configuration files and settings, other sessions, or other tables' sampled values;
-and every ``pg_stat_*`` view (``pg_stat_activity`` holds other sessions' queries)."""
+connection string), configuration files and settings, other sessions, other tables' sampled values or
+large objects (files ``lo_import`` read in); and every ``pg_stat_*`` view (``pg_stat_activity`` holds
+other sessions' queries)."""
 ALLOWED = frozenset({"random", "random_normal", "clock_timestamp", "timeofday", "gen_random_uuid"})
 """Volatile functions without side effects."""
 PRIVILEGED_ROLES = (
