@@ -422,7 +422,8 @@ def run_cmd(
     are unscored for a transient or infrastructure reason (judge_error, judge_invalid, budget_exhausted,
     wall_guard, db_unreadable, internal_error; with --strict, for any reason), after a line that says
     how many, why, and the command that continues; 2 for unusable input or options, when no database
-    could be read, or when the judge's endpoint cannot be reached; 130 when interrupted (the command
+    could be read, when the --db login may do more than read (--allow-privileged-login), or when the
+    judge's endpoint cannot be reached; 130 when interrupted (the command
     that continues is printed).
 
     \b
