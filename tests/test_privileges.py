@@ -125,6 +125,13 @@ def test_rose_run_refuses_a_superuser_url_unless_told_and_then_warns(
     assert "warning" in allowed.output and "is a superuser" in allowed.output
 
 
+def test_the_reward_server_refuses_a_superuser_url(superhero_on: Callable[[str], tuple[str, str]]) -> None:
+    admin, _ = superhero_on("postgresql")
+    result = CliRunner().invoke(main, ["serve-reward", "--db", admin, "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert "is a superuser" in result.output and "rose db reader" in result.output
+
+
 def test_the_option_is_refused_where_it_changes_nothing(make_db: Callable[..., Path], tmp_path: Path) -> None:
     db = make_db("CREATE TABLE t (a INT);")
     items = tmp_path / "items.jsonl"
