@@ -121,7 +121,10 @@ def reader_cmd(url: str, name: str, password: str | None, db_id: str | None, tem
         shown = create_reader(source.locate(db_id or ""), name, password, temp_bytes=temp_mb * 2**20)
     except RoseError as e:
         fail(e)
-    console.print(f"created {name}: it can read {shown} and write nothing; use it in the URL of --db", highlight=False)
+    bound = f", its temporary files at most {temp_mb} MiB a session" if source.kind == "postgresql" else ""
+    console.print(
+        f"created {name}: it can read {shown} and write nothing{bound}; use it in the URL of --db", highlight=False
+    )
 
 
 @db_cmd.command("scratch")

@@ -376,7 +376,7 @@ class PostgreSQL(Pooled[_Conn]):
         return (
             f"role {row[0]} has no temp_file_limit: a statement may write temporary files (a large sort) until "
             "--timeout stops it; rose db reader sets one (--temp-file-limit), or: ALTER ROLE "
-            f"{self.quote(row[0])} SET temp_file_limit = '2GB'"
+            f"{self.quote(row[0])} SET temp_file_limit = '{max(1, self.limits.temp_bytes // 2**20)}MB'"
         )
 
 
