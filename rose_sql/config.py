@@ -208,6 +208,12 @@ class Config:
     hard_heap_limit``: sorts and temporary tables live in memory under it, never on disk) and DuckDB's
     ``memory_limit``. A query that needs more is stopped as a ``timeout`` whose error names the limit (a
     prediction scores 0, a gold is ``gold_error``)."""
+    engine_temp_bytes: int = 2 * 2**30
+    """The temporary disk a statement may take where the engine can bound it: MariaDB's
+    ``tmp_disk_table_size`` (on-disk temporary tables, set with each statement) and the PostgreSQL
+    ``temp_file_limit`` that ``rose db reader`` sets on its role (``rose run`` warns when the role has
+    none). A query that needs more is stopped as the memory limit is (a ``timeout``, ``limit: memory``).
+    SQLite and DuckDB never spill (temporary storage in memory, no temporary directory)."""
     worker_memory_bytes: int = 4 * 2**30
     """Address-space limit of each worker process (``RLIMIT_AS``), above SQLite's heap limit: what the
     Python side of an item may take before the item fails, never the machine."""
@@ -260,6 +266,7 @@ class Config:
             max_value_bytes=self.max_value_bytes,
             max_sql_chars=self.max_sql_chars,
             memory_bytes=self.engine_memory_bytes,
+            temp_bytes=self.engine_temp_bytes,
             count_past_cap_steps=self.count_past_cap_steps,
             schema_steps=self.schema_max_steps,
         )
