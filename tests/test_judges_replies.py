@@ -141,6 +141,11 @@ def judge_verdict(refuter: bool, yes: bool) -> dict[str, Any]:
     return PROVER_YES if yes else PROVER_NO
 
 
+def _middle(sql: str) -> str:
+    """The part of the SQL a judge might quote in prose: its middle (where the payloads are)."""
+    return sql[len(sql) // 4 : len(sql) - 4]
+
+
 def _indented(sql: str, prefix: str) -> str:
     return "\n".join(prefix + line for line in sql.splitlines())
 
@@ -156,6 +161,8 @@ STYLES: dict[str, Callable[[str, dict[str, Any]], str]] = {
     "json fence, sql fence after": lambda sql, v: f"```json\n{json.dumps(v)}\n```\nQuoted:\n```sql\n{sql}\n```",
     "before and after": lambda sql, v: f"```sql\n{sql}\n```\n{json.dumps(v)}\nAgain: {sql}",
     "in its thinking": lambda sql, v: f"<think>Reading {sql} now</think>\n{json.dumps(v)}",
+    "a fragment before": lambda sql, v: f"Note `{_middle(sql)}` in it.\n{json.dumps(v)}",
+    "a fragment after": lambda sql, v: f"{json.dumps(v)}\nNote `{_middle(sql)}` in it.",
 }
 """How the scripted judges quote the SQL they judge, around their verdict."""
 
@@ -301,3 +308,11 @@ def test_a_run_that_read_replies_the_old_way_is_not_resumed(tmp_path: Path, leag
         args += ["--max-retries", "0", "--policy", "paper"]
         refused = CliRunner().invoke(main, args)
     assert refused.exit_code == 2 and "judge replies differs" in refused.output, refused.output
+
+
+def test_a_fragment_quoted_in_prose_cannot_hide_the_verdict_on_its_own_line() -> None:
+    """A quote of ``{"`` in prose made the scan read the verdict after it as a string: no JSON object, a 0
+    turned into ``judge_invalid``. Objects that begin a line are decoded where they begin."""
+    sql = "SELECT name FROM player WHERE name <> '{\"'"
+    for reply in (f'Note `{{"` in it.\n{prover(False)}', f'Note `{{"` in it.\n```json\n{prover(False)}\n```'):
+        assert parse_reply(ProverReply, reply, quoted=[sql]).answers_question is False

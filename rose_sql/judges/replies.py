@@ -98,6 +98,10 @@ then lies in at most this many candidates, so a reply of any shape is read in li
 _MAX_CANDIDATES = 64
 """JSON objects tried at most per text, the likeliest first: a verdict is one of the first few."""
 _SPECIAL = re.compile(r'\\.|[{}"]', re.DOTALL)
+_LINE_OBJECTS = 8
+"""Objects decoded at most where a line begins with ``{`` (the last first), besides the scan: quotes in a
+line before them (a judge quoting ``{"`` in prose) cannot hide them from it."""
+_LINE_START = re.compile(r"^[ \t>]*(?:```(?:json|JSON)?[ \t]*)?(?=\{)", re.MULTILINE)
 
 
 def _load(text: str) -> dict[str, Any] | None:
@@ -106,6 +110,18 @@ def _load(text: str) -> dict[str, Any] | None:
     except (ValueError, RecursionError):
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def _decoded(text: str, start: int) -> tuple[dict[str, Any], str] | None:
+    """The JSON object that begins at ``start`` (whatever follows it), with its text."""
+    try:
+        obj, end = _DECODER.raw_decode(text, start)
+    except (ValueError, RecursionError):
+        return None
+    return (obj, text[start:end]) if isinstance(obj, dict) else None
+
+
+_DECODER = json.JSONDecoder()
 
 
 def _fenced(text: str) -> list[tuple[dict[str, Any], str]]:
@@ -150,7 +166,7 @@ def _balanced(text: str) -> list[tuple[int, int]]:
 
 def _candidates(text: str) -> list[tuple[dict[str, Any], str]]:
     """JSON objects found in text with their text, most likely first (fenced blocks, then the last
-    top-level object)."""
+    top-level object, then the objects that begin a line)."""
     text = strip_reasoning(text, drop_unclosed=False)  # the verdict may follow an unclosed <think>
     loose: list[tuple[dict[str, Any], str]] = []
     covered = 0  # objects inside one already found are its fields, not candidates
@@ -158,7 +174,9 @@ def _candidates(text: str) -> list[tuple[dict[str, Any], str]]:
         if start >= covered and (obj := _load(text[start:end])) is not None:
             loose.append((obj, text[start:end]))
             covered = end
-    return (_fenced(text) + loose[::-1])[:_MAX_CANDIDATES]  # the final answer usually comes last
+    starts = [m.end() for m in _LINE_START.finditer(text)][-_LINE_OBJECTS:]
+    lines = [found for i in reversed(starts) if (found := _decoded(text, i)) is not None]
+    return (_fenced(text) + loose[::-1])[:_MAX_CANDIDATES] + lines  # the final answer usually comes last
 
 
 # --------------------------------------------------------------------------- what the judge quoted
