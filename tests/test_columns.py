@@ -23,13 +23,14 @@ from click.testing import CliRunner
 from rose_sql.cli import main
 from rose_sql.columns import Budget, column_maps
 from rose_sql.compare import compare
-from rose_sql.config import COLUMN_WORK, Config
+from rose_sql.config import COLUMN_WORK, Config, RewardConfig
 from rose_sql.decide import UNSCORED, Facts, decide
 from rose_sql.engines import Database
 from rose_sql.execute import Executor
 from rose_sql.readings import ts_equal
 from rose_sql.record import read_records
 from rose_sql.results import Execution, ResultSet
+from rose_sql.reward.execution import execution_outcome, execution_value
 from rose_sql.testing import Reply, ScriptedOpenAI, by_content
 
 WIDTHS = [12, 32, 64]
@@ -283,3 +284,12 @@ def test_with_a_judge_an_undecided_item_goes_to_the_prover(make_db: Callable[...
     hard = {str(r.id): r for r in read_records(tmp_path / "out" / "items" / "records.jsonl")}["1"]
     assert (hard.score, hard.decided_by, hard.unscored_reason) == (0, "prover", None)
     assert hard.comparison is not None and hard.comparison.reason == "undecided"
+
+
+def test_the_reward_of_an_undecided_comparison_is_none_never_a_guessed_wrong() -> None:
+    gold_masks = masks(32)
+    gold = Execution("ok", 0.0, result=rs(parity(gold_masks)))
+    pred = Execution("ok", 0.0, result=rs(parity([*gold_masks[:-1], (32 * 37) % 127 + 1])))
+    status, detail = execution_outcome(pred, gold, "SELECT 1", RewardConfig())
+    assert status == "undecidable" and "gave up" in detail  # was "wrong": a budget's verdict
+    assert execution_value(status, RewardConfig()) is None
