@@ -101,9 +101,11 @@ def column_maps(a: Rows, b: Rows, na: int, nb: int, *, bags: bool, budget: Budge
         return pairs[key]
 
     open_ = [x for x in range(len(ca)) if len(cands[x]) > 1]  # the classes the search chooses for
+    alike = Counter(s for s, c in zip(sb, cb, strict=True) for _ in c)
+    width = [alike[s] for s in sa]  # the search's order: by the columns of b alike to each, as it always was
     if exact and open_ and not _refine(cands, open_, (sa, ca), (sb, cb), pair, PAIR_CELL * (len(a) + len(b)), budget):
         return
-    order = sorted(range(len(ca)), key=lambda x: (len(cands[x]) > 1, len(cands[x]), x))
+    order = sorted(range(len(ca)), key=lambda x: (len(cands[x]) > 1, width[x], x))
     check = any(len(cands[x]) > 1 for x in order)  # no choice left: the caller's confirmation is the check
     chosen: list[tuple[int, int]] = []  # (class of a, class of b) of the open classes assigned so far
     used: set[int] = set()

@@ -8,6 +8,7 @@ and what is left ends in an explicit ``undecided`` within :data:`rose_sql.config
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rose_sql.cli import main
 from rose_sql.columns import Budget, column_maps
@@ -293,3 +296,43 @@ def test_the_reward_of_an_undecided_comparison_is_none_never_a_guessed_wrong() -
     status, detail = execution_outcome(pred, gold, "SELECT 1", RewardConfig())
     assert status == "undecidable" and "gave up" in detail  # was "wrong": a budget's verdict
     assert execution_value(status, RewardConfig()) is None
+
+
+# --------------------------------------------------------------------------- the search loses no match
+
+
+CELLS = st.sampled_from([0, 1, None, "a"])
+
+
+@given(
+    st.integers(1, 5).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.lists(st.tuples(*[CELLS] * n), max_size=6),
+            st.permutations(range(n)),
+            st.lists(
+                st.tuples(st.integers(0, 5), st.integers(0, n - 1), st.sampled_from([0, 1, None, "a"])), max_size=2
+            ),
+        )
+    ),
+    st.booleans(),
+)
+@settings(max_examples=400, deadline=None)
+def test_equal_up_to_columns_exactly_when_some_permutation_makes_the_bags_equal(case: Any, ordered: bool) -> None:
+    """Against brute force over every permutation: the necessary conditions prune, never decide wrongly."""
+    n, gold, perm, edits = case
+    pred = [list(r) for r in permuted(gold, list(perm))]
+    for i, j, v in edits:
+        if i < len(pred):
+            pred[i][j] = v
+    rows = [tuple(r) for r in pred]
+    if not gold:
+        return
+    want_bag = any(Counter(permuted(rows, list(p))) == Counter(gold) for p in itertools.permutations(range(n)))
+    want_list = any(permuted(rows, list(p)) == gold for p in itertools.permutations(range(n)))
+    c = compare(rs(rows), rs(gold), ordered=ordered)
+    assert c.reason != "undecided"
+    assert c.equal is (want_list if ordered else want_bag)
+    if ordered and want_bag and not want_list:
+        assert c.reason == "order"
+    assert ts_equal(gold, rows, ordered) is (want_list if ordered else want_bag)
