@@ -16,8 +16,10 @@ uses only necessary conditions of a match, cheapest first:
   every class assigned so far.
 
 Everything above is polynomial; what the last step leaves is a search, bounded by a :class:`Budget`:
-every cell read, every node of the search and every check of two columns counts one unit, so the work
-is bounded and the same on every machine. When it runs out the search says so (``budget.exhausted``),
+all the work is counted in units (a cell read is one; a row of a pair signature :data:`PAIR_CELL`, a
+candidate tried :data:`TRY`, a check of two columns one, a projection step its cells and :data:`STEP`:
+weights measured so that a unit is about 0.1 us of one core, ``bench/bench_columns.py``), never timed,
+so the work is bounded and the same on every machine. When it runs out the search says so (``budget.exhausted``),
 and callers report the comparison as undecided rather than guess. Each full assignment yielded is still
 to be confirmed by the caller on whole rows.
 """
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 from rose_sql.config import COLUMN_WORK
@@ -45,7 +47,7 @@ TRY = 2
 class Budget:
     """The work a column search may do, in units (a cell read, a node, a check of two columns)."""
 
-    limit: int = field(default=COLUMN_WORK)
+    limit: int = COLUMN_WORK
     """Units it may spend in all."""
     spent: int = 0
     """Units spent so far (never more than ``limit``)."""
