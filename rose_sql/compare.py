@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
-from rose_sql.columns import DEFAULT_WORK, Budget, column_maps
+from rose_sql.columns import Budget, column_maps
 from rose_sql.results import ResultSet, Row
 
 Reason = Literal[
@@ -116,8 +116,13 @@ def _project(rows: list[tuple[Any, ...]], cols: Sequence[int]) -> list[tuple[Any
     return [tuple(r[j] for j in cols) for r in rows]
 
 
-def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12) -> Comparison:
-    """Compare a prediction's result with the gold's; ``ordered``: the gold has a top-level ORDER BY."""
+def compare(
+    pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12, budget: Budget | None = None
+) -> Comparison:
+    """Compare a prediction's result with the gold's; ``ordered``: the gold has a top-level ORDER BY.
+
+    ``budget``: the work the column search may do (:class:`rose_sql.columns.Budget`, by default
+    :data:`rose_sql.config.COLUMN_WORK` units); past it the comparison is ``undecided``."""
     if pred.truncated or gold.truncated:
         which = (
             "both results were"
@@ -137,7 +142,7 @@ def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12
     notes: list[str] = []
     if not g and not p:
         return Comparison(True, "same", "both results are empty", column_map=tuple(range(ng)) if ng == np_ else None)
-    budget = Budget()
+    budget = budget if budget is not None else Budget()
     if ng == np_:
         found = _equal_up_to_columns(g, p, ng, ordered, budget)
         if found is not None:
@@ -151,7 +156,7 @@ def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12
                 False, "order", "the same rows in another order, and the gold is ordered", tuple(notes), cmap
             )
         if budget.exhausted:
-            return _undecided(ng)
+            return _undecided(ng, budget)
         if not same_bag(g, p) and set(g) == set(p):
             return _diff(g, p, "multiplicity", "the same distinct rows, duplicated differently")
         if len(g) == len(p) and same_bag(_rows(gold, digits, _numeric_text), _rows(pred, digits, _numeric_text)):
@@ -180,14 +185,14 @@ def compare(pred: ResultSet, gold: ResultSet, *, ordered: bool, digits: int = 12
                     False, "missing_columns", f"the prediction returns {np_} of the gold's {ng} columns, rows aligned"
                 )
     if budget.exhausted:
-        return _undecided(max(ng, np_))
+        return _undecided(max(ng, np_), budget)
     return _diff(g, p, "column_count", f"{np_} predicted vs {ng} gold columns; no column alignment fits")
 
 
-def _undecided(width: int) -> Comparison:
+def _undecided(width: int, budget: Budget) -> Comparison:
     detail = (
-        f"matching the {width} columns gave up after {DEFAULT_WORK:,} cells of search: too many columns look "
-        "alike to tell whether the rows agree"
+        f"matching the {width} columns gave up after {budget.spent:,} of its {budget.limit:,} units of search "
+        "(cells read, nodes, column checks): too many columns look alike to tell whether the rows agree"
     )
     return Comparison(None, "undecided", detail)
 

@@ -153,6 +153,10 @@ EVIDENCE_MAX_ROWS = 10_000
 there (the witness search then skips the candidate)."""
 GUARD_MARGIN_S = 5.0
 """Seconds past a statement's own time limit after which its worker process is stopped (the wall guard)."""
+COLUMN_WORK = 20_000_000
+"""Units of work one column search of the comparator or the test-suite reading may do (a cell read, a
+node of the search or a check of two columns, one unit each) before it gives up as ``undecided``:
+counted, never timed, so the same on every machine (a few seconds of one core at most)."""
 
 
 def steps_for(seconds: float) -> int:

@@ -13,11 +13,13 @@ applies decides:
 - a query was stopped by a wall clock -> unscored ``wall_guard`` (wall time never decides a score);
 - the gold does not execute -> unscored ``gold_error`` (never a 0 or a 1 for a prediction that ran);
 - the prediction ran out of its step budget or the engine's memory while the gold ran -> 0;
-- no judge configured -> unscored ``awaiting_judge`` (or ``no_gold``);
+- no judge configured -> unscored ``awaiting_judge`` (or ``no_gold``; or ``undecided`` when our
+  comparator's bounded column search gave up, so that even a match is unknown);
 - results match -> the matched-results policy: ``never`` accepts (1, by execution); ``evidence``
   asks the Refuter only when deterministic evidence questions the match; ``always`` (the paper)
   always asks it; the Refuter's overturn gives 0, otherwise 1;
-- results differ -> the Prover; false gives 0; true -> the Refuter decides (without a gold, or when
+- results differ, or whether they match is undecided (a truncated result, a column search that gave
+  up) -> the Prover; false gives 0; true -> the Refuter decides (without a gold, or when
   the Refuter is not consulted, the Prover's pass stands);
 - a judge would be asked but the item has no question text -> unscored ``no_question`` (the
   judges judge whether the SQL answers the question: without one they would guess);
@@ -61,6 +63,7 @@ Unscored = Literal[
     "no_score",
     "absent_from_outputs",
     "not_replayable",
+    "undecided",
 ]
 """Why an item has no score. Each is described in :data:`UNSCORED`."""
 
@@ -133,6 +136,12 @@ UNSCORED: dict[Unscored, Reason] = {
         "--resume retries it (on a less loaded machine, or with a larger --timeout)",
         transient=True,
     ),
+    "undecided": Reason(
+        "our comparator's column search gave up (its counted work bound, the same on every machine): too many "
+        "columns of the two results look alike to tell whether the rows agree, so no match or mismatch is known",
+        "configure a judge (--judge-model): the Prover decides such items; the record's comparison says which "
+        "columns; running again gives the same outcome",
+    ),
     "no_score": Reason("the scores file gives no score for this item", "nothing: imported as it was"),
     "absent_from_outputs": Reason(
         "the item is labelled but the imported outputs have no entry for it", "nothing: their run dropped it"
@@ -197,6 +206,8 @@ class Facts:
     pred: Execution | None
     equal: bool | None = None
     """Our comparator: True when the results match, False when they differ, None when undecidable."""
+    undecided: bool = False
+    """Our comparator's bounded column search gave up (``equal`` is None): reason ``undecided``."""
     judge: bool = False
     """Whether an LLM judge is configured."""
     matched_refuter: MatchedRefuter = "always"
@@ -264,6 +275,9 @@ def _table(f: Facts) -> Decision | Step:
     if not f.judge:
         if gold is None:
             return Decision(None, "no_gold", None, "the item has no gold SQL and no judge is configured")
+        if f.undecided:
+            why = "our comparator's bounded column search gave up (too many columns look alike); no judge is configured"
+            return Decision(None, "undecided", None, why)
         return Decision(None, "awaiting_judge", None, "executions done; whether it answers the question needs a judge")
     for value, stage in ((f.prover, "Prover"), (f.refuter, "Refuter")):
         if (problem := _judge_problem(value, stage)) is not None:

@@ -80,6 +80,7 @@ class Executed:
             gold=self.gold,
             pred=self.pred,
             equal=self.comparison.equal if self.comparison else None,
+            undecided=self.comparison is not None and self.comparison.reason == "undecided",
             judge=judge,
             matched_refuter=matched_refuter,
             evidence_questions_match=judge and questions_match(self.doubts, self.evidence),

@@ -161,11 +161,12 @@ def _quick_reject(gold: Sequence[Row], pred: Sequence[Row], ordered: bool) -> bo
     return g != p if ordered else set(g) != set(p)
 
 
-def ts_equal(gold: Sequence[Row], pred: Sequence[Row], ordered: bool) -> bool | None:
+def ts_equal(gold: Sequence[Row], pred: Sequence[Row], ordered: bool, budget: Budget | None = None) -> bool | None:
     """Test-suite result equality: bags (or lists) of rows up to one column permutation.
 
-    None when the column search gave up (:mod:`rose_sql.columns`): the official search can run for
-    hours on wide results whose columns look alike; we say the reading is undecided instead.
+    None when the column search gave up (:mod:`rose_sql.columns`; ``budget``, by default
+    :data:`rose_sql.config.COLUMN_WORK` units): the official search can run for hours on wide results
+    whose columns look alike; we say the reading is undecided instead.
     """
     if not gold and not pred:
         return True
@@ -181,7 +182,7 @@ def ts_equal(gold: Sequence[Row], pred: Sequence[Row], ordered: bool) -> bool | 
     if list(gold) == list(pred):
         return True  # the identity permutation, which the search below would try and accept
     gbag = None if ordered else dict(Counter(gold))  # compared as dicts: in C
-    budget = Budget()
+    budget = budget if budget is not None else Budget()
     for perm in column_maps(gold, pred, n, n, bags=True, budget=budget):
         if not budget.spend(len(pred) * n):
             break

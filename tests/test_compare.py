@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from rose_sql.columns import Budget
 from rose_sql.compare import canon, compare
 from rose_sql.config import Config
 from rose_sql.engines import Database
@@ -87,11 +88,8 @@ def test_column_matching_is_bounded_when_columns_look_alike(width: int) -> None:
     assert took < 10  # was minutes at 12 columns; a generous bound for a loaded machine
 
 
-def test_a_search_that_runs_out_of_work_is_undecided(monkeypatch: pytest.MonkeyPatch) -> None:
-    import rose_sql.columns
-
-    monkeypatch.setattr(rose_sql.columns, "DEFAULT_WORK", 50)
+def test_a_search_that_runs_out_of_work_is_undecided() -> None:
     gold = _latin(6, 3)
-    c = compare(rs([r[::-1] for r in gold]), rs(gold), ordered=False)
+    c = compare(rs([r[::-1] for r in gold]), rs(gold), ordered=False, budget=Budget(50))
     assert (c.equal, c.reason) == (None, "undecided") and "gave up" in c.detail
-    assert ts_equal(gold, [r[::-1] for r in gold], ordered=False) is None
+    assert ts_equal(gold, [r[::-1] for r in gold], ordered=False, budget=Budget(50)) is None

@@ -72,6 +72,7 @@ def facts_of(record: Record, variant: Variant) -> Facts:
         gold=record.gold.execution(),
         pred=record.pred.execution(),
         equal=comparison.equal if comparison is not None else None,
+        undecided=comparison is not None and comparison.reason == "undecided",
         judge=True,
         matched_refuter="never" if variant == "no-refuter" else variant,
         evidence_questions_match=questions_match(record.doubts, record.evidence),

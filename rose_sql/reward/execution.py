@@ -30,7 +30,8 @@ def execution_outcome(
       deterministic ``timeout``;
     - ``gold_error``: the gold failed or ran out of steps (the reward is None, never a match);
     - ``timeout`` / ``error``: the prediction ran out of steps / failed or was rejected;
-    - ``undecidable``: the gold's result was cut at ``max_rows``;
+    - ``undecidable``: the gold's result was cut at ``max_rows``, or our comparator's bounded column
+      search gave up (``undecided``: too many columns look alike), never a guessed ``wrong``;
     - ``match``: equal under our comparator (row multiset; order when the gold's outermost query
       orders; columns matched as whole vectors in any order; numbers by value);
     - ``partial``: the same rows in the wrong order (gold ordered); the gold's columns plus others,
@@ -59,6 +60,8 @@ def execution_outcome(
     c = compare(p, g, ordered=has_top_level_order_by(gold_sql), digits=config.float_digits)
     if c.equal:
         return "match", c.reason
+    if c.reason == "undecided":
+        return "undecidable", c.detail
     if c.reason in ("order", "extra_columns", "missing_columns"):
         return "partial", c.reason
     containment = _contained(p.rows, g.rows, config)
