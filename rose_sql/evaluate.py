@@ -27,14 +27,13 @@ from rose_sql.readings import Readings, bird_ex, soft_f1, ts_equal, ts_gold_sql,
 from rose_sql.record import ComparisonInfo, ExecutionInfo, JudgeCall, Record, StageVotes
 from rose_sql.results import Execution, ResultSet
 from rose_sql.sql import NO_STATEMENT, has_top_level_order_by
-from rose_sql.workers import Pool
+from rose_sql.workers import Pool, Watch, limit_memory
 
 if TYPE_CHECKING:  # loaded when evidence or a judge is configured: a judge-free run starts faster
     from rose_sql.evidence.finder import Finder
     from rose_sql.judges.context import Schemas
     from rose_sql.judges.llm import LLM
     from rose_sql.judges.votes import Votes
-    from rose_sql.run import _Worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,20 +383,47 @@ def evaluate_items(items: Sequence[Item], source: Source, config: Config | None 
     ``judge_error`` for it).
     """
     as_source(source)
-    from rose_sql.run import _init_worker
-
     config = config or Config()
-    with Pool(max(1, min(config.workers, len(items))), _init_worker, config) as pool:  # forked while one thread
+    with Pool(max(1, min(config.workers, len(items))), init_worker, config) as pool:  # forked while one thread
         return asyncio.run(_evaluate_items(items, source, config, pool))
 
 
-def _execute_one(worker: _Worker, job: tuple[Item, Source, bool]) -> Executed:
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """What one worker process keeps for its life (``rose run``'s, :func:`evaluate_items`'s): its sandbox
+    and execution cache, its finder."""
+
+    executor: Executor
+    finder: Finder | None
+
+    def close(self) -> None:
+        """At the worker's end: drop the finder's scratch databases (the witness search on a server)."""
+        if self.finder is not None:
+            self.finder.close()
+
+
+def init_worker(config: Config, watch: Watch) -> Worker:
+    """A worker process's state: its memory bound, a sandbox under its watch, and its finder."""
+    limit_memory(config.worker_memory_bytes)
+    share = config.with_(cache_cells=max(1_000_000, config.cache_cells // max(1, config.workers)))
+    return Worker(Executor(share, watch=watch), _finder(share, watch))
+
+
+def _finder(config: Config, watch: Watch) -> Finder | None:
+    if not config.evidence:
+        return None
+    from rose_sql.evidence.finder import Finder
+
+    return Finder(config, watch=watch)
+
+
+def execute_in_worker(worker: Worker, job: tuple[Item, Source, bool]) -> Executed:
     """The deterministic stages of one item, in a worker process of :func:`evaluate_items`."""
     item, source, doubts = job
     return execute_item(item, source, worker.executor, worker.finder, doubts=doubts)
 
 
-async def _evaluate_items(items: Sequence[Item], source: Source, config: Config, pool: Pool[_Worker]) -> list[Record]:
+async def _evaluate_items(items: Sequence[Item], source: Source, config: Config, pool: Pool[Worker]) -> list[Record]:
     llm: LLM | None = None
     schemas: Schemas | None = None
     votes: Votes | None = None
@@ -420,7 +446,7 @@ async def _evaluate_items(items: Sequence[Item], source: Source, config: Config,
             async def one(item: Item) -> Record:
                 try:
                     job = (item, source, llm is not None)
-                    (ex,) = await asyncio.wrap_future(pool.submit(_execute_one, [job]))
+                    (ex,) = await asyncio.wrap_future(pool.submit(execute_in_worker, [job]))
                     if llm is None or schemas is None:
                         return unjudged_record(ex)
                     return to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy, votes=votes))

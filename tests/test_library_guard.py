@@ -67,3 +67,37 @@ def test_evaluate_item_and_evaluate_items_record_the_stop_on_the_item(make_db: C
         assert r.pred is not None and _stopped(r.pred.status, r.pred.limit)
     assert (records["fine"].score, records["fine"].unscored_reason) == (0, None)
     assert took < 2 * ENDED_WITHIN_S + GUARD_MARGIN_S, took
+
+
+def test_the_inspect_scorer_stops_the_runaway_with_its_worker(tmp_path: Path) -> None:
+    """The inspect_ai scorer ran each sample's queries and evidence in inspect's own process, unguarded."""
+    import math
+
+    import pytest
+
+    pytest.importorskip("inspect_ai", reason="the optional extra rose-sql[inspect] is not installed")
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import MemoryDataset
+    from inspect_ai.model import get_model
+    from inspect_ai.solver import generate
+    from test_inspect import output
+
+    from rose_sql.demo import DB_ID
+    from rose_sql.inspect import rose_scorer, sql_sample
+    from rose_sql.inspect.demo import demo_database
+
+    demo_database(tmp_path / "db")
+    task = Task(
+        dataset=MemoryDataset([sql_sample("How many singers?", "SELECT 1", DB_ID, id="q")]),
+        solver=generate(),
+        scorer=rose_scorer(tmp_path / "db", config=Config(timeout_s=TIMEOUT_S, workers=1)),
+    )
+    model = get_model("mockllm/model", custom_outputs=lambda *_: output(RUNAWAY))
+    start = time.monotonic()
+    (log,) = eval(task, model=model, display="none", log_dir=str(tmp_path / "logs"))
+    took = time.monotonic() - start
+    assert log.samples is not None, log.error
+    assert log.samples[0].scores, (log.status, log.error, log.samples[0].error)
+    (score,) = log.samples[0].scores.values()  # type: ignore[union-attr]
+    assert isinstance(score.value, float) and math.isnan(score.value) and score.reason == "wall_guard", score
+    assert took < ENDED_WITHIN_S, took
