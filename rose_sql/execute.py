@@ -18,6 +18,7 @@ statement in a fresh sandbox, guarded alike.
 
 from __future__ import annotations
 
+import pickle
 import threading
 import weakref
 from collections import OrderedDict
@@ -209,5 +210,9 @@ def _run_in_worker(ex: Executor, job: tuple[Database, str, str]) -> tuple[Execut
     before = ex.executed
     try:
         return ex.run(db, sql, role=role), ex.executed - before
-    except Exception as e:  # raised again in the caller, its type kept
+    except Exception as e:  # raised again in the caller, its type kept where it crosses processes
+        try:
+            pickle.loads(pickle.dumps(e))
+        except Exception:
+            e = RuntimeError(f"{type(e).__name__}: {e}")
         return e, ex.executed - before
