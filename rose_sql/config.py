@@ -213,6 +213,12 @@ class Config:
     ``memory_limit``, at most ``worker_memory_bytes`` less :data:`INTERPRETER_BYTES`. A query that needs
     more is stopped as a ``timeout`` whose error names the limit (a prediction scores 0, a gold is
     ``gold_error``)."""
+    engine_temp_bytes: int = 2 * 2**30
+    """The temporary disk a statement may take where the engine can bound it: MariaDB's
+    ``tmp_disk_table_size`` (on-disk temporary tables, set with each statement) and the PostgreSQL
+    ``temp_file_limit`` that ``rose db reader`` sets on its role (``rose run`` warns when the role has
+    none). A query that needs more is stopped as the memory limit is (a ``timeout``, ``limit: memory``).
+    SQLite and DuckDB never spill (temporary storage in memory, no temporary directory)."""
     worker_memory_bytes: int = 5 * 2**29
     """The resident memory of each worker process, everything included (2.5 GiB): the engine's heap
     (``engine_memory_bytes``, at most this less :data:`INTERPRETER_BYTES`) and the interpreter, held by
@@ -268,6 +274,7 @@ class Config:
             max_value_bytes=self.max_value_bytes,
             max_sql_chars=self.max_sql_chars,
             memory_bytes=max(16 * 2**20, min(self.engine_memory_bytes, self.worker_memory_bytes - INTERPRETER_BYTES)),
+            temp_bytes=self.engine_temp_bytes,
             count_past_cap_steps=self.count_past_cap_steps,
             schema_steps=self.schema_max_steps,
         )

@@ -67,6 +67,7 @@ JUDGE_OPTIONS = (
     "options",
     "reasoning_effort",
     "votes",
+    "replies",
 )
 """Judge settings that can change a score (what the judges are asked, and how): a resume with other
 values is refused."""
@@ -112,6 +113,9 @@ class JudgeInfo:
     votes: str | None = None
     """How stages vote (samples, panel, the model escalated to, the rule), when they do; None: one reply
     decides each stage."""
+    replies: str | None = None
+    """How verdicts are read from the replies (:data:`rose_sql.judges.replies.READING`); None: by the
+    rule before it (any verdict-shaped object, fences first), so such a run cannot be resumed now."""
 
 
 def judge_info(config: Config | None) -> JudgeInfo | None:
@@ -119,6 +123,7 @@ def judge_info(config: Config | None) -> JudgeInfo | None:
     if config is None or config.judge is None:
         return None
     from rose_sql.judges.ask import prompt_hashes
+    from rose_sql.judges.replies import READING
 
     j = config.judge
     return JudgeInfo(
@@ -140,6 +145,7 @@ def judge_info(config: Config | None) -> JudgeInfo | None:
         reasoning_effort=j.reasoning_effort,
         structured=j.structured,
         votes=_votes(j),
+        replies=READING,
     )
 
 

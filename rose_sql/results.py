@@ -98,6 +98,8 @@ class Limits:
     """Longer SQL is rejected before it reaches a parser."""
     memory_bytes: int
     """An engine's own memory limit (SQLite's heap limit, DuckDB's ``memory_limit``)."""
+    temp_bytes: int
+    """An engine's own limit on temporary disk, where it has one (MariaDB's ``tmp_disk_table_size``)."""
     count_past_cap_steps: int
     """SQLite steps spent counting the rows past a cap (without keeping them)."""
     schema_steps: int

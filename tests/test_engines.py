@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from servers import MYSQL_ADMIN, PG_ADMIN, SUPERHERO, reachable, superhero_fixture  # noqa: F401
 
 from rose_sql.cli.main import main
-from rose_sql.cli.run import warn_writable
+from rose_sql.cli.run import check_login
 from rose_sql.compare import compare
 from rose_sql.config import Config, JudgeConfig, RewardConfig
 from rose_sql.engines import Database, Source, open_engine, redact
@@ -172,14 +172,16 @@ def test_a_server_that_drops_the_sessions_is_reconnected_and_one_unreachable_is_
 
 
 @pytest.mark.parametrize("kind", ["postgresql", "mysql"])
-def test_the_reader_cannot_write_and_the_admin_is_warned_about(
+def test_the_reader_cannot_write_and_the_admin_is_refused_unless_allowed(
     kind: str, superhero_on: Callable[[str], tuple[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     admin, reader = superhero_on(kind)
     admin_source, reader_source = Source.parse(admin), Source.parse(reader)
-    warn_writable(admin_source, "superhero", Config())
+    with pytest.raises(UsageError, match="rose db reader"):
+        check_login(admin_source, "superhero", Config())
+    check_login(admin_source, "superhero", Config(), allow_privileged=True)
     assert "rose db reader" in capsys.readouterr().err
-    warn_writable(reader_source, "superhero", Config())
+    check_login(reader_source, "superhero", Config())
     assert capsys.readouterr().err == ""
     if kind == "postgresql":
         import psycopg

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 CARD_VERSION = 1
 UPGRADE_METRICS = ("kappa", "accuracy", "mcc", "f1")
 _PARAMETERS = ("temperature", "seed", "max_tokens", "policy", "matched_refuter", "reask")
-_WHEN_SET = ("structured", "reasoning_effort", "options")
+_WHEN_SET = ("structured", "reasoning_effort", "options", "replies")
 """Parameters shown only where the run recorded them (runs before them, and imports, did not)."""
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from rose_sql.cli.main import console, err, fail
+from rose_sql.config import Config
 from rose_sql.errors import RoseError, UsageError
 
 
@@ -96,7 +97,16 @@ def _pairs(check: Path, sqlite_gold: Path | None, db_id: str) -> list[tuple[Any,
 @click.option("--name", default="rose_reader", show_default=True, help="The read-only role (user) to create.")
 @click.option("--password", default=None, help="Its password (none: the server's local authentication rules).")
 @click.option("--db-id", help="With a {db_id} URL: the database to grant reading on.")
-def reader_cmd(url: str, name: str, password: str | None, db_id: str | None) -> None:
+@click.option(
+    "--temp-file-limit",
+    "temp_mb",
+    type=click.IntRange(min=1),
+    default=Config().engine_temp_bytes // 2**20,
+    show_default=True,
+    help="PostgreSQL: the role's temp_file_limit, in MiB: the temporary files (a large sort) one session may "
+    "write; a statement past it fails as the memory limit does (a prediction scores 0).",
+)
+def reader_cmd(url: str, name: str, password: str | None, db_id: str | None, temp_mb: int) -> None:
     """Create a role that can read URL's database and nothing else, with a login (run it as an admin).
 
     Then evaluate with that role in the URL: rose run ... --db postgresql://rose_reader@host/db
@@ -108,10 +118,13 @@ def reader_cmd(url: str, name: str, password: str | None, db_id: str | None) -> 
         source = Source.parse(url)
         if source.per_db and not db_id:
             raise UsageError("the URL has a {db_id} placeholder: say which database with --db-id")
-        shown = create_reader(source.locate(db_id or ""), name, password)
+        shown = create_reader(source.locate(db_id or ""), name, password, temp_bytes=temp_mb * 2**20)
     except RoseError as e:
         fail(e)
-    console.print(f"created {name}: it can read {shown} and write nothing; use it in the URL of --db", highlight=False)
+    bound = f", its temporary files at most {temp_mb} MiB a session" if source.kind == "postgresql" else ""
+    console.print(
+        f"created {name}: it can read {shown} and write nothing{bound}; use it in the URL of --db", highlight=False
+    )
 
 
 @db_cmd.command("scratch")

@@ -114,6 +114,12 @@ MB = 2**20
     show_default=True,
     help="Seconds a request's whole body may take to arrive, whatever the pace (408 past it).",
 )
+@click.option(
+    "--allow-privileged-login",
+    is_flag=True,
+    help="Serve with a --db login that may do more than read (see rose run --allow-privileged-login), warned; "
+    "without it such a login is refused (a URL with {db_id} is not checked: it names no database yet).",
+)
 @click.option("--verbose", is_flag=True, help="Log every request to stderr.")
 def serve_reward_cmd(
     db_root: str,
@@ -133,6 +139,7 @@ def serve_reward_cmd(
     max_connections: int,
     header_timeout: float,
     body_timeout: float,
+    allow_privileged_login: bool,
     verbose: bool,
 ) -> None:
     """Serve the RL reward over HTTP in OpenRLHF's remote reward shape.
@@ -149,11 +156,13 @@ def serve_reward_cmd(
         curl -s http://127.0.0.1:5000/get_reward -d '{"query": ["SELECT count(*) FROM singer"],
              "labels": ["SELECT count(*) FROM singer\\tconcert_singer"]}'
     """
-    from rose_sql.cli.run import databases
+    from rose_sql.cli.run import check_login, databases
     from rose_sql.reward.server import RewardServer
 
     try:
         root = databases(db_root, Config(), option="--db")
+        if not root.info.files and not root.per_db:  # one database: its login is checked as rose run's is
+            check_login(root, "", Config(), allow_privileged=allow_privileged_login)
     except RoseError as e:
         fail(e)
     try:

@@ -192,6 +192,13 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "makes, and drops, a scratch database per worker holding copies of the tables the queries read; never "
     "the --db database. Without it there is no witness search on those servers (the evidence says so).",
 )
+@click.option(
+    "--allow-privileged-login",
+    is_flag=True,
+    help="Run with a --db login that may do more than read (a superuser, a write grant, PostgreSQL's "
+    "pg_read_server_files / pg_read_all_settings / pg_monitor, MySQL's FILE, PROCESS, SUPER), with a warning; "
+    "without it such a login is refused (make a reader with rose db reader).",
+)
 @click.option("--judge-model", help="Model of the LLM judges; without it only the deterministic stages run.")
 @click.option(
     "--panel",
@@ -377,6 +384,7 @@ def run_cmd(
     evidence_steps: int,
     evidence_budget: float,
     evidence_scratch: str | None,
+    allow_privileged_login: bool,
     judge_model: str | None,
     panel: str | None,
     samples: int,
@@ -414,7 +422,8 @@ def run_cmd(
     are unscored for a transient or infrastructure reason (judge_error, judge_invalid, budget_exhausted,
     wall_guard, db_unreadable, internal_error; with --strict, for any reason), after a line that says
     how many, why, and the command that continues; 2 for unusable input or options, when no database
-    could be read, or when the judge's endpoint cannot be reached; 130 when interrupted (the command
+    could be read, when the --db login may do more than read (--allow-privileged-login), or when the
+    judge's endpoint cannot be reached; 130 when interrupted (the command
     that continues is printed).
 
     \b
@@ -494,7 +503,8 @@ def run_cmd(
         loaded = [load_items(p, gold, fmt, max_bytes=int(max_input_mb * 2**20)) for p in preds]
         if config.judge is not None:
             _require_questions(loaded, gold)
-        warn_writable(root, next((it.db_id for lf in loaded for it in lf.items), None), config)
+        some_db = next((it.db_id for lf in loaded for it in lf.items), None)
+        check_login(root, some_db, config, allow_privileged=allow_privileged_login)
         if dry_run and config.judge is not None:
             from rose_sql.estimate import estimate
 
@@ -564,26 +574,37 @@ def databases(text: str, config: Config, *, option: str) -> Source:
     return root
 
 
-def warn_writable(root: Source, db_id: str | None, config: Config) -> None:
-    """Warn when a URL's role could change its database (and say how to make a read-only one)."""
+def check_login(root: Source, db_id: str | None, config: Config, *, allow_privileged: bool = False) -> None:
+    """Refuse (UsageError) a ``--db`` login whose role may do more than read its database, unless
+    ``allow_privileged`` (then warn); warn when its temporary files are unbounded."""
     if db_id is None:
         return
     from rose_sql.engines import open_engine
 
     engine = open_engine(root.kind, config.limits)
     try:
-        why = engine.can_write(root.locate(db_id))
+        db = root.locate(db_id)
+        why, disk = engine.privileges(db), engine.unbounded_disk(db)
     except Exception:  # unreachable now: every statement will say so
         return
     finally:
         engine.close()
+    reader = f"rose db reader {root.shown} --name rose_reader (then put rose_reader in the URL)"
+    if why and not allow_privileged:
+        raise UsageError(
+            f"--db {root.shown}: {why}. A privileged login is refused: a prediction could read the server's files, "
+            f"settings, password hashes or other sessions' queries into records and prompts. Create a read-only "
+            f"role with: {reader}; or pass --allow-privileged-login"
+        )
     if why:
         err.print(
-            f"[yellow]warning:[/] {root.shown}: {why}. Queries run read-only and rolled back, but a role that cannot "
-            f"write is the safer guard; create one with: rose db reader {root.shown} --name rose_reader "
-            "(then put rose_reader in the URL)",
+            f"[yellow]warning:[/] {root.shown}: {why} (--allow-privileged-login). Queries run read-only and rolled "
+            f"back, and the policy refuses the catalog views that expose secrets, but a role that cannot do more "
+            f"than read is the safer guard; create one with: {reader}",
             highlight=False,
         )
+    if disk:
+        err.print(f"[yellow]warning:[/] {root.shown}: {disk}", highlight=False)
 
 
 def _ray_backend(config: Config, address: str | None, workers: int | None, systems: Sequence[SystemRun]) -> Backend:
@@ -666,6 +687,10 @@ def _refuse_idle_options(ctx: click.Context, config: Config, root: Source, *, re
         idle.append(
             f"--evidence-scratch is the server where the witness search copies tables on PostgreSQL and MySQL; on "
             f"{root.info.name} it copies the file into memory: drop it"
+        )
+    if "allow_privileged_login" in given and root.info.files:
+        idle.append(
+            f"--allow-privileged-login is for server logins; {root.info.name} files are opened read-only: drop it"
         )
     if "keep_unscored" in given and not resume:
         idle.append("--keep-unscored says what --resume keeps: give --resume too")

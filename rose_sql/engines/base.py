@@ -14,7 +14,8 @@ What every engine does with an untrusted statement, in order:
 2. the policy (:func:`policy`; SQLite's authorizer does it there): sqlglot must read it in the engine's
    dialect; no ``INTO``, no write anywhere in it (a data-modifying CTE), no row locks, no MySQL
    user-variable assignment; every function it calls must be one the engine's catalogue says has no side
-   effect (see each engine);
+   effect (see each engine); no catalog view or function that exposes the server's files, settings,
+   credentials or other sessions, whatever the role (:func:`policy`);
 3. a read-only transaction with the engine's own limits, rows fetched against the row and byte caps
    while they arrive (:func:`collect`: never a batch of rows larger than what was seen allows);
 4. a rollback and a reset of the session, so nothing a statement did outlives it.
@@ -129,11 +130,12 @@ CONTRACT: dict[Failure, Outcome] = {
     "memory": Outcome(
         "timeout",
         "memory",
-        "the statement needs more memory than the engine may take",
+        "the statement needs more memory (or temporary disk) than the engine may take",
         "gold_error",
         "0",
-        "SQLite's heap limit and SQLITE_TOOBIG; PostgreSQL 53200; MySQL 1038, 1041; DuckDB's memory_limit; "
-        "the worker's address-space limit on every engine",
+        "SQLite's heap limit and SQLITE_TOOBIG; PostgreSQL class 53 (53200, temp_file_limit 53400); MySQL 1038, "
+        "1041, MariaDB's tmp_disk_table_size (1114); DuckDB's memory_limit; the worker's address-space limit on "
+        "every engine",
     ),
     "wall": Outcome(
         "guard",
@@ -171,6 +173,8 @@ class Classified:
     """The engine's own message."""
     broken: bool = False
     """Whether the connection must be dropped (it is reopened for the next statement)."""
+    disk: bool = False
+    """For ``memory``: the limit met was on temporary disk (``temp_file_limit``, ``tmp_disk_table_size``)."""
 
 
 def failed(c: Classified, elapsed: float, engine: str, limits: Limits) -> Execution:
@@ -194,6 +198,8 @@ def failed(c: Classified, elapsed: float, engine: str, limits: Limits) -> Execut
         shown = f"{size / 2**30:g} GiB" if size >= 2**30 else f"{size / 2**20:g} MiB"
         plain = c.message in ("", "MemoryError", "out of memory")
         text = f"stopped: it needs more than the {shown} memory limit" + ("" if plain else f" ({c.message})")
+        if c.disk:
+            text = f"stopped: it needs more temporary disk than the {engine} limit allows ({c.message})"
     elif c.failure == "process":
         text = GUARD_STOPPED
     else:
@@ -302,8 +308,15 @@ class Engine(Protocol):
         """What identifies the database in a manifest."""
         ...
 
-    def can_write(self, db: Database) -> str | None:
-        """Why the URL's role could change the database (None when it cannot), for a warning."""
+    def privileges(self, db: Database) -> str | None:
+        """What the URL's role may do beyond reading its database (a superuser, a write grant, the server's
+        files, settings or other sessions), for people; None when nothing (``rose run`` refuses such a
+        login for ``--db`` unless told otherwise)."""
+        ...
+
+    def unbounded_disk(self, db: Database) -> str | None:
+        """Why a statement's temporary files are not bounded on this database (None when they are), for a
+        warning."""
         ...
 
     def cancel(self) -> None:
@@ -318,9 +331,16 @@ class Engine(Protocol):
 # --------------------------------------------------------------------------- the function policy
 
 
-def policy(sql: str, dialect: str, allowed: Callable[[str], str | None]) -> str | None:
+def policy(
+    sql: str,
+    dialect: str,
+    allowed: Callable[[str], str | None],
+    catalog: Callable[[str, str], bool] = lambda schema, name: False,
+) -> str | None:
     """Why ``sql`` may not run on this engine (None: it may). ``allowed(name)`` says why a function
-    called by name may not be called (None: it may)."""
+    called by name may not be called (None: it may); ``catalog(schema, name)`` whether a relation (its
+    schema "" when unqualified, both lower-cased) is a catalog view that exposes the server's files,
+    settings, credentials or other sessions, refused whatever the role."""
     tree = query(sql, dialect).parsed
     if tree.error is not None:
         return f"it cannot be read as {dialect} SQL, so its functions cannot be checked: {tree.error}"
@@ -334,7 +354,18 @@ def policy(sql: str, dialect: str, allowed: Callable[[str], str | None]) -> str 
                 why = allowed(node.name.lower())
                 if why is not None:
                     return f"function {node.name}: {why}"
+            if isinstance(node, exp.SessionParameter):  # MySQL's @@datadir, @@global.secure_file_priv...
+                return f"@@{node.name}: a server variable ({SECRETS})"
+            if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
+                schema = node.text("db").lower()
+                if catalog(schema, node.name.lower()):
+                    shown = f"{schema}.{node.name}" if schema else node.name
+                    return f"{shown}: {SECRETS}"
     return None
+
+
+SECRETS = "it exposes the server's files, settings, credentials or other sessions"
+"""Why the policy refuses a catalog view or function on every engine, whatever the role."""
 
 
 def _node_name(node: exp.Expr) -> str:
@@ -540,9 +571,14 @@ class Pooled(Generic[C]):
     def _version(self, conn: C) -> str:
         raise NotImplementedError
 
+    def _catalog(self, schema: str, name: str) -> bool:
+        """Whether the relation ``schema.name`` (schema "" when unqualified, lower-cased) is a catalog view
+        that exposes the server's files, settings, credentials or other sessions (see :func:`policy`)."""
+        return False
+
     def _check(self, conn: C, sql: str) -> str | None:
         """Why the statement may not run here (the function policy; None: it may)."""
-        return policy(sql, self.dialect, lambda name: self._allowed(conn, name))
+        return policy(sql, self.dialect, lambda name: self._allowed(conn, name), self._catalog)
 
     # ------------------------------------------------------------------ shared
 

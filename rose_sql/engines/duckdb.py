@@ -3,8 +3,10 @@
 A database file is opened ``read_only`` with ``threads = 1`` (a parallel float sum differs between
 runs), ``enable_external_access = false`` (no file, URL or extension is read or written: ``COPY``,
 ``read_csv``, ``ATTACH``, ``INSTALL`` fail inside DuckDB), no extension autoloading, the memory limit of
-the run (``Limits.memory_bytes``, SQLite's heap limit too) and no temporary directory, and then
-``lock_configuration = true`` so no statement can change any of that.
+the run (``Limits.memory_bytes``, SQLite's heap limit too) and no temporary directory (nothing spills to
+disk: a query past the memory limit fails as on SQLite, where DuckDB's default would spill into a
+``.tmp`` folder beside the file), and then ``lock_configuration = true`` so no statement can change any
+of that.
 
 Errors map into the outcome contract (:data:`rose_sql.engines.base.CONTRACT`): a table that does not
 exist, or no file, is ``missing``; an I/O error ``unreadable``; the interrupt at the time limit the wall
@@ -16,7 +18,8 @@ against the caps, and is rolled back.
 
 The function policy: scalar and aggregate functions without side effects (``duckdb_functions()``'s
 ``has_side_effects``), plus :data:`ALLOWED`; table functions only from :data:`TABLES`; never
-:data:`DENIED` (``query()`` runs SQL text, ``setseed`` changes the session, sequences advance).
+:data:`DENIED` (``query()`` runs SQL text, ``setseed`` changes the session, sequences advance), nor
+:data:`SECRET_FUNCTIONS` and :data:`SECRET_VIEWS` (the settings and the logs, behind built-in views).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 import duckdb
 
 from rose_sql.engines.base import (
+    SECRETS,
     Classified,
     ColumnInfo,
     Fingerprint,
@@ -45,6 +49,12 @@ from rose_sql.results import Limits, ResultSet
 ALLOWED = frozenset({"random", "uuid", "gen_random_uuid", "uuidv4"})
 """Functions DuckDB marks as having side effects that have none outside the statement."""
 DENIED = frozenset({"query", "query_table", "setseed", "nextval", "currval", "getenv", "read_text", "read_blob"})
+SECRET_FUNCTIONS = frozenset({"current_setting", "which_secret"})
+"""Functions that read the configuration or the secrets (``which_secret`` is a table function, refused as
+every one outside :data:`TABLES` is)."""
+SECRET_VIEWS = frozenset({"pg_settings", "duckdb_logs", "duckdb_logs_parsed", "pg_prepared_statements"})
+"""Built-in views over the settings and the logs: a view is a relation, its table function unseen by the
+policy (``SELECT * FROM pg_settings`` reads ``duckdb_settings()``)."""
 TABLES = frozenset({"range", "generate_series", "unnest", "json_each", "json_tree", "repeat", "repeat_row"})
 """Table functions a query may read from (every other one reads files or metadata)."""
 _NO_TABLE = "Table with name"
@@ -176,9 +186,14 @@ class DuckDB(Pooled[_Conn]):
             return Classified("memory", message)
         return Classified("error", message)
 
+    def _catalog(self, schema: str, name: str) -> bool:
+        return schema in ("", "main", "pg_catalog") and name in SECRET_VIEWS
+
     def _allowed(self, conn: _Conn, name: str) -> str | None:
         if name in DENIED:
             return "it runs SQL text, reads outside the database or changes the session"
+        if name in SECRET_FUNCTIONS:
+            return SECRETS
         if name in ALLOWED or name in TABLES:
             return None
         safe = conn.functions.get(name)
@@ -227,8 +242,11 @@ class DuckDB(Pooled[_Conn]):
             out.append(TableInfo(t, tuple(ColumnInfo(n, ty, bool(nn)) for n, ty, nn in cols), pk, tuple(fks), samples))
         return out
 
-    def can_write(self, db: Database) -> str | None:
+    def privileges(self, db: Database) -> str | None:
         return None  # always opened read-only
+
+    def unbounded_disk(self, db: Database) -> str | None:
+        return None  # nothing spills to disk: sorts and temporary tables live under the memory limit
 
 
 def open_read_only(path: str, memory_bytes: int) -> duckdb.DuckDBPyConnection:

@@ -14,7 +14,8 @@ rows past the cap are counted as they stream, then ``COM_RESET_CONNECTION`` roll
 Errors map into the outcome contract (:data:`rose_sql.engines.base.CONTRACT`) by error code: a table or
 database that does not exist (1146, 1049) is ``missing``; a login or a grant (1044, 1045, 1142, 1143), a
 server that cannot be reached or went away (2003, 2006, 2013...) ``unreadable``; the statement time limits
-(1969, 3024) the wall clock; out of memory or sort memory (1037, 1038, 1041) the memory limit.
+(1969, 3024) the wall clock; out of memory or sort memory (1037, 1038, 1041) and a full on-disk
+temporary table (1114) the memory limit.
 
 Where MySQL and MariaDB differ from SQLite and the other engines, and the execution says so
 (``Execution.note``): MariaDB stops a recursive CTE at ``max_recursive_iterations`` (1,000 by default)
@@ -25,7 +26,12 @@ with a warning and returns what it has; under a case-insensitive collation (the 
 The function policy: no MySQL executable comment (``/*! ... */``, ``/*M! ... */``: the server runs
 what sqlglot reads as a comment), no ``INTO`` (``OUTFILE``, ``DUMPFILE``, ``@var``), no ``:=``, none of
 :data:`DENIED` (locks, sleeps, file reads, sequence and session-value changes), and no stored function
-of the database.
+of the database; nothing of :data:`SECRET_SCHEMAS` or :data:`SECRET_TABLES` (credentials, settings,
+other sessions' queries) and no ``@@variable``, whatever the role. A login with any privilege beyond
+:data:`READ_ONLY_PRIVILEGES` is refused by ``rose run``. On MariaDB each statement also carries
+``tmp_disk_table_size`` (``Limits.temp_bytes``): an on-disk temporary table past it fails (1114) with the
+memory limit's outcome; filesort's merge files have no per-session bound before MariaDB 11.5, nor does
+MySQL 8's TempTable engine (server-wide settings only).
 """
 
 from __future__ import annotations
@@ -64,6 +70,36 @@ DENIED = frozenset(
     }
 )
 """Built-ins with effects beyond the statement (locks, session values, sequences, files, waiting)."""
+SECRET_SCHEMAS = frozenset({"mysql", "performance_schema", "sys"})
+"""Schemas whose every table exposes credentials (``mysql.user``'s password hashes), settings or other
+sessions (``performance_schema``'s statements, ``sys`` over it)."""
+SECRET_TABLES = frozenset(
+    {
+        "processlist",
+        "global_variables",
+        "session_variables",
+        "system_variables",
+        "global_status",
+        "session_status",
+        "user_variables",
+        "user_statistics",
+        "client_statistics",
+        "innodb_trx",
+        "innodb_locks",
+        "innodb_lock_waits",
+        "metadata_lock_info",
+        "query_cache_info",
+        "thread_pool_queues",
+        "thread_pool_stats",
+        "thread_pool_waits",
+        "thread_pool_groups",
+        "files",
+        "innodb_sys_tablespaces",
+        "innodb_sys_datafiles",
+    }
+)
+"""``information_schema`` tables that expose other sessions' queries (``PROCESSLIST``, ``INNODB_TRX``,
+``QUERY_CACHE_INFO``), settings and status, or the server's files."""
 EXECUTABLE_COMMENT = re.compile(r"/\*M?!", re.IGNORECASE)
 COM_RESET_CONNECTION = 0x1F
 _TIMEOUT_CODES = {1969, 3024}  # MariaDB max_statement_time, MySQL max_execution_time
@@ -71,6 +107,9 @@ _MISSING_CODES = {1146, 1049}  # no such table, unknown database
 _DENIED_CODES = {1044, 1045, 1142, 1143, 1227, 1698}  # logins and grants
 _GONE_CODES = {2002, 2003, 2005, 2006, 2013, 2055, 1040, 1053, 1927}
 _MEMORY_CODES = {1037, 1038, 1041}
+_DISK_FULL = 1114
+"""``The table '(temporary)' is full``: an on-disk temporary table met ``tmp_disk_table_size`` (in a
+read-only transaction no other table can fill)."""
 _RECURSION_WARNING = 1931
 """MariaDB's warning that a recursive CTE met ``max_recursive_iterations`` (its result may be incomplete)."""
 NOTES = (
@@ -165,7 +204,12 @@ class MySQL(Pooled[_Conn]):
             raise _Refused("a MySQL executable comment (/*! ... */) runs what it holds")
         c = conn.conn
         c.query("START TRANSACTION READ ONLY")
-        text = f"SET STATEMENT max_statement_time = {self.seconds:.3f} FOR {sql}" if conn.mariadb else sql
+        text = (
+            f"SET STATEMENT max_statement_time = {self.seconds:.3f}, tmp_disk_table_size = {self.limits.temp_bytes} "
+            f"FOR {sql}"
+            if conn.mariadb
+            else sql
+        )
         cur = c.cursor(pymysql.cursors.SSCursor)
         try:
             cur.execute(text)
@@ -223,9 +267,14 @@ class MySQL(Pooled[_Conn]):
             return Classified("unreadable", message, broken=True)
         if code == 1792:  # read-only transaction
             return Classified("rejected", message)
+        if code == _DISK_FULL:
+            return Classified("memory", message, disk=True)
         if isinstance(e, MemoryError) or code in _MEMORY_CODES:
             return Classified("memory", message, broken=isinstance(e, MemoryError))
         return Classified("error", message, broken=code is None)
+
+    def _catalog(self, schema: str, name: str) -> bool:
+        return schema in SECRET_SCHEMAS or (schema == "information_schema" and name in SECRET_TABLES)
 
     def _allowed(self, conn: _Conn, name: str) -> str | None:
         if name in DENIED:
@@ -296,19 +345,36 @@ class MySQL(Pooled[_Conn]):
         c.rollback()
         return out
 
-    def can_write(self, db: Database) -> str | None:
+    def privileges(self, db: Database) -> str | None:
         c = self.conn(db).conn
         with c.cursor() as cur:
             cur.execute("SHOW GRANTS")
-            grants = [r[0] for r in cur.fetchall()]
+            grants = [str(r[0]) for r in cur.fetchall()]
             cur.execute("SELECT CURRENT_USER()")
             (user,) = cur.fetchone() or ("?",)
-        for g in grants:
-            privileges = g.upper().split(" ON ")[0].removeprefix("GRANT ")
-            granted = {p.strip() for p in privileges.split(",")}
-            if granted - {"SELECT", "USAGE", "SHOW VIEW", "PROXY"}:
-                return f"user {user} has {', '.join(sorted(granted))}"
-        return None
+        found = sorted({p for g in grants for p in granted(g)} - READ_ONLY_PRIVILEGES)
+        return f"user {user} has {', '.join(found)}" if found else None
+
+    def unbounded_disk(self, db: Database) -> str | None:
+        return None  # what can be bounded is, per statement (tmp_disk_table_size); the rest is documented
+
+
+READ_ONLY_PRIVILEGES = frozenset({"SELECT", "SHOW VIEW", "SHOW DATABASES", "USAGE"})
+"""The privileges a ``--db`` login may hold (every other one writes, reads files or other sessions, or
+administers the server: FILE, PROCESS, SUPER, INSERT...)."""
+_GRANT = re.compile(r"^GRANT\s+(.*?)\s+ON\s", re.IGNORECASE | re.DOTALL)
+
+
+def granted(line: str) -> set[str]:
+    """The privileges one line of ``SHOW GRANTS`` gives (column lists dropped; ``GRANT OPTION`` when it is
+    given with them; none for a role's grant, whose privileges have lines of their own when it is active)."""
+    m = _GRANT.match(line.strip())
+    if m is None:
+        return set()
+    named = {p.strip().upper() for p in re.sub(r"\([^)]*\)", "", m.group(1)).split(",") if p.strip()}
+    if re.search(r"\sWITH\s+GRANT\s+OPTION\b", line, re.IGNORECASE):
+        named.add("GRANT OPTION")
+    return named
 
 
 class _Refused(Exception):

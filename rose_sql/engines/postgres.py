@@ -23,7 +23,13 @@ The function policy: a function called by name must be in ``pg_catalog`` with ev
 or stable (``provolatile``), and not one of :data:`DENIED` (stable functions that run SQL text given to
 them), or one of :data:`ALLOWED` (volatile but harmless). That refuses advisory locks, ``set_config``,
 ``nextval``, ``lo_export``, ``pg_read_file``, ``pg_sleep``, ``pg_terminate_backend``, ``dblink`` and
-every function of the database's own schemas.
+every function of the database's own schemas. Whatever the role, the catalog views and functions that
+expose the server's files, settings, credentials or other sessions (:data:`SECRET_VIEWS`, every
+``pg_stat_*`` view, :data:`SECRET_FUNCTIONS`, every ``pg_stat_get_*``) are refused, and so are
+:data:`SIDE_EFFECTS`, marked stable though each call assigns a transaction id. A login that may do more
+than read is refused by ``rose run`` (:meth:`PostgreSQL.privileges`, :data:`PRIVILEGED_ROLES`); ``rose db
+reader`` bounds its role's temporary files with ``temp_file_limit``, whose error (53400) is the memory
+limit's outcome.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-from rose_sql.engines.base import Classified, ColumnInfo, Pooled, TableInfo, batches, collect, examples
+from rose_sql.engines.base import SECRETS, Classified, ColumnInfo, Pooled, TableInfo, batches, collect, examples
 from rose_sql.engines.kinds import Database, Kind
 from rose_sql.results import Limits, ResultSet
 
@@ -58,13 +64,83 @@ DENIED = frozenset(
     }
 )
 """Functions that are not volatile but execute SQL text they are given (or read the whole database)."""
+SIDE_EFFECTS = frozenset({"txid_current", "pg_current_xact_id"})
+"""Functions marked stable that have an effect: each call assigns a transaction id (in a read-only
+transaction too), which the server's wraparound horizon counts."""
+SECRET_FUNCTIONS = frozenset(
+    {
+        "current_setting",
+        "pg_show_all_settings",
+        "pg_show_all_file_settings",
+        "pg_settings_get_flags",
+        "pg_config",
+        "pg_hba_file_rules",
+        "pg_ident_file_mappings",
+        "pg_get_replication_slots",
+        "pg_current_logfile",
+        "pg_blocking_pids",
+        "pg_safe_snapshot_blocking_pids",
+        "pg_lock_status",
+        "pg_prepared_xact",
+        "pg_get_backend_memory_contexts",
+        "pg_get_shmem_allocations",
+        "table_to_xml",
+        "table_to_xmlschema",
+        "table_to_xml_and_xmlschema",
+    }
+)
+"""Stable functions that expose the server's files, settings or other sessions, or read a table by its oid
+past the catalogue check (``table_to_xml('pg_authid'::regclass, ...)``); and every ``pg_stat_get_*``."""
+SECRET_VIEWS = frozenset(
+    {
+        "pg_authid",
+        "pg_shadow",
+        "pg_user_mapping",
+        "pg_user_mappings",
+        "pg_db_role_setting",
+        "pg_hba_file_rules",
+        "pg_ident_file_mappings",
+        "pg_file_settings",
+        "pg_settings",
+        "pg_config",
+        "pg_subscription",
+        "pg_replication_slots",
+        "pg_locks",
+        "pg_prepared_xacts",
+        "pg_backend_memory_contexts",
+        "pg_shmem_allocations",
+        "pg_statistic",
+        "pg_statistic_ext_data",
+        "pg_largeobject",
+        "user_mappings",
+        "user_mapping_options",
+    }
+)
+"""Catalog views that expose credentials (password hashes, user mappings' options, a subscription's
+connection string), configuration files and settings, other sessions, other tables' sampled values or
+large objects (files ``lo_import`` read in); and every ``pg_stat_*`` view (``pg_stat_activity`` holds
+other sessions' queries)."""
 ALLOWED = frozenset({"random", "random_normal", "clock_timestamp", "timeofday", "gen_random_uuid"})
 """Volatile functions without side effects."""
+PRIVILEGED_ROLES = (
+    "pg_read_server_files",
+    "pg_write_server_files",
+    "pg_execute_server_program",
+    "pg_read_all_settings",
+    "pg_read_all_stats",
+    "pg_stat_scan_tables",
+    "pg_monitor",
+    "pg_signal_backend",
+    "pg_write_all_data",
+)
+"""Predefined roles whose members read the server's files, settings or other sessions, or write: a
+login holding one is refused for ``--db`` (see ``rose db reader``)."""
 FIRST_FETCH = 2
 """Rows in the first FETCH, sent with the statement (a result of one row ends there); later batches are
 sized by the widest row seen."""
 CURSOR = "rose_query"
 _QUERY_CANCELED = "57014"
+_DISK_STATES = ("53100", "53400")
 _MISSING = ("42P01", "3F000", "3D000")
 _UNREADABLE_CLASSES = ("08", "28", "57P")
 _NO_DATABASE = re.compile(r'database "[^"]*" does not exist')
@@ -177,16 +253,26 @@ class PostgreSQL(Pooled[_Conn]):
         if (state is not None and state.startswith(_UNREADABLE_CLASSES)) or state == "42501":
             return Classified("unreadable", message)
         if isinstance(e, MemoryError) or (state is not None and state.startswith("53")):
-            return Classified("memory", message, broken=isinstance(e, MemoryError))
+            disk = state in _DISK_STATES  # temp_file_limit (53400), the disk full (53100)
+            return Classified("memory", message, broken=isinstance(e, MemoryError), disk=disk)
         if state == "25006":  # read_only_sql_transaction
             return Classified("rejected", message)
         return Classified("error", message)
+
+    def _catalog(self, schema: str, name: str) -> bool:
+        return schema in ("", "pg_catalog", "information_schema") and (
+            name in SECRET_VIEWS or name.startswith(("pg_stat_", "pg_statio_"))
+        )
 
     def _allowed(self, conn: _Conn, name: str) -> str | None:
         if name in ALLOWED:
             return None
         if name in DENIED:
             return "it runs SQL text given to it"
+        if name in SIDE_EFFECTS:
+            return "it assigns a transaction id on each call (marked stable, it has an effect)"
+        if name in SECRET_FUNCTIONS or name.startswith("pg_stat_get_"):
+            return SECRETS
         with self._lock:
             functions = self._functions.get(conn.target)
         if functions is None:  # read once per database and process
@@ -255,28 +341,43 @@ class PostgreSQL(Pooled[_Conn]):
         c.execute("ROLLBACK") if c.info.transaction_status != psycopg.pq.TransactionStatus.IDLE else None
         return out
 
-    def can_write(self, db: Database) -> str | None:
+    def privileges(self, db: Database) -> str | None:
         c = self.conn(db).conn
         row = c.execute(
-            "SELECT current_user, r.rolsuper, "
+            "SELECT current_user, r.rolsuper, r.rolcreaterole, "
             "has_database_privilege(current_database(), 'CREATE'), "
             "EXISTS (SELECT 1 FROM information_schema.tables t WHERE t.table_schema NOT IN "
             "('pg_catalog', 'information_schema') AND (has_table_privilege(quote_ident(t.table_schema) || '.' || "
             "quote_ident(t.table_name), 'INSERT, UPDATE, DELETE, TRUNCATE'))), "
             "EXISTS (SELECT 1 FROM pg_namespace n WHERE n.nspname NOT LIKE 'pg\\_%%' "
-            "AND n.nspname <> 'information_schema' AND has_schema_privilege(n.oid, 'CREATE')) "
-            "FROM pg_roles r WHERE r.rolname = current_user"
+            "AND n.nspname <> 'information_schema' AND has_schema_privilege(n.oid, 'CREATE')), "
+            "ARRAY(SELECT g.rolname::text FROM pg_roles g WHERE g.rolname = ANY (%s) "
+            "AND pg_has_role(current_user, g.oid, 'MEMBER') ORDER BY 1) "
+            "FROM pg_roles r WHERE r.rolname = current_user",
+            (list(PRIVILEGED_ROLES),),
         ).fetchone()
         if row is None:
             return None
-        user, superuser, create_db, write_table, create_schema = row
-        if superuser:
-            return f"role {user} is a superuser"
-        if write_table:
-            return f"role {user} may insert, update or delete rows"
-        if create_schema or create_db:
-            return f"role {user} may create tables"
-        return None
+        user, superuser, createrole, create_db, write_table, create_schema, roles = row
+        found = [
+            *(["is a superuser"] if superuser else []),
+            *(["may create roles (CREATEROLE)"] if createrole else []),
+            *(["may insert, update, delete or truncate rows"] if write_table else []),
+            *(["may create tables or schemas (CREATE)"] if create_schema or create_db else []),
+            *([f"is a member of {', '.join(roles)}"] if roles and not superuser else []),
+        ]
+        return f"role {user} {'; '.join(found)}" if found else None
+
+    def unbounded_disk(self, db: Database) -> str | None:
+        c = self.conn(db).conn
+        row = c.execute("SELECT current_user, current_setting('temp_file_limit')").fetchone()
+        if row is None or row[1] != "-1":
+            return None
+        return (
+            f"role {row[0]} has no temp_file_limit: a statement may write temporary files (a large sort) until "
+            "--timeout stops it; rose db reader sets one (--temp-file-limit), or: ALTER ROLE "
+            f"{self.quote(row[0])} SET temp_file_limit = '{max(1, self.limits.temp_bytes // 2**20)}MB'"
+        )
 
 
 ENGINE = PostgreSQL

@@ -289,8 +289,11 @@ class SQLite(Pooled[_Conn]):
     def quote(self, name: str) -> str:
         return quote_identifier(name)
 
-    def can_write(self, db: Database) -> str | None:
+    def privileges(self, db: Database) -> str | None:
         return None  # opened read-only and immutable
+
+    def unbounded_disk(self, db: Database) -> str | None:
+        return None  # nothing spills to disk: sorts and temporary tables live under the memory limit
 
     # ------------------------------------------------------------------ connections
 

@@ -21,7 +21,14 @@ from rose_sql.errors import BudgetExhausted, EndpointError, JudgeFailed, ReplyEr
 from rose_sql.items import Item
 from rose_sql.judges.context import Fences, Schema, render_result
 from rose_sql.judges.llm import LLM, ChatReply, Message
-from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat, parse_reply, reply_schema
+from rose_sql.judges.replies import (
+    ProverReply,
+    RefuterReply,
+    ReplyFormat,
+    parse_reply,
+    quoted_data,
+    reply_schema,
+)
 from rose_sql.record import JudgeCall as Call
 from rose_sql.results import Execution
 from rose_sql.sql import strip_comments, tables_read
@@ -171,10 +178,10 @@ async def ask(
     for _attempt in range(1 + llm.cfg.reask):
         try:
             c = await llm.complete(convo, schema=schema, sample=sample)
-            reply, problem = _validated(kind, c)
+            reply, problem = _validated(kind, c, convo)
             if problem is not None and c.cached and llm.cfg.retry_invalid:
                 c = await llm.complete(convo, fresh=True, schema=schema, sample=sample)
-                reply, problem = _validated(kind, c)
+                reply, problem = _validated(kind, c, convo)
         except BudgetExhausted as e:
             raise BudgetExhausted(str(e), calls) from None
         except EndpointError as e:
@@ -202,9 +209,11 @@ def reask_messages(convo: list[Message], reply: str, problem: str) -> list[Messa
     ]
 
 
-def _validated(kind: type[R], c: ChatReply) -> tuple[R | None, str | None]:
-    """The reply validated as ``kind``, or why it cannot be used."""
+def _validated(kind: type[R], c: ChatReply, convo: list[Message]) -> tuple[R | None, str | None]:
+    """The reply validated as ``kind``, or why it cannot be used: read from the judge's own text, never
+    from its copies of what ``convo`` fenced as data (the object itself where the schema was sent)."""
+    structured = c.reply_format == "json_schema"
     try:
-        return parse_reply(kind, c.content, c.reasoning), None
+        return parse_reply(kind, c.content, c.reasoning, quoted=quoted_data(convo), structured=structured), None
     except ReplyError as e:
         return None, str(e)

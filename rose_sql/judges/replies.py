@@ -1,15 +1,24 @@
-"""The judges' structured replies: parsed tolerantly, validated strictly.
+"""The judges' structured replies: parsed tolerantly, validated strictly, never answered by what they quote.
 
 Tolerant: the JSON object may sit in a code fence, after ``<think>`` blocks or reasoning prose, or
 only in the provider's ``reasoning_content``. Strict: a bool must be a JSON ``true``/``false`` (the
 string ``"false"`` is an error, never a pass), required fields must be present, unknown extra
 fields are ignored.
+
+Never answered by what they quote: a judge often quotes the SQL it judges (plain, in a ```` ```sql ````
+block, indented), and a prediction may carry fences and a verdict of its own in a literal, which then
+re-pair the judge's fences. So the verdict is read from the judge's own text only: every copy of a text
+the prompt fenced as data (``quoted``) is blanked from the reply first, line breaks and indentation
+aside, and a JSON object that the data holds (whitespace aside, or as a JSON string's text) is never a
+candidate. A schema-enforced reply (``structured``) is the object itself.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, ValidationError
@@ -77,12 +86,22 @@ class RefuterReply(_Reply):
 R = TypeVar("R", bound=_Reply)
 
 
+READING = "own-text-1"
+"""How verdicts are read from replies, as manifests record it (``judge.replies``) and judge cards show it:
+from the judge's own text, its copies of the prompt's data blanked first (see the module's text). Manifests
+made before it hold none: they read the first verdict-shaped object anywhere in a reply, fences first."""
+
+
 _MAX_NESTING = 8
 """Objects nested deeper than this are never candidates (a verdict nests two levels deep). Each character
 then lies in at most this many candidates, so a reply of any shape is read in linear time."""
 _MAX_CANDIDATES = 64
 """JSON objects tried at most per text, the likeliest first: a verdict is one of the first few."""
 _SPECIAL = re.compile(r'\\.|[{}"]', re.DOTALL)
+_LINE_OBJECTS = 8
+"""Objects decoded at most where a line begins with ``{`` (the last first), besides the scan: quotes in a
+line before them (a judge quoting ``{"`` in prose) cannot hide them from it."""
+_LINE_START = re.compile(r"^[ \t>]*(?:```(?:json|JSON)?[ \t]*)?(?=\{)", re.MULTILINE)
 
 
 def _load(text: str) -> dict[str, Any] | None:
@@ -93,8 +112,21 @@ def _load(text: str) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
-def _fenced(text: str) -> list[dict[str, Any]]:
-    """Objects that make up a whole code fence (one opens at three backticks and closes at the next three)."""
+def _decoded(text: str, start: int) -> tuple[dict[str, Any], str] | None:
+    """The JSON object that begins at ``start`` (whatever follows it), with its text."""
+    try:
+        obj, end = _DECODER.raw_decode(text, start)
+    except (ValueError, RecursionError):
+        return None
+    return (obj, text[start:end]) if isinstance(obj, dict) else None
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _fenced(text: str) -> list[tuple[dict[str, Any], str]]:
+    """Objects that make up a whole code fence (one opens at three backticks and closes at the next three),
+    each with its text."""
     found = []
     start = text.find("```")
     while start != -1 and (end := text.find("```", start + 3)) != -1:
@@ -102,7 +134,7 @@ def _fenced(text: str) -> list[dict[str, Any]]:
         if body[:4] in ("json", "JSON"):
             body = body[4:].lstrip()
         if body.startswith("{") and body.endswith("}") and (obj := _load(body)) is not None:
-            found.append(obj)
+            found.append((obj, body))
         start = text.find("```", end + 3)
     return found
 
@@ -132,33 +164,144 @@ def _balanced(text: str) -> list[tuple[int, int]]:
     return sorted(spans)
 
 
-def _candidates(text: str) -> list[dict[str, Any]]:
-    """JSON objects found in text, most likely first (fenced blocks, then the last top-level object)."""
+def _candidates(text: str) -> list[tuple[dict[str, Any], str]]:
+    """JSON objects found in text with their text, most likely first (fenced blocks, then the last
+    top-level object, then the objects that begin a line)."""
     text = strip_reasoning(text, drop_unclosed=False)  # the verdict may follow an unclosed <think>
-    loose: list[dict[str, Any]] = []
+    loose: list[tuple[dict[str, Any], str]] = []
     covered = 0  # objects inside one already found are its fields, not candidates
     for start, end in _balanced(text):
         if start >= covered and (obj := _load(text[start:end])) is not None:
-            loose.append(obj)
+            loose.append((obj, text[start:end]))
             covered = end
-    return (_fenced(text) + loose[::-1])[:_MAX_CANDIDATES]  # the final answer usually comes last
+    starts = [m.end() for m in _LINE_START.finditer(text)][-_LINE_OBJECTS:]
+    lines = [found for i in reversed(starts) if (found := _decoded(text, i)) is not None]
+    return (_fenced(text) + loose[::-1])[:_MAX_CANDIDATES] + lines  # the final answer usually comes last
 
 
-def parse_reply(kind: type[R], content: str, reasoning: str | None = None) -> R:
-    """The first JSON object in the reply that validates as ``kind``; :class:`ReplyError` otherwise."""
+# --------------------------------------------------------------------------- what the judge quoted
+
+_LINE = re.compile(r"[^\r\n]+")
+_STRUCTURAL = re.compile(r"[\s{}\[\]:,0-9.eE+\-]*(?:(?:true|false|null)[\s{}\[\]:,0-9.eE+\-]*)*")
+"""What a JSON verdict holds outside its strings: a quoted text made only of it is never blanked (it could
+match the judge's own object)."""
+_FLAT = re.compile(r"\s+|\\[nrt]")
+
+
+def _lines(text: str) -> tuple[str, list[int], list[int]]:
+    """``text`` with each line stripped of surrounding blanks and of quoting ``>``, blank lines dropped,
+    joined by newlines; and where each kept line starts in that and in ``text``."""
+    kept: list[str] = []
+    at_norm: list[int] = []
+    at_text: list[int] = []
+    size = 0
+    for m in _LINE.finditer(text):
+        line = m.group()
+        body = line.lstrip(" \t>").rstrip()
+        if not body:
+            continue
+        at_norm.append(size)
+        at_text.append(m.start() + len(line) - len(line.lstrip(" \t>")))
+        kept.append(body)
+        size += len(body) + 1
+    return "\n".join(kept), at_norm, at_text
+
+
+def unquote(text: str, quoted: Sequence[str]) -> str:
+    """``text`` with every copy of a ``quoted`` text blanked (one space each): as it is, or with its lines
+    indented, quoted with ``>`` or spaced by blank lines. Linear in the text for each quoted text."""
+    if not text or not quoted:
+        return text
+    norm, at_norm, at_text = _lines(text)
+    spans: list[tuple[int, int]] = []
+    for data in quoted:
+        needle = _lines(data)[0]
+        if not needle or _STRUCTURAL.fullmatch(needle):
+            continue
+        pos = norm.find(needle)
+        while pos != -1:
+            spans.append((_where(pos, at_norm, at_text), _where(pos + len(needle) - 1, at_norm, at_text) + 1))
+            pos = norm.find(needle, pos + len(needle))
+    if not spans:
+        return text
+    out: list[str] = []
+    done = 0
+    for start, end in sorted(spans):
+        if end <= done:
+            continue
+        out.append(text[done : max(start, done)] + " ")
+        done = end
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _where(pos: int, at_norm: list[int], at_text: list[int]) -> int:
+    """Where the character at ``pos`` of the stripped text (:func:`_lines`) is in the text."""
+    line = bisect.bisect_right(at_norm, pos) - 1
+    return at_text[line] + pos - at_norm[line]
+
+
+def _flat(text: str) -> str:
+    return _FLAT.sub("", text)
+
+
+def _from_data(source: str, data: str) -> bool:
+    """Whether a candidate's text is held by the quoted data (flattened): whitespace aside, as it is or as
+    the text of a JSON string (a result's cell)."""
+    flat = _flat(source)
+    return flat in data or _flat(json.dumps(flat, ensure_ascii=False)[1:-1]) in data
+
+
+def parse_reply(
+    kind: type[R], content: str, reasoning: str | None = None, *, quoted: Sequence[str] = (), structured: bool = False
+) -> R:
+    """The judge's verdict in its reply, validated as ``kind``; :class:`ReplyError` when there is none.
+
+    ``quoted``: the texts the prompt fenced as data (:func:`quoted_data`): nothing copied from them can
+    answer. ``structured``: the reply's schema was sent, so a reply that is one JSON object is the verdict
+    itself (one that is not, from an endpoint that ignored the schema, is read as text).
+    """
+    if structured:
+        whole = _load(strip_reasoning(content, drop_unclosed=False).strip())
+        if whole is not None:
+            try:
+                return kind.model_validate(whole)
+            except ValidationError as e:
+                raise ReplyError(f"the JSON object is invalid: {_problem(e)}") from None
+    data = "\0".join(_flat(t) for t in quoted)
     errors: list[str] = []
     for text in (content, reasoning or ""):
-        for obj in _candidates(text):
+        for obj, source in _candidates(unquote(text, quoted)):
+            if quoted and _from_data(source, data):
+                continue
             try:
                 return kind.model_validate(obj)
             except ValidationError as e:
                 if not errors:  # the first problem is the one reported
-                    errors.append("; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()))
+                    errors.append(_problem(e))
     if not content.strip() and not (reasoning or "").strip():
         raise ReplyError("the reply is empty")
     if errors:
         raise ReplyError(f"the JSON object is invalid: {errors[0]}")
     raise ReplyError("the reply contains no JSON object")
+
+
+def _problem(e: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+
+
+_DATA_BLOCK = re.compile(r"<<<DATA (\w+) ([0-9a-f]+)>>>\n(.*?)\n<<<END \1 \2>>>", re.DOTALL)
+
+
+def quoted_data(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The texts the user messages fence as data (:func:`rose_sql.judges.context.fence`): the prediction,
+    the results, the question, the schema; what a reply copies of them is not the judge's verdict."""
+    found: list[str] = []
+    for m in messages:
+        content = m.get("content")
+        if m.get("role") == "user" and isinstance(content, str):
+            found += [block.group(3) for block in _DATA_BLOCK.finditer(content)]
+    return found
 
 
 # --------------------------------------------------------------------------- reply schemas

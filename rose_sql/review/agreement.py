@@ -51,6 +51,13 @@ def is_open(annotator: str, on_item: Sequence[Label], claimed_by: set[str], per_
     return len(on_item) + others < needed([lab.verdict.correct for lab in on_item], per_item)
 
 
+def owes(annotator: str, on_item: Sequence[Label], per_item: int = 2) -> bool:
+    """Whether the annotator has not labelled the item and it still needs a label, whoever holds it (a claim
+    runs out, and the item may come to them). Such an annotator is shown none of its labels, reasons or
+    verdicts, on any page: blind first, then the reveal."""
+    return is_open(annotator, on_item, set(), per_item)
+
+
 def first_open(
     order: Sequence[str], annotator: str, labels: Iterable[Label], claims: dict[str, set[str]], per_item: int = 2
 ) -> str | None:

@@ -11,6 +11,7 @@ Labels are JSON posts that return once the label is committed (:meth:`Store.add_
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -34,13 +35,14 @@ from rose_sql.review.agreement import (
     first_open,
     is_open,
     majority,
+    owes,
     progress,
     status,
 )
 from rose_sql.review.guard import Guard, host_name
 from rose_sql.review.page import Pages, machine_view, pygments_css
 from rose_sql.review.settings import LOOPBACK, ReviewConfig
-from rose_sql.review.store import MAX_REASON, Label, Store, Verdict
+from rose_sql.review.store import MAX_REASON, Label, Store, Verdict, check_seconds
 
 COOKIE = "rose_review"
 """The session cookie: a random token naming the signed-in annotator."""
@@ -96,9 +98,9 @@ def create_app(config: ReviewConfig, store: Store | None = None, port: int | Non
         Route("/p/{project}/todo", _endpoint(ctx, _in_project(todo))),
         Route("/p/{project}/item", _endpoint(ctx, _in_project(item_page))),
         Route("/p/{project}/step", _endpoint(ctx, _in_project(step))),
-        Route("/p/{project}/label", _endpoint(ctx, _in_project(post_label, api=True)), methods=["POST"]),
-        Route("/p/{project}/machine", _endpoint(ctx, _in_project(machine, api=True))),
-        Route("/p/{project}/query", _endpoint(ctx, _in_project(run_query, api=True)), methods=["POST"]),
+        Route("/p/{project}/label", _endpoint(ctx, _in_project(post_label, api=True), api=True), methods=["POST"]),
+        Route("/p/{project}/machine", _endpoint(ctx, _in_project(machine, api=True), api=True)),
+        Route("/p/{project}/query", _endpoint(ctx, _in_project(run_query, api=True), api=True), methods=["POST"]),
         Route("/p/{project}/overview", _endpoint(ctx, _in_project(overview))),
     ]
 
@@ -120,9 +122,10 @@ def create_app(config: ReviewConfig, store: Store | None = None, port: int | Non
 Handler = Callable[[Context, Request, bytes], Response]
 
 
-def _endpoint(ctx: Context, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+def _endpoint(ctx: Context, handler: Handler, api: bool = False) -> Callable[[Request], Awaitable[Response]]:
     """An async endpoint that reads a POST's body, then runs the handler on the thread pool: SQLite and
-    the sandbox block, and the event loop must not."""
+    the sandbox block, and the event loop must not. A body past :data:`MAX_BODY` is a 413 (with a JSON
+    error for an API call), read no further."""
 
     async def endpoint(request: Request) -> Response:
         body = b""
@@ -130,7 +133,8 @@ def _endpoint(ctx: Context, handler: Handler) -> Callable[[Request], Awaitable[R
             async for chunk in request.stream():
                 body += chunk
                 if len(body) > MAX_BODY:
-                    return PlainTextResponse("the request is too large", status_code=413)
+                    message = f"the request is larger than {MAX_BODY // 1024} KiB"
+                    return JSONResponse({"error": message}, 413) if api else PlainTextResponse(message, 413)
         return await run_in_threadpool(handler, ctx, request, body)
 
     return endpoint
@@ -295,9 +299,45 @@ def item_page(ctx: Context, request: Request, body: bytes, who: str, project: st
     )
 
 
-def _verdict(data: Any) -> Verdict:
+LABEL_FIELDS = ("correct", "goldx", "ambq", "ambs", "reason", "seconds")
+"""What a label's JSON object may hold (``correct`` is required)."""
+
+
+def read_json(body: bytes, fields: tuple[str, ...]) -> dict[str, object]:
+    """A request's JSON object, read strictly, with no field but ``fields``; :class:`UsageError` (a 400)
+    naming what is wrong: not UTF-8, not JSON, ``NaN``, ``Infinity`` or a number beyond a float's range,
+    nesting deeper than the parser holds, not an object, an unknown field."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"the request is not UTF-8 (byte {e.start})") from None
+    try:
+        data = json.loads(text, parse_constant=_not_a_number, parse_float=_finite)
+    except RecursionError:
+        raise UsageError("the request is nested too deeply to be JSON this app reads") from None
+    except ValueError as e:  # not JSON, NaN, Infinity, 1e999, an integer of more than 4,300 digits
+        raise UsageError(f"the request is not valid JSON: {e}") from None
     if not isinstance(data, dict):
-        raise UsageError("a label is a JSON object")
+        raise UsageError(f"the request must be a JSON object with the fields {', '.join(fields)}")
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        shown = ", ".join(repr(k[:40]) for k in unknown[:5])
+        raise UsageError(f"unknown field {shown}: the request may hold {', '.join(fields)}")
+    return data
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is beyond the range of a number")
+    return value
+
+
+def _verdict(data: dict[str, object]) -> Verdict:
     correct = data.get("correct")
     if not isinstance(correct, bool):
         raise UsageError("'correct' must be true or false")
@@ -310,25 +350,27 @@ def _verdict(data: Any) -> Verdict:
     reason = data.get("reason", "")
     if not isinstance(reason, str) or len(reason) > MAX_REASON:
         raise UsageError(f"'reason' must be text of at most {MAX_REASON} characters")
-    return Verdict(correct, reason=reason, **flags)
+    return Verdict(correct, reason=reason, **flags)  # the store refuses a reason it cannot hold
 
 
-def _json(body: bytes) -> Any:
-    if len(body) > MAX_BODY:
-        raise UsageError("the request is too large")
+def _seconds(value: object) -> float | None:
+    """The label's ``seconds``: left out or null (not measured), else a finite number of at least 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UsageError("'seconds' must be a number (or left out)")
     try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise UsageError("the request is not JSON") from None
+        return check_seconds(float(value))
+    except OverflowError:  # an integer beyond a float's range
+        raise UsageError("'seconds' must be a finite number of at least 0") from None
 
 
 def post_label(ctx: Context, request: Request, body: bytes, who: str, project: str) -> Response:
     try:
         key = request.query_params.get("id", "")
-        data = _json(body)
+        data = read_json(body, LABEL_FIELDS)
         verdict = _verdict(data)
-        seconds = data.get("seconds")
-        seconds = float(seconds) if isinstance(seconds, int | float) and not isinstance(seconds, bool) else None
+        seconds = _seconds(data.get("seconds"))
         label = ctx.store.add_label(project, key, who, verdict, seconds)
     except UsageError as e:
         return JSONResponse({"error": str(e)}, status_code=400)
@@ -350,12 +392,12 @@ def machine(ctx: Context, request: Request, body: bytes, who: str, project: str)
 def run_query(ctx: Context, request: Request, body: bytes, who: str, project: str) -> Response:
     """An annotator's own read-only query on the item's database, in the sandbox of ``rose run``."""
     try:
-        data = _json(body)
+        data = read_json(body, ("sql",))
     except UsageError as e:
         return JSONResponse({"error": str(e)}, 400)
     key = request.query_params.get("id", "")
     it = ctx.store.item(project, key)
-    sql = data.get("sql") if isinstance(data, dict) else None
+    sql = data.get("sql")
     if it is None or not isinstance(sql, str) or not sql.strip() or len(sql) > MAX_QUERY_CHARS:
         return JSONResponse({"error": f"give the item and one query of at most {MAX_QUERY_CHARS} characters"}, 400)
     db = ctx.pages.database(ctx.store.project(project).db_root, it.item.db_id)  # type: ignore[union-attr]
@@ -367,6 +409,8 @@ def run_query(ctx: Context, request: Request, body: bytes, who: str, project: st
 
 
 def overview(ctx: Context, request: Request, body: bytes, who: str, project: str) -> Response:
+    """Progress, agreement and the disagreements side by side; an item the annotator still owes a label
+    is listed without its labels (:func:`~rose_sql.review.agreement.owes`)."""
     order = ctx.store.keys(project)
     labels = ctx.store.labels(project)
     by_item = current(labels)
@@ -376,7 +420,11 @@ def overview(ctx: Context, request: Request, body: bytes, who: str, project: str
         s = status(by_item.get(k, []), per)
         counts[s] = counts.get(s, 0) + 1
     agreed = agreement(by_item, order)
-    disagreements = [(k, ctx.store.item(project, k), on_item, majority(on_item)) for k, on_item in agreed.disagreements]
+    disagreements = []
+    for k, on_item in agreed.disagreements:
+        blind = owes(who, on_item, per)  # the tie-breaker sees neither earlier verdict nor reason until theirs
+        side = None if blind else majority(on_item)
+        disagreements.append((k, ctx.store.item(project, k), [] if blind else on_item, side, blind))
     return _render(
         ctx,
         "overview.html",

@@ -12,11 +12,15 @@ The export of project ``P`` is a folder ``OUT/P/``:
 - ``labels.jsonl``: every label ever given, with the predicted SQL it is about, its annotator, time
   and source (``current`` is false for a label its annotator later changed);
 - ``agreement.json``: raw agreement, kappa per pair, and the counts of the export.
+
+Every file is strict JSON (no ``NaN`` or ``Infinity``): a label's ``seconds`` that is not a finite
+number (a state file written before they were refused) is exported as null.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,7 +114,7 @@ def label_rows(labels: Sequence[Label], items: dict[str, WorkItem], project: str
             "ambiguous_schema": lab.verdict.ambs,
             "reason": lab.verdict.reason,
             "time": lab.created,
-            "seconds": lab.seconds,
+            "seconds": lab.seconds if lab.seconds is not None and math.isfinite(lab.seconds) else None,
             "source": lab.source,
             "current": latest[lab.key, lab.annotator] == lab.id,
         }
@@ -120,7 +124,7 @@ def label_rows(labels: Sequence[Label], items: dict[str, WorkItem], project: str
 
 def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(data, ensure_ascii=False, allow_nan=False, indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)
 
 
@@ -142,7 +146,7 @@ def export(store: Store, project: str, out: Path) -> dict[str, Any]:
     tmp = folder / "labels.jsonl.tmp"
     with tmp.open("w", encoding="utf-8") as f:
         for row in label_rows(labels, {it.key: it for it in items}, project):
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
     tmp.replace(folder / "labels.jsonl")
     agreed = agreement(by_item, order)
     summary = {

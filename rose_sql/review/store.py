@@ -12,6 +12,7 @@ SQLite's write lock at once (``BEGIN IMMEDIATE``) and wait for it up to :data:`B
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 import sqlite3
@@ -122,6 +123,24 @@ def check_project_name(name: str) -> str:
     if not PROJECT_NAME.match(name):
         raise UsageError(f"project name {name!r}: use 1-64 letters, digits, '_', '.' or '-'")
     return name
+
+
+def check_text(text: str, what: str) -> str:
+    """The text, or :class:`UsageError` when it cannot be stored: a lone surrogate (``"\\ud800"`` in JSON) is
+    not a character UTF-8 can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        where = f"U+{ord(text[e.start]):04X} at {e.start}"
+        raise UsageError(f"{what} holds a lone surrogate ({where}), which is not text") from None
+    return text
+
+
+def check_seconds(seconds: float | None) -> float | None:
+    """Seconds spent on an item, or :class:`UsageError` when not a finite number of at least 0 (None: not measured)."""
+    if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
+        raise UsageError(f"'seconds' must be a finite number of at least 0, not {seconds!r}")
+    return seconds
 
 
 def check_annotator_name(name: str) -> str:
@@ -286,7 +305,12 @@ class Store:
     # ------------------------------------------------------------------ labels
 
     def add_label(self, name: str, key: str, annotator: str, verdict: Verdict, seconds: float | None = None) -> Label:
-        """Store a label and commit it before returning: once this returns, the label survives any crash."""
+        """Store a label and commit it before returning: once this returns, the label survives any crash.
+
+        Raises :class:`UsageError` for an unknown item, a reason that is not text (a lone surrogate) and
+        seconds that are not a finite number of at least 0."""
+        check_text(verdict.reason, "'reason'")
+        check_seconds(seconds)
         pid = self._project_id(name)
         if self.item(name, key) is None:
             raise UsageError(f"project {name} has no item {key!r}")

@@ -167,6 +167,12 @@ def read_annotations(path: Path) -> list[ImportedLabel]:
         reason = row.get("reason") or ""
         if not isinstance(reason, str):
             raise InputError(path, f"reason {reason!r} is not text", where=where)
+        try:
+            reason.encode("utf-8")
+        except UnicodeEncodeError as e:  # "\ud800" in JSON: no UTF-8 holds it, nor the state file
+            raise InputError(
+                path, f"the reason holds a lone surrogate at {e.start}, which is not text", where=where
+            ) from None
         flags = {name: bool(rule.search(reason)) for name, rule in FLAG_RULES.items()}
         out.append(ImportedLabel(_of_item(item), parse_bool(row["label"], path, where, "label"), reason, **flags))
     return out

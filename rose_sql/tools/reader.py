@@ -1,7 +1,9 @@
 """``rose db reader``: a role that can read one database and write nothing, for the URL of ``--db``.
 
 PostgreSQL: ``CREATE ROLE name LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE`` with
-``default_transaction_read_only = on``, ``CONNECT`` on the database, ``USAGE`` on its schemas and
+``default_transaction_read_only = on``, a ``temp_file_limit`` (the temporary files one session may
+write: a sort past it fails, as the memory limit does; only a superuser may change it), ``CONNECT`` on
+the database, ``USAGE`` on its schemas and
 ``SELECT`` on their tables (now and, through default privileges, later). MySQL / MariaDB: ``CREATE USER
 name@'%'`` and ``name@'localhost'`` with ``SELECT`` on the database's tables only. Run it with an
 administrator's URL; running it again grants again.
@@ -9,20 +11,25 @@ administrator's URL; running it again grants again.
 
 from __future__ import annotations
 
+from rose_sql.config import Config
 from rose_sql.engines.kinds import Database
 from rose_sql.errors import UsageError
 
+TEMP_BYTES = Config().engine_temp_bytes
+"""The PostgreSQL reader's ``temp_file_limit`` unless told otherwise (``Config.engine_temp_bytes``)."""
 
-def create_reader(db: Database, name: str, password: str | None) -> str:
-    """Create (or re-grant) the read-only role ``name`` on ``db``'s database; where it can read, for people."""
+
+def create_reader(db: Database, name: str, password: str | None, *, temp_bytes: int = TEMP_BYTES) -> str:
+    """Create (or re-grant) the read-only role ``name`` on ``db``'s database, its PostgreSQL temporary files
+    bounded to ``temp_bytes`` a session; where it can read, for people."""
     if db.kind == "postgresql":
-        return _postgres(db, name, password)
+        return _postgres(db, name, password, temp_bytes)
     if db.kind == "mysql":
         return _mysql(db, name, password)
     raise UsageError(f"{db.info.name} databases are always opened read-only: no role is needed")
 
 
-def _postgres(db: Database, name: str, password: str | None) -> str:
+def _postgres(db: Database, name: str, password: str | None, temp_bytes: int) -> str:
     import psycopg
     from psycopg import sql
 
@@ -35,6 +42,8 @@ def _postgres(db: Database, name: str, password: str | None) -> str:
         if password is not None:
             conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(role, sql.Literal(password)))
         conn.execute(sql.SQL("ALTER ROLE {} SET default_transaction_read_only = on").format(role))
+        kb = max(1, temp_bytes // 1024)  # the setting's unit
+        conn.execute(sql.SQL("ALTER ROLE {} SET temp_file_limit = {}").format(role, sql.Literal(f"{kb}kB")))
         assert database is not None
         conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(database[0]), role))
         schemas = conn.execute(

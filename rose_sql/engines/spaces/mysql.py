@@ -86,7 +86,7 @@ class MySpace(ServerSpace):
         self.mariadb = "mariadb" in self._conn.get_server_info().lower()
         engine = MySQL(limits)
         wrapped = MyConn(self._conn, self.mariadb, url)
-        EngineSpace.__init__(self, limits, lambda name: engine._allowed(wrapped, name))
+        EngineSpace.__init__(self, limits, lambda name: engine._allowed(wrapped, name), catalog=engine._catalog)
         with self._conn.cursor() as cur:
             if self.mariadb:
                 cur.execute(f"SET SESSION max_statement_time = {limits.engine_timeout_s:.3f}")

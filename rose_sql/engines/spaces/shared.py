@@ -158,11 +158,18 @@ class EngineSpace:
     """The SQL expression that names a row of the copy."""
 
     def __init__(
-        self, limits: Limits, allowed: Callable[[str], str | None], *, max_rows: int = EVIDENCE_MAX_ROWS
+        self,
+        limits: Limits,
+        allowed: Callable[[str], str | None],
+        *,
+        max_rows: int = EVIDENCE_MAX_ROWS,
+        catalog: Callable[[str, str], bool] = lambda schema, name: False,
     ) -> None:
         self.limits = limits
         self.allowed = allowed
         """Why the function of that name may not be called (the engine's policy)."""
+        self.catalog = catalog
+        """Whether a relation is a catalog view the engine's policy refuses (files, settings, credentials)."""
         self.max_rows = max_rows
         self.tables: dict[str, Table] = {}
         self.hard_deadline = float("inf")
@@ -291,7 +298,7 @@ class EngineSpace:
                 self._verdicts.clear()
             try:  # the policy may read the catalogue: in a failed transaction it cannot, and we ask again later
                 verdict = gate(sql, max_chars=self.limits.max_sql_chars, dialect=self.dialect) or policy(
-                    sql, self.dialect, self.allowed
+                    sql, self.dialect, self.allowed, self.catalog
                 )
             except self._failures:
                 return None

@@ -22,7 +22,7 @@
   if (!body.classList.contains("item-page")) return;
   const $ = (id) => document.getElementById(id);
   const url = (name) => body.dataset[name + "Url"];
-  const opened = Date.now();
+  const opened = performance.now(); // monotonic: a clock set back never makes the seconds negative
   let saved = body.dataset.labelled === "yes";
   let dirty = false;
   let busy = false;
@@ -75,7 +75,7 @@
       ambq: $("f-ambq").checked,
       ambs: $("f-ambs").checked,
       reason: $("reason").value,
-      seconds: (Date.now() - opened) / 1000,
+      seconds: (performance.now() - opened) / 1000,
     };
     try {
       const response = await fetch(url("label"), {
