@@ -327,6 +327,13 @@ class Pool(Generic[S]):
         except (EOFError, OSError):
             self._died(i)
             return
+        except Exception as e:  # a reply that does not unpickle here: the unit at its front fails, the pool goes on
+            with self._lock:
+                front = w.units.popleft() if w.units else None
+                u = self._units.pop(front, None) if front is not None else None
+            if u is not None:
+                u.future.set_exception(RuntimeError(f"a worker's reply could not be read: {type(e).__name__}: {e}"))
+            return
         with self._lock:
             if w.units and w.units[0] == uid:
                 w.units.popleft()

@@ -70,3 +70,26 @@ def test_the_worker_process_stays_within_its_memory_bound(make_db: Callable[...,
     assert records["witness"][4], records["witness"]  # the private copy found its witness under the bound
     assert peak <= BOUND, f"peak RSS {peak / 2**20:.0f} MiB over the {BOUND / 2**20:.0f} MiB bound"
     assert peak > min(heap, BOUND - INTERPRETER_BYTES)  # the bombs did reach the limit that stopped them
+
+
+def _data_limit(state: object, _: object) -> int:
+    import resource
+
+    return resource.getrlimit(resource.RLIMIT_DATA)[0]
+
+
+def test_the_review_apps_query_workers_hold_the_worker_memory_bound(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from rose_sql.config import Config
+    from rose_sql.review.page import Pages
+    from rose_sql.review.settings import ReviewConfig
+    from rose_sql.workers import CODE_BYTES
+
+    bound = 768 * 2**20
+    pages = Pages(ReviewConfig(state=tmp_path / "state.sqlite", query=replace(Config(), worker_memory_bytes=bound)))
+    try:
+        (limit,) = pages.pool.submit(_data_limit, [None]).result(timeout=60)
+    finally:
+        pages.close()
+    assert limit == bound - CODE_BYTES
