@@ -157,6 +157,10 @@ COLUMN_WORK = 20_000_000
 """Units of work one column search of the comparator or the test-suite reading may do (a cell read, a
 node of the search or a check of two columns, one unit each) before it gives up as ``undecided``:
 counted, never timed, so the same on every machine (a few seconds of one core at most)."""
+INTERPRETER_BYTES = 512 * 2**20
+"""What a worker's memory bound keeps for all but the engine's heap: the interpreter and what it holds,
+malloc's own overhead on the engine's allocations, the code mapped from files (a worker with everything
+loaded holds about 110 MB; the heap-limit bombs' overhead is under 100 MB)."""
 
 
 def steps_for(seconds: float) -> int:
@@ -210,17 +214,21 @@ class Config:
     engine_memory_bytes: int = 2 * 2**30
     """The memory an engine may take in each worker process: SQLite's hard heap limit (``PRAGMA
     hard_heap_limit``: sorts and temporary tables live in memory under it, never on disk) and DuckDB's
-    ``memory_limit``. A query that needs more is stopped as a ``timeout`` whose error names the limit (a
-    prediction scores 0, a gold is ``gold_error``)."""
+    ``memory_limit``, at most ``worker_memory_bytes`` less :data:`INTERPRETER_BYTES`. A query that needs
+    more is stopped as a ``timeout`` whose error names the limit (a prediction scores 0, a gold is
+    ``gold_error``)."""
     engine_temp_bytes: int = 2 * 2**30
     """The temporary disk a statement may take where the engine can bound it: MariaDB's
     ``tmp_disk_table_size`` (on-disk temporary tables, set with each statement) and the PostgreSQL
     ``temp_file_limit`` that ``rose db reader`` sets on its role (``rose run`` warns when the role has
     none). A query that needs more is stopped as the memory limit is (a ``timeout``, ``limit: memory``).
     SQLite and DuckDB never spill (temporary storage in memory, no temporary directory)."""
-    worker_memory_bytes: int = 4 * 2**30
-    """Address-space limit of each worker process (``RLIMIT_AS``), above SQLite's heap limit: what the
-    Python side of an item may take before the item fails, never the machine."""
+    worker_memory_bytes: int = 5 * 2**29
+    """The resident memory of each worker process, everything included (2.5 GiB): the engine's heap
+    (``engine_memory_bytes``, at most this less :data:`INTERPRETER_BYTES`) and the interpreter, held by
+    ``RLIMIT_DATA`` (:func:`rose_sql.workers.limit_memory`). A statement that reaches either is stopped as
+    one past the heap limit (``timeout``, ``limit: memory``); an item whose Python side does fails, never
+    the machine."""
     count_past_cap_steps: int = 100_000_000
     """After truncation, keep stepping (without storing) up to this many steps to count the total rows."""
     schema_max_steps: int = 200_000_000
@@ -269,7 +277,7 @@ class Config:
             max_bytes=self.max_result_bytes,
             max_value_bytes=self.max_value_bytes,
             max_sql_chars=self.max_sql_chars,
-            memory_bytes=self.engine_memory_bytes,
+            memory_bytes=max(16 * 2**20, min(self.engine_memory_bytes, self.worker_memory_bytes - INTERPRETER_BYTES)),
             temp_bytes=self.engine_temp_bytes,
             count_past_cap_steps=self.count_past_cap_steps,
             schema_steps=self.schema_max_steps,

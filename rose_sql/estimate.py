@@ -17,14 +17,12 @@ would, and prices calls with the run's price table. Two figures come out:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.decide import Facts, Step, walk
 from rose_sql.engines import Source
-from rose_sql.evaluate import Executed, execute_item
-from rose_sql.evidence.finder import Finder
+from rose_sql.evaluate import Executed, execute_in_worker, init_worker
 from rose_sql.execute import Executor
 from rose_sql.items import Loaded
 from rose_sql.judges.ask import REASK_PROBLEM_CHARS, Case, prover_messages, reask_messages, refuter_messages
@@ -40,6 +38,7 @@ from rose_sql.judges.budget import (
 from rose_sql.judges.cache import fence_key
 from rose_sql.judges.context import Fences, Schema, Schemas
 from rose_sql.judges.replies import ProverReply, RefuterReply
+from rose_sql.workers import Pool
 
 ASSUMED_COMPLETION_TOKENS = 800
 """Completion tokens a reply is estimated to take (reasoning models may use several times more)."""
@@ -148,14 +147,13 @@ def estimate(loaded: Sequence[Loaded], db_root: Source, config: Config) -> list[
             None if p is None or dearest is None else Price(max(p.input, dearest.input), max(p.output, dearest.output))
         )
     fences = Fences(fence_key(judge.cache_dir, create=False))  # markers of the same length as the run's
-    finder = Finder(config) if config.evidence else None
     out = []
-    with Executor(config) as executor, ThreadPoolExecutor(config.workers) as pool:
-        schemas = Schemas(executor)
+    # the deterministic stages in guarded worker processes, as under rose run; the schemas read here
+    with Executor(config) as catalogue, Pool(config.workers, init_worker, config) as pool:
+        schemas = Schemas(catalogue)
         for lf in loaded:
-            executed: list[Executed] = list(
-                pool.map(lambda it: execute_item(it, db_root, executor, finder, doubts=True), lf.items)
-            )
+            runs = [pool.submit(execute_in_worker, [(it, db_root, True)]) for it in lf.items]
+            executed: list[Executed] = [ex for run in runs for ex in run.result()]
             free = unasked = 0
             low, likely, bound = _Usage(), _Usage(), _Usage()
             low_usd = likely_usd = bound_usd = 0.0

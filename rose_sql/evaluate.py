@@ -27,6 +27,7 @@ from rose_sql.readings import Readings, bird_ex, soft_f1, ts_equal, ts_gold_sql,
 from rose_sql.record import ComparisonInfo, ExecutionInfo, JudgeCall, Record, StageVotes
 from rose_sql.results import Execution, ResultSet
 from rose_sql.sql import NO_STATEMENT, has_top_level_order_by
+from rose_sql.workers import Pool, Watch, limit_memory
 
 if TYPE_CHECKING:  # loaded when evidence or a judge is configured: a judge-free run starts faster
     from rose_sql.evidence.finder import Finder
@@ -372,26 +373,61 @@ async def gather_or_stop(work: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
 
 
 def evaluate_items(items: Sequence[Item], source: Source, config: Config | None = None) -> list[Record]:
-    """Evaluate items in this process, judges and evidence as ``config`` says: the records, in order.
+    """Evaluate items, judges and evidence as ``config`` says: the records, in order.
 
-    The library's whole path for scripts and notebooks (``rose run`` adds worker processes, resume and
-    the files). Never raises for an item's problem: each one's failure is data on its record. Raises
-    :class:`~rose_sql.errors.EndpointUnreachable` when a judge is configured and its endpoint cannot be
-    reached at the first call the cache cannot answer (no item is then scored ``judge_error`` for it).
+    The library's whole path for scripts and notebooks (``rose run`` adds resume and the files). The
+    deterministic stages run in guarded worker processes as under ``rose run`` (``config.workers`` of
+    them, at most one per item), so a query that runs away inside one engine call is stopped with its
+    worker: its item is unscored ``wall_guard``. Never raises for an item's problem: each one's failure is
+    data on its record. Raises :class:`~rose_sql.errors.EndpointUnreachable` when a judge is configured
+    and its endpoint cannot be reached at the first call the cache cannot answer (no item is then scored
+    ``judge_error`` for it).
     """
     as_source(source)
-    return asyncio.run(_evaluate_items(items, source, config or Config()))
+    config = config or Config()
+    with Pool(max(1, min(config.workers, len(items))), init_worker, config) as pool:  # forked while one thread
+        return asyncio.run(_evaluate_items(items, source, config, pool))
 
 
-async def _evaluate_items(items: Sequence[Item], source: Source, config: Config) -> list[Record]:
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """What one worker process keeps for its life (``rose run``'s, :func:`evaluate_items`'s): its sandbox
+    and execution cache, its finder."""
+
+    executor: Executor
+    finder: Finder | None
+
+    def close(self) -> None:
+        """At the worker's end: drop the finder's scratch databases (the witness search on a server)."""
+        if self.finder is not None:
+            self.finder.close()
+
+
+def init_worker(config: Config, watch: Watch) -> Worker:
+    """A worker process's state: its memory bound, a sandbox under its watch, and its finder."""
+    limit_memory(config.worker_memory_bytes)
+    share = config.with_(cache_cells=max(1_000_000, config.cache_cells // max(1, config.workers)))
+    return Worker(Executor(share, watch=watch), _finder(share, watch))
+
+
+def _finder(config: Config, watch: Watch) -> Finder | None:
+    if not config.evidence:
+        return None
+    from rose_sql.evidence.finder import Finder
+
+    return Finder(config, watch=watch)
+
+
+def execute_in_worker(worker: Worker, job: tuple[Item, Source, bool]) -> Executed:
+    """The deterministic stages of one item, in a worker process of :func:`evaluate_items`."""
+    item, source, doubts = job
+    return execute_item(item, source, worker.executor, worker.finder, doubts=doubts)
+
+
+async def _evaluate_items(items: Sequence[Item], source: Source, config: Config, pool: Pool[Worker]) -> list[Record]:
     llm: LLM | None = None
     schemas: Schemas | None = None
     votes: Votes | None = None
-    finder: Finder | None = None
-    if config.evidence:
-        from rose_sql.evidence.finder import Finder
-
-        finder = Finder(config)
     if config.judge is not None:
         from rose_sql.judges.llm import LLM
 
@@ -402,27 +438,26 @@ async def _evaluate_items(items: Sequence[Item], source: Source, config: Config)
             votes = Votes(config.judge, llm)
     policy = config.judge.effective_matched_refuter if config.judge else "always"
     try:
-        with Executor(config) as executor:
+        with Executor(config) as catalogue:  # this process's engines, for the judges' schemas
             if llm is not None:
                 from rose_sql.judges.context import Schemas
 
-                schemas = Schemas(executor)  # the judges read the schema through the run's own engines
+                schemas = Schemas(catalogue)
 
             async def one(item: Item) -> Record:
                 try:
-                    ex = await asyncio.to_thread(execute_item, item, source, executor, finder, doubts=llm is not None)
+                    job = (item, source, llm is not None)
+                    (ex,) = await asyncio.wrap_future(pool.submit(execute_in_worker, [job]))
                     if llm is None or schemas is None:
                         return unjudged_record(ex)
                     return to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy, votes=votes))
                 except EndpointUnreachable:
                     raise  # the endpoint, not the item: the run stops
-                except Exception as e:  # a bug of ours: the item says so, the others go on
+                except Exception as e:  # a bug of ours, or a worker that kept dying: the item says so
                     return failed_record(item, e)
 
             return await gather_or_stop([one(it) for it in items])
     finally:
-        if finder is not None:
-            finder.close()  # the scratch databases of the witness search on a server
         if votes is not None:
             await votes.aclose()
         if llm is not None:

@@ -8,12 +8,19 @@ several threads ask for at once only once, and arms the worker's wall-time guard
 its unit is sent again, never run twice. What a statement may do, and how each engine's failures become
 an :class:`~rose_sql.results.Execution`, is the engines' (:mod:`rose_sql.engines`).
 
-From Python, :func:`run_query` runs one statement in a fresh sandbox.
+An executor made without a watch (the library's, from Python) keeps the CLI's guarantee: it runs its
+statements in a guarded worker process of its own (:class:`rose_sql.workers.Pool`, started at its first
+statement), where an executor with that worker's watch runs them, so a call the engine cannot interrupt
+is stopped with its worker and answered ``guard``. The catalogue's reads (:meth:`Executor.describe`,
+:meth:`~Executor.fingerprint`, ...) run in the calling process. From Python, :func:`run_query` runs one
+statement in a fresh sandbox, guarded alike.
 """
 
 from __future__ import annotations
 
+import pickle
 import threading
+import weakref
 from collections import OrderedDict
 from concurrent.futures import Future
 
@@ -21,7 +28,7 @@ from rose_sql.config import GUARD_MARGIN_S, Config
 from rose_sql.engines import Database, Engine, Kind, TableInfo, open_engine
 from rose_sql.engines.base import CONTRACT, GUARD_STOPPED, UNREADABLE, DbKey, Fingerprint
 from rose_sql.results import Execution
-from rose_sql.workers import Watch, statement_key
+from rose_sql.workers import Pool, Watch, limit_memory, statement_key
 
 
 class Executor:
@@ -29,12 +36,20 @@ class Executor:
 
     Thread-safe: each engine keeps one connection per thread, database and role, and a query that
     several threads ask for at once runs once.
+
+    ``watch``: the guard of the worker process this executor lives in (``rose run``'s, the reward
+    scorer's): statements run in this process under it (a no-op ``Watch()`` runs them here unguarded,
+    for code that is stopped some other way, and tests). Without one, statements run one at a time in a
+    guarded worker process of this executor's own (see the module docstring).
     """
 
     def __init__(self, config: Config | None = None, *, watch: Watch | None = None) -> None:
         self.config = config or Config()
         self.watch = watch or Watch()
         """The worker's guard (a no-op outside worker processes)."""
+        self.guarded = watch is None
+        """Whether statements run in this executor's own guarded worker process (no watch was given)."""
+        self._pool: Pool[Executor] | None = None
         self.limits = self.config.limits
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[DbKey, str], tuple[Execution, int, int]] = OrderedDict()
@@ -48,7 +63,12 @@ class Executor:
     # ------------------------------------------------------------------ public
 
     def run(self, db: Database, sql: str, *, role: str = "pred") -> Execution:
-        """Execute ``sql`` on ``db`` on the connection of ``role``. Never raises on bad SQL."""
+        """Execute ``sql`` on ``db`` on the connection of ``role``. Never raises on bad SQL.
+
+        Guarded (no watch given): a statement whose worker kept dying raises
+        :class:`~rose_sql.errors.Lost`, as ``rose run`` reports its items."""
+        if self.guarded:
+            return self._run_guarded(db, sql, role)
         engine = self.engine(db.kind)
         try:
             dbk = engine.identity(db)
@@ -116,11 +136,14 @@ class Executor:
         return self.engine(db.kind).fingerprint(db)
 
     def close(self) -> None:
-        """Close every connection this executor opened."""
+        """Close every connection this executor opened (and stop its worker process)."""
         with self._lock:
             engines, self._engines = list(self._engines.values()), {}
+            pool, self._pool = self._pool, None
         for engine in engines:
             engine.close()
+        if pool is not None:
+            pool.close()
 
     def __enter__(self) -> Executor:
         return self
@@ -129,6 +152,19 @@ class Executor:
         self.close()
 
     # ------------------------------------------------------------------ internals
+
+    def _run_guarded(self, db: Database, sql: str, role: str) -> Execution:
+        with self._lock:
+            if self._pool is None:
+                self._pool = Pool(1, _sandbox, self.config)
+                weakref.finalize(self, self._pool.close, now=True)  # an executor never closed: at its end
+            pool = self._pool
+        ((out, ran),) = pool.submit(_run_in_worker, [(db, sql, role)]).result()
+        if isinstance(out, BaseException):  # raised in the worker: raised here, as an unguarded run would
+            raise out
+        with self._lock:
+            self.executed += ran
+        return out
 
     def _execute(self, engine: Engine, db: Database, dbk: DbKey, sql: str, role: str) -> tuple[Execution, int]:
         key = statement_key(dbk[0], sql)
@@ -157,6 +193,26 @@ class Executor:
 
 
 def run_query(db: Database, sql: str, config: Config | None = None) -> Execution:
-    """Execute one query in a fresh sandbox (convenience for scripts and tests)."""
+    """Execute one query in a fresh sandbox, in a guarded worker process (convenience for scripts and tests)."""
     with Executor(config) as ex:
         return ex.run(db, sql)
+
+
+def _sandbox(config: Config, watch: Watch) -> Executor:
+    """A guarded worker's state: its memory bound, and an executor under the worker's watch."""
+    limit_memory(config.worker_memory_bytes)
+    return Executor(config, watch=watch)
+
+
+def _run_in_worker(ex: Executor, job: tuple[Database, str, str]) -> tuple[Execution | Exception, int]:
+    """One statement of a guarded executor, in its worker: the execution (or what it raised), and whether it ran."""
+    db, sql, role = job
+    before = ex.executed
+    try:
+        return ex.run(db, sql, role=role), ex.executed - before
+    except Exception as e:  # raised again in the caller, its type kept where it crosses processes
+        try:
+            pickle.loads(pickle.dumps(e))
+        except Exception:
+            e = RuntimeError(f"{type(e).__name__}: {e}")
+        return e, ex.executed - before

@@ -32,9 +32,11 @@ from rose_sql.engines import Source
 from rose_sql.errors import EndpointUnreachable, Lost, UsageError
 from rose_sql.evaluate import (
     Executed,
+    Worker,
     execute_item,
     failed_record,
     gather_or_stop,
+    init_worker,
     judge_item,
     record_for,
     to_record,
@@ -54,10 +56,9 @@ from rose_sql.provenance import (
 from rose_sql.record import Record, RecordWriter, id_key, read_records
 from rose_sql.releases import mismatches
 from rose_sql.summary import Brief, Summary, summarize_briefs, write_summary
-from rose_sql.workers import Pool, Watch, limit_memory
+from rose_sql.workers import Pool
 
 if TYPE_CHECKING:  # evidence and judges are loaded only when configured: a judge-free run starts faster
-    from rose_sql.evidence.finder import Finder
     from rose_sql.judges.context import Schemas
     from rose_sql.judges.llm import LLM, Ledger
     from rose_sql.judges.votes import Votes
@@ -270,33 +271,6 @@ def _batches(queue: list[tuple[str, Item]]) -> list[list[tuple[str, Item]]]:
     return [b for b in batches if b]
 
 
-@dataclass(frozen=True, slots=True)
-class _Worker:
-    """What one worker process keeps for the whole run: its sandbox and execution cache, its finder."""
-
-    executor: Executor
-    finder: Finder | None
-
-    def close(self) -> None:
-        """At the worker's end: drop the finder's scratch databases (the witness search on a server)."""
-        if self.finder is not None:
-            self.finder.close()
-
-
-def _init_worker(config: Config, watch: Watch) -> _Worker:
-    limit_memory(config.worker_memory_bytes)
-    share = config.with_(cache_cells=max(1_000_000, config.cache_cells // max(1, config.workers)))
-    return _Worker(Executor(share, watch=watch), _finder(share, watch))
-
-
-def _finder(config: Config, watch: Watch) -> Finder | None:
-    if not config.evidence:
-        return None
-    from rose_sql.evidence.finder import Finder
-
-    return Finder(config, watch=watch)
-
-
 class _Line(NamedTuple):
     """A finished record, already serialised (no judge: the worker decides and writes it out).
 
@@ -310,7 +284,7 @@ Outcome = Executed | _Line | str
 """What the deterministic stages give back for one item: its stages, its finished record, or an error."""
 
 
-def _execute_batch(worker: _Worker, batch: tuple[list[Item], Source, bool]) -> list[Outcome]:
+def _execute_batch(worker: Worker, batch: tuple[list[Item], Source, bool]) -> list[Outcome]:
     """The deterministic stages for a batch, in a worker; ``final``: no judge will follow, so decide here.
 
     Items of several systems with the same database, gold and prediction share one outcome: their
@@ -346,7 +320,7 @@ class Stage1:
     """Runs the deterministic stages on batches, in worker processes (see :mod:`rose_sql.workers`)."""
 
     def __init__(self, config: Config) -> None:
-        self.pool = Pool(config.workers, _init_worker, config)
+        self.pool = Pool(config.workers, init_worker, config)
 
     async def __call__(self, items: list[Item], db_root: Source, final: bool) -> list[Outcome]:
         try:

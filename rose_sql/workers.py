@@ -146,13 +146,22 @@ def _exit_with(parent: int) -> None:
             os._exit(0)
 
 
+CODE_BYTES = 128 * 2**20
+"""What of a worker's resident memory is not its data: the code of the interpreter and the libraries
+mapped from their files (65 MB with SQLite, DuckDB and the drivers loaded) and the main thread's stack."""
+
+
 def limit_memory(limit: int) -> None:
-    """Cap this process's address space (``RLIMIT_AS``) at ``limit`` bytes, where the system allows it."""
+    """Hold this process's resident memory to ``limit`` bytes, where the system allows it: its data (every
+    allocation, SQLite's heap and the interpreter's alike, and the threads' stacks: ``RLIMIT_DATA``) to
+    ``limit`` less :data:`CODE_BYTES`. An allocation past it fails (SQLite's: the statement is stopped as
+    out of memory, the outcome of its heap limit) and the machine is never at risk."""
     try:
         import resource
 
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        resource.setrlimit(resource.RLIMIT_AS, (limit if hard < 0 else min(limit, hard), hard))
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        data = max(limit - CODE_BYTES, CODE_BYTES)
+        resource.setrlimit(resource.RLIMIT_DATA, (data if hard < 0 else min(data, hard), hard))
     except (ImportError, ValueError, OSError):  # not on this platform, or not allowed: SQLite's heap limit holds
         pass
 
@@ -317,6 +326,13 @@ class Pool(Generic[S]):
             uid, ok, value = w.conn.recv()
         except (EOFError, OSError):
             self._died(i)
+            return
+        except Exception as e:  # a reply that does not unpickle here: the unit at its front fails, the pool goes on
+            with self._lock:
+                front = w.units.popleft() if w.units else None
+                u = self._units.pop(front, None) if front is not None else None
+            if u is not None:
+                u.future.set_exception(RuntimeError(f"a worker's reply could not be read: {type(e).__name__}: {e}"))
             return
         with self._lock:
             if w.units and w.units[0] == uid:

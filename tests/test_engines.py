@@ -22,6 +22,7 @@ from rose_sql.evaluate import evaluate_item
 from rose_sql.execute import Executor
 from rose_sql.items import Item
 from rose_sql.record import SCHEMA_VERSION
+from rose_sql.workers import Watch
 
 KINDS = ("postgresql", "mysql", "duckdb")
 
@@ -306,7 +307,7 @@ def test_wide_rows_are_cut_as_they_arrive_never_fetched_by_the_thousand(
         "mysql": "SELECT REPEAT('x', 1000000) FROM superhero LIMIT 600",
         "duckdb": "SELECT repeat('x', 1000000) FROM range(600)",
     }[kind]
-    with Executor(Config(workers=1)) as ex, peak_rss_growth() as growth:
+    with Executor(Config(workers=1), watch=Watch()) as ex, peak_rss_growth() as growth:  # in this process
         e = ex.run(_db(superhero_on, kind), sql)
         assert e.ok and e.result is not None, e.error
         assert e.result.truncated and e.result.row_count == 600 and e.result.count_exact

@@ -17,6 +17,7 @@ from rose_sql.engines import Database
 from rose_sql.engines.sqlite import db_key
 from rose_sql.execute import Executor, run_query
 from rose_sql.results import Execution, ResultSet
+from rose_sql.workers import Watch
 
 SCRIPT = """
 CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, score REAL);
@@ -129,7 +130,7 @@ def test_byte_cap_keeps_no_more_than_max_result_bytes(make_db: Callable[..., Pat
 def test_huge_rows_are_not_fetched_in_a_batch(make_db: Callable[..., Path]) -> None:
     """3000 rows of 1 MB: only about max_result_bytes (64 MB) may be held, never a batch of gigabytes."""
     db = make_db(SCRIPT)
-    with Executor() as ex, peak_rss_growth() as growth:
+    with Executor(watch=Watch()) as ex, peak_rss_growth() as growth:
         r = result(ex.run(Database.file(db), rows_to(3000, "zeroblob(1000000)")))
         assert r.truncated and r.count_exact and r.row_count == 3000
         assert len(r.rows) * 1_000_000 <= ex.config.max_result_bytes
@@ -219,7 +220,7 @@ def test_concurrent_identical_requests_run_once(make_db: Callable[..., Path]) ->
     barrier = threading.Barrier(n)
     out: list[Execution] = []
     lock = threading.Lock()
-    with Executor() as ex:
+    with Executor(watch=Watch()) as ex:
 
         def worker() -> None:
             barrier.wait()
@@ -258,7 +259,7 @@ def test_invalid_utf8_text_is_decoded_with_a_flag(make_db: Callable[..., Path]) 
 
 def test_gold_and_pred_use_different_connections(make_db: Callable[..., Path]) -> None:
     db = make_db(SCRIPT)
-    with Executor() as ex:
+    with Executor(watch=Watch()) as ex:
         assert result(ex.run(Database.file(db), "SELECT 1", role="gold")).rows == ((1,),)
         assert result(ex.run(Database.file(db), "SELECT 2", role="pred")).rows == ((2,),)
         engine = ex.engine("sqlite")
@@ -270,7 +271,7 @@ def test_gold_and_pred_use_different_connections(make_db: Callable[..., Path]) -
 
 def test_open_connections_per_thread_are_bounded(make_db: Callable[..., Path]) -> None:
     dbs = [make_db(SCRIPT, db_id=f"d{i}") for i in range(40)]
-    with Executor() as ex:
+    with Executor(watch=Watch()) as ex:
         for db in dbs:
             assert result(ex.run(Database.file(db), "SELECT count(*) FROM t")).rows == ((3,),)
         assert len(ex.engine("sqlite")._all) <= 16  # type: ignore[attr-defined]
@@ -278,7 +279,7 @@ def test_open_connections_per_thread_are_bounded(make_db: Callable[..., Path]) -
 
 def test_executor_reopens_connections_after_close(make_db: Callable[..., Path]) -> None:
     db = make_db(SCRIPT)
-    ex = Executor()
+    ex = Executor(watch=Watch())
     assert result(ex.run(Database.file(db), "SELECT 1")).rows == ((1,),)
     ex.close()
     assert result(ex.run(Database.file(db), "SELECT 2")).rows == ((2,),)

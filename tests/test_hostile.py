@@ -1,7 +1,8 @@
 """Hostile SQL against the sandbox: nothing is written, nothing escapes, everything is bounded.
 
 Each case runs on a small database built for the test and, read in place (never copied), on the
-real Spider ``concert_singer`` database. For every case: ``Executor.run`` does not raise, the
+real Spider ``concert_singer`` database, in this process (``watch=Watch()``: the memory measured is the
+sandbox's). For every case: ``Executor.run`` does not raise, the
 status is what the kind of attack demands, the database file is byte-identical, no ``-journal``,
 ``-wal`` or ``-shm`` file appears, no file named by the SQL is created, the process's peak memory
 grows by less than 500 MB and the call returns (a generous hang guard, not a timing assertion).
@@ -37,6 +38,7 @@ from rose_sql.engines import Database
 from rose_sql.execute import Executor
 from rose_sql.results import Execution
 from rose_sql.sql import gate, has_top_level_order_by, strip_comments
+from rose_sql.workers import Watch
 
 TIMEOUT_S = 0.5
 MAX_SQL_CHARS = Config().max_sql_chars
@@ -224,14 +226,14 @@ def real_db(shared: Path) -> Path:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_hostile_sql_on_a_small_db(case: Case, small_db: Path, tmp_path: Path) -> None:
-    with Executor(CONFIG) as ex:
+    with Executor(CONFIG, watch=Watch()) as ex:
         check_case(case, small_db, "t", tmp_path, ex)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_hostile_sql_on_the_real_spider_db(case: Case, real_db: Path, tmp_path: Path) -> None:
     before = sha256(real_db)
-    with Executor(CONFIG) as ex:
+    with Executor(CONFIG, watch=Watch()) as ex:
         check_case(case, real_db, "singer", tmp_path, ex)
     assert sha256(real_db) == before
 
@@ -242,14 +244,14 @@ def test_the_sandbox_alone_stops_writes(
 ) -> None:
     """Defence in depth: with the lexical gate switched off, SQLite's own locks still refuse every write."""
     monkeypatch.setattr(rose_sql.engines.base, "gate", lambda sql, max_chars, dialect: None)
-    with Executor(CONFIG) as ex:
+    with Executor(CONFIG, watch=Watch()) as ex:
         check_case(case, small_db, "t", tmp_path, ex)
 
 
 def test_denied_statements_leave_no_journal_even_when_sqlite_sees_them(small_db: Path, tmp_path: Path) -> None:
     """Every write, gate off, one connection in a row: still no -journal/-wal and the same bytes."""
     digest = sha256(small_db)
-    with Executor(CONFIG) as ex:
+    with Executor(CONFIG, watch=Watch()) as ex:
         for case in WRITES:
             sql = case.sql.replace("{t}", "t").replace("{evil}", str(tmp_path / "evil.db"))
             conn = ex.engine("sqlite").conn(Database.file(small_db), "pred").conn  # type: ignore[attr-defined]
@@ -505,7 +507,7 @@ def test_a_million_row_prediction_is_truncated_counted_and_bounded(
     assert r["readings"]["bird_ex"] is None and r["readings"]["soft_f1"] is None
     assert r["readings"]["ts_ex"] is None and r["readings"]["ts_ex_keep_distinct"] is None
     assert r["score"] is None  # undecidable here, never a wrong 0 or 1
-    with Executor() as ex:  # the rows kept are exactly the first max_rows
+    with Executor(watch=Watch()) as ex:  # the rows kept are exactly the first max_rows
         kept = ex.run(Database.file(db), MILLION).result
         assert kept is not None and kept.truncated and len(kept.rows) == max_rows
         assert kept.rows[-1] == (max_rows, "some text")

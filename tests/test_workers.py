@@ -78,6 +78,29 @@ def test_an_exception_fails_its_unit_only() -> None:
         assert good.result(timeout=60) == [4, 5]
 
 
+def _refuse_to_unpickle() -> None:
+    raise TypeError("this value cannot be rebuilt here")
+
+
+class Unreadable:
+    """Pickles in the worker; unpickling it in the pool's process raises."""
+
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        return (_refuse_to_unpickle, ())
+
+
+def unreadable(state: State, x: int) -> Unreadable:
+    return Unreadable()
+
+
+def test_a_reply_that_does_not_unpickle_fails_its_unit_and_the_pool_goes_on() -> None:
+    with Pool(1, init, "cfg") as pool:
+        bad = pool.submit(unreadable, [1])
+        with pytest.raises(RuntimeError, match="reply could not be read: TypeError: this value cannot be rebuilt"):
+            bad.result(timeout=60)
+        assert pool.submit(double, [4]).result(timeout=60)[0][2] == 8
+
+
 def test_the_guard_stops_a_runaway_and_the_unit_completes_without_it() -> None:
     with Pool(1, init, "cfg") as pool:
         start = time.monotonic()

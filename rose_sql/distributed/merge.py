@@ -168,8 +168,8 @@ def _plan(name: str, folders: list[Path], allow_partial: bool) -> _Plan:
         raise UsageError(
             f"{name}: {total - len(kept)} of {total} items have no record:\n  - "
             + "\n  - ".join(missing)
-            + "\nMake the missing shards, or pass --allow-partial to write a partial run ('rose run ... --resume' "
-            "on it evaluates the rest)."
+            + "\nMake the missing shards (then merge their folders too), or pass --allow-partial to write a partial "
+            "run ('rose run ... --resume' on it evaluates the rest)."
         )
     if order is not None:
         position = {key: i for i, key in enumerate(order)}
@@ -248,6 +248,8 @@ def _covered(s: _Shard, shards: list[_Shard], kept: dict[str, tuple[Record, _Sha
 
 
 def _command_for(s: _Shard, index: int, *, resume: bool = False) -> str:
+    """The command that makes shard ``index`` (``s``'s own command line, its shard changed) into a folder of
+    its own, or with ``resume`` finishes ``s`` in its folder: run as printed, it is never refused."""
     import shlex
 
     argv = list(s.manifest.command)
@@ -256,9 +258,23 @@ def _command_for(s: _Shard, index: int, *, resume: bool = False) -> str:
             argv[i + 1] = f"{index}/{s.shard.count}"
         elif arg.startswith("--shard="):
             argv[i] = f"--shard={index}/{s.shard.count}"
+        elif not resume and arg == "--out" and i + 1 < len(argv):
+            argv[i + 1] = _fresh_out(argv[i + 1], index, s.shard.count)
+        elif not resume and arg.startswith("--out="):
+            argv[i] = "--out=" + _fresh_out(arg.removeprefix("--out="), index, s.shard.count)
     if resume and "--resume" not in argv:
         argv.append("--resume")
     return shlex.join(argv)
+
+
+def _fresh_out(out: str, index: int, count: int) -> str:
+    """A folder beside another shard's ``--out`` for shard ``index`` (that one holds its own shard's run)."""
+    base = Path(out).parent / f"shard-{index}-of-{count}"
+    fresh, n = base, 1
+    while fresh.exists():
+        n += 1
+        fresh = base.with_name(f"{base.name}-{n}")
+    return str(fresh)
 
 
 def _write(p: _Plan, out: Path, command: list[str]) -> Merged:

@@ -25,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +38,13 @@ from inspect_ai.solver import TaskState
 from rose_sql.__version__ import __version__
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.engines import Source
-from rose_sql.evaluate import execute_item, failed_record, judge_item, to_record
+from rose_sql.evaluate import Worker, execute_in_worker, failed_record, init_worker, judge_item, to_record
 from rose_sql.execute import Executor
 from rose_sql.inspect.judge import InspectLLM, judge_config
 from rose_sql.items import Item
 from rose_sql.judges.ask import prompt_hashes
 from rose_sql.record import JudgeCall, Record
+from rose_sql.workers import Pool
 
 GRADER_ROLE = "grader"
 """The inspect model role the judges are taken from (inspect's convention for model-graded scorers)."""
@@ -140,15 +143,21 @@ def rose_scorer(
     """
     root = Source.parse(str(db_root))
     cfg = (config or Config()).with_(evidence=evidence)
-    finder = None
-    if evidence:
-        from rose_sql.evidence.finder import Finder
-
-        finder = Finder(cfg)
     from rose_sql.judges.context import Schemas
 
     catalogue = Executor(cfg)  # the judges read the schema through the scorer's own engines
     schemas = Schemas(catalogue)
+    pools: list[Pool[Worker]] = []
+    lock = threading.Lock()
+
+    def pool() -> Pool[Worker]:
+        """The scorer's guarded worker processes (made at its first sample), where the queries and the
+        evidence run as under ``rose run``: a call the engine cannot interrupt is stopped with its worker."""
+        with lock:
+            if not pools:
+                pools.append(Pool(cfg.workers, init_worker, cfg))
+                weakref.finalize(score, pools[0].close, now=True)
+            return pools[0]
 
     async def score(state: TaskState, target: Target) -> Score:
         meta = state.metadata or {}
@@ -164,8 +173,7 @@ def rose_scorer(
         grader = get_model(model) if model is not None else get_model(role=role)
         llm = InspectLLM(grader, judge_config(grader, judge))
         try:
-            with Executor(cfg) as executor:
-                ex = await asyncio.to_thread(execute_item, item, root, executor, finder, doubts=True)
+            (ex,) = await asyncio.wrap_future(pool().submit(execute_in_worker, [(item, root, True)]))
             judged = await judge_item(ex, llm, schemas, matched_refuter=llm.cfg.effective_matched_refuter)
             record = to_record(ex, judged)
         except Exception as e:  # a bug of ours: this sample says so, inspect goes on

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from rose_sql.errors import EndpointError
 
@@ -64,11 +63,11 @@ def read_completion(body: bytes, *, limit: int, cut: bool) -> Completion:
     if not isinstance(data, dict):
         raise EndpointError("the endpoint's reply is not a JSON object", raw[:RAW_KEPT_CHARS])
     choices = data.get("choices")
-    if choices is None or choices == []:
-        message: Any = {}
-    elif isinstance(choices, list) and isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict):
-        message = choices[0]["message"]
-    else:
+    if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)):
+        # no choice at all (``"choices": []`` or none) is outside the protocol, not an empty verdict
+        raise EndpointError("the endpoint's reply has no choices[0] object", raw[:RAW_KEPT_CHARS])
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
         raise EndpointError("the endpoint's reply has no choices[0].message object", raw[:RAW_KEPT_CHARS])
     content = message.get("content")
     reasoning = message.get("reasoning_content") or message.get("reasoning")

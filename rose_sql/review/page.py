@@ -36,7 +36,7 @@ from rose_sql.results import Execution
 from rose_sql.review.settings import ReviewConfig
 from rose_sql.review.work import WorkItem
 from rose_sql.sql import tables_read
-from rose_sql.workers import Pool, Watch
+from rose_sql.workers import Pool, Watch, limit_memory
 
 _FORMATTER = HtmlFormatter(nowrap=True)
 _LEXER = SqlLexer()
@@ -270,7 +270,9 @@ def machine_view(record: Record | None) -> dict[str, Any] | None:
 
 
 def _sandbox(config: Config, watch: Watch) -> Executor:
-    """A worker process's sandbox (the worker engine stops it when a call SQLite cannot interrupt runs away)."""
+    """A worker process's sandbox (the worker engine stops it when a call SQLite cannot interrupt runs away),
+    in a process held to the worker memory bound as rose run's are."""
+    limit_memory(config.worker_memory_bytes)
     return Executor(config, watch=watch)
 
 

@@ -95,28 +95,38 @@ def _refused(message: str, *, too_large: bool = False) -> BadRequest:
 
 
 def _shape(payload: Any, config: ServeConfig) -> Request:
+    """The request's fields, each of its type (else 400): lists, never a lone value taken for one."""
     if not isinstance(payload, dict):
         raise _refused('the body must be a JSON object {"query": [...], "labels": [...]}')
     queries = payload.get("query", payload.get("queries"))
-    queries = [queries] if isinstance(queries, str) else queries
     if not isinstance(queries, list):
-        raise _refused('"query" must be a list of completions')
+        raise _refused(f'"query" must be a list of completions, not {_kind(queries)}')
     if len(queries) > config.max_items:
         raise _refused(f"{len(queries):,} queries: a request may hold {config.max_items:,} at most", too_large=True)
     labels = payload.get("labels")
-    labels = [labels] if isinstance(labels, str | dict) else labels
     if not isinstance(labels, list):
-        raise _refused('"labels" must be a list holding one label per query')
+        raise _refused(f'"labels" must be a list holding one label per query, not {_kind(labels)}')
     if len(labels) != len(queries):
         raise _refused(f'{len(queries)} queries but {len(labels)} labels: "labels" needs one label per query')
     prompts = payload.get("prompts")
     prompts = [] if prompts is None else prompts
     if not isinstance(prompts, list) or (prompts and len(prompts) != len(queries)):
         raise _refused(f'"prompts" must be a list of one prompt per query ({len(queries)}), or left out')
+    wrong = next((i for i, p in enumerate(prompts) if not isinstance(p, str)), None)
+    if wrong is not None:
+        raise _refused(f'"prompts" must hold text: prompts[{wrong}] is {_kind(prompts[wrong])}')
     step = payload.get("step")
     if step is not None and (not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP):
         raise _refused(f'"step" must be a training step: an integer from 0 to {MAX_STEP:,}')
     return Request(queries, prompts, labels, step)
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, for a message."""
+    if value is None:
+        return "missing (or null)"
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", dict: "an object"}
+    return names.get(type(value), "a list")
 
 
 def items_of(request: Request, db_root: Source) -> list[RewardItem | str]:
@@ -132,7 +142,7 @@ def items_of(request: Request, db_root: Source) -> list[RewardItem | str]:
         if isinstance(gold, str):
             out.append(gold)
         else:
-            out.append(RewardItem(query, gold.sql, gold.db, prompt if isinstance(prompt, str) else None))
+            out.append(RewardItem(query, gold.sql, gold.db, prompt))
     return out
 
 

@@ -26,7 +26,7 @@ from rose_sql.reward.extract import extract_sql
 from rose_sql.reward.lanes import run_in_lanes
 from rose_sql.reward.syntax import UNPARSED, SyntaxScore, syntax_score
 from rose_sql.reward.trees import Tree, tree_edit_distance
-from rose_sql.workers import Watch
+from rose_sql.workers import Watch, limit_memory
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -207,7 +207,9 @@ class Worker:
 
 
 def start_worker(config: RewardConfig, watch: Watch) -> Worker:
-    """The scorer a worker process keeps for its whole life (its own caches), under its guard."""
+    """The scorer a worker process keeps for its whole life (its own caches), under its guard and its
+    memory bound (the sandbox's ``worker_memory_bytes``, as every worker's)."""
+    limit_memory(config.sandbox(gold=False).worker_memory_bytes)
     return Worker(config, watch)
 
 

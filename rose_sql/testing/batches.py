@@ -256,7 +256,8 @@ class BatchAPI:
             reply = self.owner._respond(body, self._index)
             self._index += 1
             if reply.ok:
-                result = completion_body(reply, body, self.owner.system_fingerprint)
+                fingerprint = self.owner.system_fingerprint
+                result = completion_body(reply, body, fingerprint) if reply.body is None else _verbatim(reply.body)
                 out.append({**line, "response": {"status_code": 200, "request_id": line["id"], "body": result}})
             else:
                 failed = {"status_code": reply.status, "body": _error(reply.status, reply.error)}
@@ -273,6 +274,15 @@ class BatchAPI:
         b.data["status"] = status
         b.data[f"{status}_at"] = int(time.time())
         b.data["request_counts"] = {"total": len(b.requests), "completed": len(out), "failed": len(errors)}
+
+
+def _verbatim(body: str | bytes) -> Any:
+    """A reply's verbatim ``body`` as an output line's ``response.body``: its JSON, or else its text."""
+    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _error(status: int, message: str | None) -> dict[str, Any]:

@@ -25,8 +25,9 @@ class Reply:
     (about 4 characters a token), so accounting tests see plausible, non-zero numbers.
 
     Faults of the protocol itself: ``body`` is sent verbatim instead of the JSON the other fields
-    make (a 200 that is not JSON, a cut body); ``usage`` is sent as the usage object as it is
-    (wrong types, negative counts), the token fields then unused; ``trickle_s`` sends the body
+    make (a 200 that is not JSON, a cut body; a Batch API output line carries its JSON, or its
+    text); ``usage`` is sent as the usage object as it is (wrong types, negative counts), the token
+    fields then unused; ``trickle_s`` sends the body
     ``trickle_bytes`` at a time, that many seconds apart (every read returns soon, the whole
     reply late).
     """
