@@ -220,3 +220,30 @@ def test_cli_refuses_a_folder_it_did_not_write(tmp_path: Path) -> None:
     assert (tmp_path / "items.jsonl").read_text() == "{}\n"
     with pytest.raises(UsageError):
         DemoPaths(tmp_path).prepare()
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("columns", [80, 120, 250])
+def test_summary_lines_wrap_and_are_never_cut(tmp_path: Path, columns: int) -> None:
+    """On a console like the command's own (soft wrap), every sentence of the intro and the totals is printed
+    whole, wrapped to the terminal (at most 80 columns where it is that narrow), never cut."""
+    from rose_sql.demo.show import _ex_lines, _judge_line, _rose_lines, tally
+    from rose_sql.summary import Summary
+
+    paths = DemoPaths(tmp_path / "out")
+    buffer = io.StringIO()
+    run_demo(paths.out, Console(file=buffer, width=columns, soft_wrap=True, color_system=None))
+    text = buffer.getvalue()
+    records = {r.id: r for r in read_records(paths.run_dir / "records.jsonl")}
+    summary = Summary.from_dict(json.loads((paths.run_dir / "summary.json").read_text()))
+    t = tally(load_demo_items(), records)
+    sentences = [str(getattr(line, "renderable", line)) for line in [*_ex_lines(t, summary), *_rose_lines(t, summary)]]
+    sentences += [str(_judge_line(t)), f"run with a budget of {MAX_STEPS:,} SQLite steps per query and no judge."]
+    printed = _words(text)
+    for sentence in sentences:
+        assert _words(sentence) in printed, f"cut at {columns} columns: {sentence}"
+    too_long = [line for line in text.splitlines() if len(line) > min(columns, 100) and str(tmp_path) not in line]
+    assert not too_long, too_long  # only lines naming a file (whole paths, on one line) may be longer

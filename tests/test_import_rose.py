@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from rose_sql.analysis.labels import load_labels
-from rose_sql.analysis.replay import replay, replay_table
+from rose_sql.analysis.replay import NO_EVIDENCE, replay, replay_table
 from rose_sql.analysis.rose_import import import_outputs, write_run
 from rose_sql.analysis.runs import load_run
 from rose_sql.cli import main
@@ -237,6 +237,23 @@ def test_replay_variants_on_synthetic_records(outputs: tuple[Path, Path], tmp_pa
     assert replay(no_refuter_reply, "never").score == 1
 
 
+def test_replay_of_imported_records_says_they_carry_no_evidence(outputs: tuple[Path, Path], tmp_path: Path) -> None:
+    """Imported records keep no doubts and no evidence: their ``evidence`` row equals ``never``, and says why."""
+    root, labels = outputs
+    write_run(import_outputs(root, load_labels(labels)), tmp_path / "run")
+    verdicts = tmp_path / "verdicts.json"  # id -> bool: the synthetic predictions are not the labels' texts
+    verdicts.write_text(json.dumps({str(i): i != 2 for i in range(1, 7)}))
+    args = ["replay", str(tmp_path / "run"), "--labels", str(verdicts), "--variants", "evidence,never"]
+    text = " ".join(_invoke(*args).split())
+    assert f"evidence: {NO_EVIDENCE}" in text
+    assert "never: the records" not in text
+    rows = {row["policy"]: row for row in json.loads(_invoke(*args, "--json"))}
+    assert rows["evidence"]["note"] == NO_EVIDENCE and rows["never"]["note"] is None
+    assert {k: v for k, v in rows["evidence"].items() if k not in ("policy", "note")} == {
+        k: v for k, v in rows["never"].items() if k not in ("policy", "note")
+    }
+
+
 def test_a_score_contradicting_the_replies_is_reported(outputs: tuple[Path, Path]) -> None:
     root, labels = outputs
     items = json.loads((root / "eval_results.json").read_text())
@@ -323,7 +340,8 @@ def test_replay_and_card_of_a_judged_run(tmp_path: Path, make_db: Any) -> None:
     labels = tmp_path / "labels.json"
     labels.write_text(json.dumps({"1": True, "2": True, "3": False, "4": True, "5": False}))
     sets = [load_labels(labels)]
-    table = {row.policy: row for row in replay_table([run], sets, ["always", "never"], "exclude")}
+    table = {row.policy: row for row in replay_table([run], sets, ["always", "never", "evidence"], "exclude")}
+    assert table["evidence"].note is None  # the run kept its doubts: the evidence policy is its own
     assert (table["recorded"].accuracy, table["always"].accuracy, table["never"].accuracy) == (
         80.0,
         80.0,

@@ -331,3 +331,46 @@ def test_an_annotators_runaway_call_is_stopped_with_its_worker(tmp_path: Path) -
             "POST", "/p/demo/query?id=2", json.dumps({"sql": "SELECT 1"}).encode(), {"Content-Type": "application/json"}
         )
         assert status == 200 and "1 row" in body.decode()  # the fresh worker answers the next query
+
+
+def test_items_whose_database_is_at_hand_are_served_first_in_id_order(tmp_path: Path) -> None:
+    """A run's records come in the order they finished, those without a database among the first: the
+    annotators get the items they can query first, each part in id order, whatever order the run wrote."""
+    _, db_root = demo_inputs(tmp_path)
+    finished = [
+        (3, "gone"),
+        (12, "cycling_league"),
+        (1, "gone"),
+        (10, "cycling_league"),
+        (2, "gone"),
+        (11, "cycling_league"),
+    ]
+    records = [
+        make_record(
+            {
+                "id": i,
+                "db_id": db,
+                "question": f"Q{i}",
+                "gold_sql": "SELECT 1",
+                "pred_sql": "SELECT 1",
+                "unscored_reason": "db_missing" if db == "gone" else None,
+                "score": None if db == "gone" else 1,
+            }
+        )
+        for i, db in finished
+    ]
+    run = write_records(tmp_path / "runs" / "mixed", records)
+    state = tmp_path / "s.sqlite"
+    result = CliRunner().invoke(
+        main, ["review", str(state), "--load", str(run), "--db-root", str(db_root), "--no-serve"]
+    )
+    assert result.exit_code == 0, result.output
+    served = ["10", "11", "12", "1", "2", "3"]
+    with thread_server(config(state)) as base:
+        c = _signed_in(base, "ann")
+        for n, key in enumerate(served, start=1):
+            status, headers, _ = c.get("/p/mixed/todo")
+            assert status == 303 and headers["location"] == f"/p/mixed/item?id={key}", (n, headers["location"])
+            _, _, page = c.get(headers["location"])
+            assert f"· {n} of {len(served)}</span>".encode() in page
+            c.label("mixed", key, True)

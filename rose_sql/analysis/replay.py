@@ -82,6 +82,18 @@ def facts_of(record: Record, variant: Variant) -> Facts:
     )
 
 
+NO_EVIDENCE = (
+    "the records carry no deterministic evidence (no doubts, witness or gold smell were recorded; imported "
+    "records have none), so no match is questioned and this policy decides as never does"
+)
+"""The note of the ``evidence`` rows when no record of the runs carries evidence."""
+
+
+def carries_evidence(record: Record) -> bool:
+    """Whether the run that made the record looked for deterministic evidence (``doubts`` or ``evidence`` kept)."""
+    return record.doubts is not None or record.evidence is not None
+
+
 UNSUPPORTED = "the stored votes cannot support rule"
 """How the ``why`` of an item whose stored votes cannot support an aggregation rule begins."""
 
@@ -153,6 +165,7 @@ def replay_table(
     with ``aggregates``, of each policy under each aggregation rule. Each row names the items whose
     stored votes cannot support its rule (``unsupported``)."""
     rows = []
+    blind = not any(carries_evidence(x) for r in runs for x in r.records)
     combos: list[tuple[Variant | None, Aggregate | None]] = [(None, None)]
     rules: Sequence[Aggregate | None] = aggregates or [None]
     combos += [(v, a) for v in variants for a in rules]
@@ -175,6 +188,7 @@ def replay_table(
                 unscored_reasons=merged.unscored_reasons,
                 subsets={name: b.agreement.metrics.kappa for name, b in result.subsets.items()},
                 unsupported=[x.id for r in replayed for x in r.records if x.why.startswith(UNSUPPORTED)],
+                note=NO_EVIDENCE if policy == "evidence" and blind else None,
             )
         )
     return rows
@@ -197,3 +211,5 @@ class ReplayRow:
     """Kappa per labels file."""
     unsupported: list[ItemId]
     """Items whose stored votes cannot support the rule (left unscored ``not_replayable``)."""
+    note: str | None = None
+    """What the reader of the row must know: :data:`NO_EVIDENCE` on ``evidence`` rows of runs without evidence."""

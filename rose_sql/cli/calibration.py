@@ -407,6 +407,8 @@ def replay_cmd(
         )
     show(t)
     for row in table:
+        if row.note:
+            console.print(f"{row.policy}: {row.note}", highlight=False)
         if row.unsupported:
             ids = ", ".join(json.dumps(i) for i in row.unsupported[:10])
             more = f" and {len(row.unsupported) - 10} more" if len(row.unsupported) > 10 else ""

@@ -15,7 +15,12 @@ from rose_sql.errors import RoseError, UsageError
 
 @click.group("db")
 def db_cmd() -> None:
-    """Databases on PostgreSQL, MySQL/MariaDB and DuckDB: copy a SQLite database there, make a reader."""
+    """Databases on PostgreSQL, MySQL/MariaDB and DuckDB: copy a SQLite database there, make a reader.
+
+    \b
+    Example (the demo's database, after rose demo):
+      rose db copy rose-demo-out/db/cycling_league/cycling_league.sqlite duckdb:///tmp/cycling_league.duckdb
+    """
 
 
 @db_cmd.command("copy")
@@ -54,6 +59,13 @@ def copy_cmd(
 
     URL: postgresql://user@host:port/db, mysql://user@host:port/db (MySQL, MariaDB) or
     duckdb:///path/file.duckdb; a {db_id} placeholder names one database per db_id.
+
+    \b
+    Examples (the demo's database, after rose demo):
+      rose db copy rose-demo-out/db/cycling_league/cycling_league.sqlite duckdb:///tmp/cycling_league.duckdb
+      rose run rose-demo-out/items.jsonl --db duckdb:///tmp/cycling_league.duckdb --out runs/
+      rose db copy rose-demo-out/db/cycling_league/cycling_league.sqlite \\
+          postgresql://postgres@127.0.0.1:5432/postgres --replace
     """
     from rose_sql.engines import Source
     from rose_sql.tools.copy import check_golds, copy_sqlite
@@ -110,6 +122,11 @@ def reader_cmd(url: str, name: str, password: str | None, db_id: str | None, tem
     """Create a role that can read URL's database and nothing else, with a login (run it as an admin).
 
     Then evaluate with that role in the URL: rose run ... --db postgresql://rose_reader@host/db
+
+    \b
+    Example (as the server's admin, on the database rose db copy filled):
+      rose db reader postgresql://postgres@127.0.0.1:5432/postgres --name rose_reader
+      rose run rose-demo-out/items.jsonl --db postgresql://rose_reader@127.0.0.1:5432/postgres --out runs/
     """
     from rose_sql.engines import Source
     from rose_sql.tools.reader import create_reader
@@ -138,6 +155,11 @@ def scratch_cmd(url: str, drop: bool, every: bool) -> None:
 
     A run drops its own (rose_scratch_<host>_<pid>_<random>) when it ends; a worker that was killed leaves
     its one behind, dropped by the next run on this machine or by this command.
+
+    \b
+    Examples:
+      rose db scratch postgresql://postgres@127.0.0.1:5432/postgres
+      rose db scratch postgresql://postgres@127.0.0.1:5432/postgres --drop
     """
     from rose_sql.engines.spaces.scratch import drop_leftovers, leftovers
 

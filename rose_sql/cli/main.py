@@ -65,7 +65,14 @@ class _Commands(click.Group):
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rose")
 def main() -> None:
-    """ROSE-SQL: judge whether predicted SQL answers the question, not whether it equals one gold query."""
+    """ROSE-SQL: judge whether predicted SQL answers the question, not whether it equals one gold query.
+
+    \b
+    Examples (rose COMMAND --help shows each command's own):
+      rose demo
+      rose run rose-demo-out/items.jsonl --db-root rose-demo-out/db --out runs/
+      rose report runs/items
+    """
 
 
 def fail(e: RoseError) -> NoReturn:

@@ -59,6 +59,7 @@ def run_demo(out: Path, console: Console) -> None:
             f"({sizes} rows), run with a budget of {DEMO_MAX_STEPS:,} SQLite steps per query and no judge.",
         ),
         width=min(console.width, WIDTH),
+        soft_wrap=False,
     )
     start = time.monotonic()
     records, summary = evaluate(paths, Config(max_steps=DEMO_MAX_STEPS))

@@ -19,7 +19,8 @@ from rose_sql.record import ComparisonInfo, Record
 from rose_sql.summary import Summary
 
 WIDTH = 100
-"""The demo's output fits a terminal this wide."""
+"""The demo's output is at most this wide; narrower on a narrower terminal (80 columns hold it), its prose
+wrapped there (printed with ``soft_wrap=False``, as a soft-wrapping console would cut padded lines)."""
 QUESTION_CHARS = 27
 
 EXPLAINED = {"same", "extra_columns", "type"}
@@ -281,13 +282,14 @@ def print_demo(
         Text("EX in red: it disagrees with the expert. Notes on every item: ", style="dim")
         + Text(str(paths.labels), style="dim"),
         width=width,
+        soft_wrap=False,  # wrapped before the path, which goes whole onto the next line where it fits
     )
     t = tally(items, records)
     console.print()
     for line in [*_ex_lines(t, summary), *_rose_lines(t, summary)]:
-        console.print(line, width=width)
+        console.print(line, width=width, soft_wrap=False)
     console.print()
-    console.print(_judge_line(t), width=width)
+    console.print(_judge_line(t), width=width, soft_wrap=False)
     console.print()
     where = [
         ("records", paths.run_dir / "records.jsonl"),

@@ -267,6 +267,12 @@ class Store:
         pid = self._project_id(name)
         return [k for (k,) in self._conn().execute("SELECT key FROM items WHERE project = ? ORDER BY position", (pid,))]
 
+    def databases(self, name: str) -> list[tuple[str, str]]:
+        """The project's item ids with their db_id, in order."""
+        pid = self._project_id(name)
+        rows = self._conn().execute("SELECT key, db_id FROM items WHERE project = ? ORDER BY position", (pid,))
+        return [(str(k), str(d)) for k, d in rows]
+
     def item(self, name: str, key: str) -> WorkItem | None:
         """One item of the project, or None (read once, then kept in memory: items never change)."""
         return self._items(name, key)

@@ -24,7 +24,7 @@ from typing import Any
 from rose_sql.analysis.labels import key, parse_bool
 from rose_sql.analysis.runs import load_runs, read_table
 from rose_sql.errors import InputError, UsageError
-from rose_sql.items import Item, load_items
+from rose_sql.items import Item, ItemId, load_items
 from rose_sql.record import Record
 
 
@@ -60,7 +60,7 @@ class Work:
     source: str
     """The path loaded, and how it was read (``run``, a format of ``rose run``)."""
     items: list[WorkItem]
-    """Items in the source's order."""
+    """Items in the source's order (a run's by id: :func:`id_order`)."""
     warnings: list[str]
     """Problems that did not stop the load."""
 
@@ -73,6 +73,13 @@ def _of_record(r: Record) -> WorkItem:
     # records do not keep BIRD's evidence text
     item = Item(r.id, r.db_id, r.pred_sql, r.gold_sql, r.question, None, r.difficulty, r.source)
     return WorkItem(key(r.id), item, r)
+
+
+def id_order(item_id: ItemId) -> tuple[int, int, str]:
+    """Where an item goes among a run's: numbers by value first, then text. A run keeps its records in the
+    order they finished, which changes from run to run; loaded in id order, item 718 of a benchmark numbered
+    from 0 is the 719th (ids from ``question_id`` or a file's line follow the input's order)."""
+    return (0, item_id, "") if isinstance(item_id, int) else (1, 0, str(item_id))
 
 
 def _is_run(path: Path) -> bool:
@@ -92,7 +99,7 @@ def load_work(path: Path, *, gold: Path | None = None, fmt: str | None = None) -
             names = ", ".join(r.name for r in runs)
             raise UsageError(f"{path} holds {len(runs)} systems ({names}): load one system folder per project")
         run = runs[0]
-        items = [_of_record(r) for r in run.records]
+        items = [_of_record(r) for r in sorted(run.records, key=lambda r: id_order(r.id))]
         return Work(f"{path} (rose run output)", _unique(items, path), list(run.warnings))
     loaded = load_items(path, gold_path=gold, fmt=fmt)
     items = [_of_item(it) for it in loaded.items]
