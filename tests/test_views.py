@@ -24,7 +24,6 @@ from rose_sql.engines import Source
 from rose_sql.items import load_items
 from rose_sql.run import plan, run
 
-OWNED = ("compare", "report", "audit", "agree", "import-rose", "replay", "judge-card", "judge-compare")
 """The commands that read finished runs."""
 
 
@@ -251,12 +250,6 @@ def test_imported_ex_scores_are_not_called_a_rose_policy(shared: Path, tmp_path:
     res = ok("import-rose", ex, "--labels", rv / "rose-vec-bird.json", "--out", tmp_path / "ex")
     assert "imported scores of EX (no judge replies, so no ROSE policy), mean score 38.51" in res.stdout
     assert "policy always" not in res.stdout and "ROSE 38.51" not in res.stdout
-
-
-@pytest.mark.parametrize("command", OWNED)
-def test_every_command_has_an_example(command: str) -> None:
-    text = ok(command, "--help").stdout
-    assert re.search(r"^  Examples?", text, re.MULTILINE) and re.search(r"^    rose " + command, text, re.MULTILINE)
 
 
 def test_piped_tables_keep_names_whole(spider_out: Path, o3_bird: Path, shared: Path, tmp_path: Path) -> None:
