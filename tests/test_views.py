@@ -24,8 +24,6 @@ from rose_sql.engines import Source
 from rose_sql.items import load_items
 from rose_sql.run import plan, run
 
-"""The commands that read finished runs."""
-
 
 def rose(*args: Any) -> Result:
     return CliRunner().invoke(main, [str(a) for a in args])
