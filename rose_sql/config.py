@@ -251,6 +251,10 @@ class Config:
     (``guard``), and an item whose judges would read it is unscored ``wall_guard``."""
     evidence_max_candidates: int = 80
     """Witness candidates tried at most per item (keeps fast databases fast)."""
+    evidence_column_work: int = COLUMN_WORK
+    """Units of the comparator's column search that one item's witness search may spend over all its
+    candidates (:data:`COLUMN_WORK`, counted, never timed): past it the search stops (``budget``), the
+    same on every machine, long before the wall-clock guard could decide it."""
     evidence_max_db_bytes: int = 256 * 2**20
     """Larger databases are not copied for a witness search."""
     evidence_result_rows: int = 10

@@ -17,7 +17,7 @@ import pytest
 from conftest import sha256
 
 from rose_sql.compare import compare
-from rose_sql.config import Config
+from rose_sql.config import COLUMN_WORK, Config
 from rose_sql.engines import Database
 from rose_sql.engines.spaces.sqlite import Workspace
 from rose_sql.engines.spaces.sqlite import open_space as open_workspace
@@ -38,8 +38,10 @@ def workspace(db: Path, config: Config | None = None) -> Workspace:
     return ws
 
 
-def gather(db: Path, gold_sql: str, pred_sql: str, steps: int = 300_000_000) -> tuple[Evidence, bool | None]:
-    cfg = Config(evidence_max_steps=steps, evidence_max_candidates=400)
+def gather(
+    db: Path, gold_sql: str, pred_sql: str, steps: int = 300_000_000, column_work: int = COLUMN_WORK
+) -> tuple[Evidence, bool | None]:
+    cfg = Config(evidence_max_steps=steps, evidence_max_candidates=400, evidence_column_work=column_work)
     lite = Database.file(db)
     with Executor(cfg) as ex:
         g, p = ex.run(lite, gold_sql), ex.run(lite, pred_sql)
@@ -153,6 +155,21 @@ def test_witness_search_respects_its_step_budget_and_finds_the_same_every_time(m
         ev.search.tried,
         ev.search.candidates,
     )
+
+
+def test_the_witness_search_spends_one_counted_comparator_budget_over_its_candidates(
+    make_db: Callable[..., Path],
+) -> None:
+    """Each candidate's comparison spends from one budget per item, so a search whose results are hard to
+    compare stops on counted work (the same on every machine), never on the wall-clock guard."""
+    case = next(c for c in OURS if c["name"] == "NULL: COUNT(col) vs COUNT(*)")
+    db = make_db(case["schema"] + case["data"])
+    found, _ = gather(db, case["gold"], case["pred"])
+    assert found.witness is not None and found.witness.kind == "null"
+    for _ in range(2):
+        starved, _ = gather(db, case["gold"], case["pred"], column_work=1)
+        assert starved.witness is None and starved.search is not None and starved.search.stopped == "budget"
+        assert starved.search.candidates == 1 and starved.guard is None  # stopped after the first comparison
 
 
 def test_the_wall_guard_marks_the_evidence(make_db: Callable[..., Path]) -> None:

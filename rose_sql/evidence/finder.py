@@ -121,6 +121,7 @@ class Finder:
             max_candidates=cfg.evidence_max_candidates,
             result_values=_result_values(g),
             result_rows=cfg.evidence_result_rows,
+            column_work=cfg.evidence_column_work,
         )
         if not copy.alive():  # what it found then is not the search's: the next item makes a new copy
             return Evidence(None, None, smells, None, 0.0, skipped=f"on {db.kind}: the copy was lost during the search")

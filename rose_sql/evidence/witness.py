@@ -16,7 +16,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from rose_sql.columns import Budget
 from rose_sql.compare import Comparison, compare, json_value
+from rose_sql.config import COLUMN_WORK
 from rose_sql.engines.spaces import Change, Copy
 from rose_sql.engines.sqlite import STEP_GRAIN
 from rose_sql.evidence.features import Features
@@ -43,6 +45,10 @@ REASONS = {
 }
 
 
+Difference = tuple[list[Change], ResultSet, ResultSet, Comparison]
+"""What a candidate that tells the queries apart gives: its changes, both results, their comparison."""
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     kind: str
@@ -66,7 +72,8 @@ class Search:
     order_dependent: int = 0
     """Candidates whose difference vanished when SQLite returned unordered rows in reverse."""
     stopped: str = "exhausted"
-    """Why it stopped: ``found``, ``budget`` (time) or ``exhausted`` (no candidates left)."""
+    """Why it stopped: ``found``, ``budget`` (steps, candidates or the comparator's counted work; or
+    time) or ``exhausted`` (no candidates left)."""
 
 
 def _lineage(ws: Copy, table: str, cols: list[str], values: list[Any], limit: int = 4) -> list[int]:
@@ -237,8 +244,10 @@ def search(
     result_values: list[Any],
     result_rows: int = 10,
     seed: int = 0,
+    column_work: int = COLUMN_WORK,
 ) -> Search:
-    """Look for a witness within the candidate cap and the item's step budget (``ws.start``).
+    """Look for a witness within the candidate cap, the item's step budget (``ws.start``) and
+    ``column_work`` units of the comparator's column search over all candidates.
 
     After the first witness, a few more candidates are tried for a more realistic one (fewer
     caveats), keeping at most one witness per kind; the most realistic is reported.
@@ -253,8 +262,15 @@ def search(
     pending = candidates(ws, feats, result_values, seed)
     spent: tuple[type[BaseException], ...] = (*ws.errors, TimeoutError)
     drawn = 0
+    work = Budget(column_work)  # one for the whole search: each comparison of a candidate spends from it
+
+    def attempt(cand: Candidate, reverse: bool, steps: int) -> Difference | None:
+        return _try(
+            ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=reverse, steps=steps, work=work
+        )
+
     while True:
-        if n >= max_candidates or drawn >= DRAWN_PER_TRIED * max_candidates or ws.steps_left <= 0:
+        if n >= max_candidates or drawn >= DRAWN_PER_TRIED * max_candidates or ws.steps_left <= 0 or work.exhausted:
             stopped = "budget"
             break
         drawn += 1
@@ -273,10 +289,10 @@ def search(
         n += 1
         extra += bool(found)
         tried[cand.kind] = tried.get(cand.kind, 0) + 1
-        outcome = _try(ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=False, steps=steps)
+        outcome = attempt(cand, False, steps)
         if outcome is None:
             continue
-        if _try(ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=True, steps=steps) is None:
+        if attempt(cand, True, steps) is None:
             order_dependent += 1  # a difference that moves with row order is not a semantic witness
             continue
         changes, pred, gold, cmp = outcome
@@ -308,7 +324,8 @@ def _try(
     digits: int,
     reverse: bool,
     steps: int,
-) -> tuple[list[Change], ResultSet, ResultSet, Comparison] | None:
+    work: Budget,
+) -> Difference | None:
     invalid: tuple[type[BaseException], ...] = (*ws.errors, ValueError, OverflowError, KeyError, TimeoutError)
     ws.begin()
     try:
@@ -325,7 +342,7 @@ def _try(
                 ws.set_reverse_order(False)
         if gold is None or pred is None:
             return None  # a failure or a timeout is "unknown", never a difference
-        cmp = compare(pred, gold, ordered=ordered, digits=digits)
-        return (changes, pred, gold, cmp) if cmp.equal is False else None
+        cmp = compare(pred, gold, ordered=ordered, digits=digits, budget=work)
+        return (changes, pred, gold, cmp) if cmp.equal is False else None  # undecided is never a witness
     finally:
         ws.rollback()
