@@ -274,7 +274,7 @@ MEASURE = """<script>(function () {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("n", [3, 9, 20])
+@pytest.mark.parametrize("n", [2, 3, 9, 20, 25])
 def test_chart_labels_never_overlap(tmp_path: Path, n: int) -> None:
     summary = {"llm": {"calls_per_item": 2.0, "cost_usd": 0.15}, "judge": {"model": "judge-x"}}
     runs = [load_run(write_records(tmp_path / f"{NAMES[i % len(NAMES)]}-{i}", _system(i), summary)) for i in range(n)]

@@ -5,7 +5,8 @@ drawn below a zero line) and stacked bars (parts of a whole per category). Every
 every chart carries a ``<title>`` and a ``<desc>`` listing its numbers for screen readers.
 
 Labels never overlap, from 2 to 25 systems and beyond: the legend wraps into rows, x labels that would
-touch side by side are turned 45 degrees (and thinned past about 26 categories), and a chart writes its
+touch side by side are turned 45 degrees, or 90 when that is still too close (and thinned past about 30
+categories), and a chart writes its
 values over the bars only when every one fits its bar (each bar's tooltip has it in any case). Text
 widths are estimated for DejaVu Sans, wider than the usual fonts; tests/test_report_html.py measures
 the boxes in Chromium.
@@ -25,7 +26,7 @@ _LEFT, _RIGHT, _BOTTOM = 52, 16, 30
 _LABEL, _VALUE = 11.0, 10.0  # font sizes of the axis and legend texts and of the value labels (the style sheet's)
 _LINE = 1.25  # a text's box height, in font sizes
 _VALUE_ROOM = 10  # between the legend and the plot: a value label over a bar at the domain's top
-_SLANT = math.sqrt(0.5)  # sin and cos of the x labels' 45 degrees when they do not fit side by side
+_ACROSS = _LINE * _LABEL + 2  # the room a turned x label needs across its direction
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,52 +147,59 @@ def _short(label: str) -> str:
     return label if len(label) <= 18 else label[:17] + "…"
 
 
-def _slanted(categories: Sequence[str], band: float) -> bool:
-    """Whether the x labels are turned 45 degrees: when any would touch its neighbour side by side."""
-    return any(text_width(_short(c), _LABEL) > band - 6 for c in categories)
+def _angle(categories: Sequence[str], band: float) -> int:
+    """How far the x labels are turned: not at all when each fits its band side by side, else 45 degrees
+    when neighbours stay apart so, else 90."""
+    if all(text_width(_short(c), _LABEL) <= band - 6 for c in categories):
+        return 0
+    return 45 if band * math.sin(math.radians(45)) >= _ACROSS else 90
 
 
-def _thinning(band: float) -> int:
-    """Every how many slanted x labels one is drawn, so that neighbours never touch."""
-    return max(1, math.ceil((_LINE * _LABEL + 2) / (band * _SLANT)))
+def _thinning(band: float, angle: int) -> int:
+    """Every how many x labels one is drawn, so that turned neighbours never touch."""
+    return 1 if angle == 0 else max(1, math.ceil(_ACROSS / (band * math.sin(math.radians(angle)))))
 
 
 def _layout(categories: Sequence[str], series: Sequence[Series], value_room: float) -> _Layout:
     """The plot's place: below the legend's rows (and ``value_room`` for labels over the highest bar), above
     the x labels, and for slanted labels far enough right that the first does not leave the chart."""
     top = 10 + 18 * len(_legend_rows(series)) + value_room
+    widths = [text_width(_short(c), _LABEL) for c in categories]
     left, n = float(_LEFT), max(1, len(categories))
-    for _ in range(3):  # moving the plot right narrows the bands: settle both
+    for _ in range(5):  # moving the plot right narrows the bands, which may turn the labels further: settle
         band = (WIDTH - left - _RIGHT) / n
-        if not _slanted(categories, band):
-            return _Layout(left, top, top + _PLOT_H + _BOTTOM, band)
-        reach = max(
-            text_width(_short(c), _LABEL) * _SLANT - band * (i + 0.5) for i, c in enumerate(categories)
-        )  # how far left of the plot a slanted label ends
-        left = max(float(_LEFT), reach + 8)
-    longest = max(text_width(_short(c), _LABEL) for c in categories)
-    return _Layout(left, top, top + _PLOT_H + 12 + (longest + _LINE * _LABEL) * _SLANT + 8, band)
+        cos = math.cos(math.radians(_angle(categories, band)))
+        reach = max(w * cos - band * (i + 0.5) for i, w in enumerate(widths)) + 8  # a slanted label's left end
+        if reach <= left:
+            break
+        left = reach
+    band = (WIDTH - left - _RIGHT) / n
+    angle = _angle(categories, band)
+    if angle == 0:
+        return _Layout(left, top, top + _PLOT_H + _BOTTOM, band)
+    sin, cos = math.sin(math.radians(angle)), math.cos(math.radians(angle))
+    return _Layout(left, top, top + _PLOT_H + 12 + max(widths) * sin + _LINE * _LABEL * cos + 8, band)
 
 
 def _xlabels(categories: Sequence[str], at: _Layout) -> list[str]:
     out = []
-    slanted = _slanted(categories, at.band)
-    every = _thinning(at.band) if slanted else 1
+    angle = _angle(categories, at.band)
+    every = _thinning(at.band, angle)
     for i, c in enumerate(categories):
         if i % every:
             continue
-        x = at.left + at.band * (i + 0.5)
-        if slanted:
-            y = at.bottom + 12
-            out.append(
-                f'<text x="{x:.1f}" y="{y:.1f}" transform="rotate(-45 {x:.1f} {y:.1f})" text-anchor="end" '
-                f'class="xlabel">{escape(_short(c))}</text>'
-            )
-        else:
-            out.append(
-                f'<text x="{x:.1f}" y="{at.bottom + 16:.1f}" text-anchor="middle" class="xlabel">'
-                f"{escape(_short(c))}</text>"
-            )
+        x, label = at.left + at.band * (i + 0.5), escape(_short(c))
+        if angle == 0:
+            y = at.bottom + 16
+            out.append(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="middle" class="xlabel">{label}</text>')
+            continue
+        if angle == 90:
+            x += 0.35 * _LABEL  # a turned text sits beside its baseline: centre it on the bar
+        y = at.bottom + 12
+        out.append(
+            f'<text x="{x:.1f}" y="{y:.1f}" transform="rotate(-{angle} {x:.1f} {y:.1f})" text-anchor="end" '
+            f'class="xlabel">{label}</text>'
+        )
     return out
 
 
