@@ -6,10 +6,9 @@ every chart carries a ``<title>`` and a ``<desc>`` listing its numbers for scree
 
 Labels never overlap, from 2 to 25 systems and beyond: the legend wraps into rows, x labels that would
 touch side by side are turned 45 degrees, or 90 when that is still too close (and thinned past about 30
-categories), and a chart writes its
-values over the bars only when every one fits its bar (each bar's tooltip has it in any case). Text
-widths are estimated for DejaVu Sans, wider than the usual fonts; tests/test_report_html.py measures
-the boxes in Chromium.
+categories), and a chart writes its values over the bars only when every one fits its bar (each bar's
+tooltip has it in any case). Text widths are estimated for DejaVu Sans, wider than the usual fonts;
+tests/test_report_html.py measures the boxes in Chromium.
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ class _Layout:
         return self.top + _PLOT_H
 
 
-def text_width(text: str, size: float) -> float:
+def _text_width(text: str, size: float) -> float:
     """A generous estimate of a text's width in pixels (DejaVu Sans, the widest common fallback font)."""
     em = 0.0
     for c in text:
@@ -121,7 +120,7 @@ def _legend_rows(series: Sequence[Series]) -> list[list[tuple[int, float]]]:
     rows: list[list[tuple[int, float]]] = [[]]
     used = 0.0
     for i, s in enumerate(series):
-        w = 16 + text_width(s.name, _LABEL) + 12
+        w = 16 + _text_width(s.name, _LABEL) + 12
         if rows[-1] and _LEFT + used + w > WIDTH - _RIGHT:
             rows.append([])
             used = 0.0
@@ -150,7 +149,7 @@ def _short(label: str) -> str:
 def _angle(categories: Sequence[str], band: float) -> int:
     """How far the x labels are turned: not at all when each fits its band side by side, else 45 degrees
     when neighbours stay apart so, else 90."""
-    if all(text_width(_short(c), _LABEL) <= band - 6 for c in categories):
+    if all(_text_width(_short(c), _LABEL) <= band - 6 for c in categories):
         return 0
     return 45 if band * math.sin(math.radians(45)) >= _ACROSS else 90
 
@@ -164,7 +163,7 @@ def _layout(categories: Sequence[str], series: Sequence[Series], value_room: flo
     """The plot's place: below the legend's rows (and ``value_room`` for labels over the highest bar), above
     the x labels, and for slanted labels far enough right that the first does not leave the chart."""
     top = 10 + 18 * len(_legend_rows(series)) + value_room
-    widths = [text_width(_short(c), _LABEL) for c in categories]
+    widths = [_text_width(_short(c), _LABEL) for c in categories]
     left, n = float(_LEFT), max(1, len(categories))
     for _ in range(5):  # moving the plot right narrows the bands, which may turn the labels further: settle
         band = (WIDTH - left - _RIGHT) / n
@@ -222,7 +221,7 @@ def bar_chart(
     at = _layout(categories, series, _VALUE_ROOM)
     body, y0, scale = _axis(lo, hi, step, unit, at)
     bar = min(48.0, at.band * 0.9 / len(series))
-    labelled = all(text_width(_fmt(v), _VALUE) <= bar - 1 for v in values)
+    labelled = all(_text_width(_fmt(v), _VALUE) <= bar - 1 for v in values)
     for ci in range(len(categories)):
         start = at.left + at.band * ci + (at.band - bar * len(series)) / 2
         for si, s in enumerate(series):
@@ -263,7 +262,7 @@ def stacked_chart(title: str, categories: Sequence[str], parts: Sequence[Series]
     at = _layout(categories, parts, _VALUE_ROOM)
     body, y0, scale = _axis(lo, hi, step, unit, at)
     bar = min(64.0, at.band * 0.6)
-    labelled = all(text_width(_fmt(t), _VALUE) <= at.band - 4 for t in totals)
+    labelled = all(_text_width(_fmt(t), _VALUE) <= at.band - 4 for t in totals)
     for ci in range(len(categories)):
         x, base = at.left + at.band * ci + (at.band - bar) / 2, y0
         for pi, p in enumerate(parts):
