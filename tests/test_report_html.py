@@ -8,6 +8,7 @@ holds drawn, coloured pixels.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -229,3 +230,63 @@ def test_rendered_in_headless_chromium(runs: list[Path], tmp_path: Path) -> None
         assert _coloured_share(png, box) > 0.01, f"chart {chart} looks blank in the screenshot"
     header = (0, 0, WINDOW[0], 60)
     assert _coloured_share(png, header) < 0.01  # the check does tell drawn from blank regions
+
+
+# --------------------------------------------------------------------------- legible with many systems
+
+NAMES = ("alpha-sql", "gpt-4o-din-sql-chess-agent", "x", "deepseek-coder-33b", "MMW-sql", "resdsql-3b", "c3")
+
+MEASURE = """<script>(function () {
+  function quad(t) {  // the text's box, turned as it is drawn, in the page's pixels
+    var b = t.getBBox(), m = t.getScreenCTM();
+    return [[b.x, b.y], [b.x + b.width, b.y], [b.x + b.width, b.y + b.height], [b.x, b.y + b.height]]
+      .map(function (p) { return [m.a * p[0] + m.c * p[1] + m.e, m.b * p[0] + m.d * p[1] + m.f]; });
+  }
+  function apart(p, q) {  // separating axes: two convex boxes are apart when one of their edges splits them
+    return [p, q].some(function (poly) {
+      return poly.some(function (a, i) {
+        var b = poly[(i + 1) % 4], nx = b[1] - a[1], ny = a[0] - b[0];
+        var dp = p.map(function (v) { return v[0] * nx + v[1] * ny; });
+        var dq = q.map(function (v) { return v[0] * nx + v[1] * ny; });
+        return Math.max.apply(null, dp) <= Math.min.apply(null, dq) + 1e-6
+          || Math.max.apply(null, dq) <= Math.min.apply(null, dp) + 1e-6;
+      });
+    });
+  }
+  var found = [], counts = {};
+  document.querySelectorAll("figure.chart").forEach(function (fig) {
+    var svg = fig.querySelector("svg"), r = svg.getBoundingClientRect(), c = {};
+    var texts = Array.prototype.map.call(svg.querySelectorAll("text"), function (t) {
+      c[t.getAttribute("class")] = (c[t.getAttribute("class")] || 0) + 1;
+      return {name: t.getAttribute("class") + " " + t.textContent, q: quad(t)};
+    });
+    counts[fig.id] = c;
+    texts.forEach(function (a, i) {
+      if (a.q.some(function (v) { return v[0] < r.left - 0.5 || v[0] > r.right + 0.5 || v[1] < r.top - 0.5
+          || v[1] > r.bottom + 0.5; })) { found.push(fig.id + ": " + a.name + " leaves the chart"); }
+      texts.slice(i + 1).forEach(function (b) {
+        if (!apart(a.q, b.q)) { found.push(fig.id + ": " + a.name + " overlaps " + b.name); }
+      });
+    });
+  });
+  document.body.setAttribute("data-measured", JSON.stringify({overlaps: found, counts: counts}));
+})();</script></body>"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [2, 3, 9, 20, 25])
+def test_chart_labels_never_overlap(tmp_path: Path, n: int) -> None:
+    summary = {"llm": {"calls_per_item": 2.0, "cost_usd": 0.15}, "judge": {"model": "judge-x"}}
+    runs = [load_run(write_records(tmp_path / f"{NAMES[i % len(NAMES)]}-{i}", _system(i), summary)) for i in range(n)]
+    page = tmp_path / "measured.html"
+    page.write_text(build_report(runs).replace("</body>", MEASURE), encoding="utf-8")
+    dom = _chromium(tmp_path, page.resolve().as_uri(), "--dump-dom")
+    found = re.search(r'data-measured="([^"]*)"', dom)
+    assert found is not None, "the measuring script did not run"
+    measured = json.loads(html.unescape(found.group(1)))
+    assert measured["overlaps"] == [], "\n".join(measured["overlaps"])
+    counts = measured["counts"]
+    assert set(counts) == {f"chart-{c}" for c in CHARTS}
+    assert all(c["xlabel"] == n for name, c in counts.items() if name != "chart-gap")  # every system named
+    if n <= 9:  # the values are written over the bars while they fit
+        assert counts["chart-ex-rose"]["value"] == 2 * n and counts["chart-direction"]["value"] == n

@@ -77,6 +77,17 @@ def test_a_wrong_db_root_exits_2_naming_the_paths_tried(shared: Path, tmp_path: 
     assert record.unscored_reason == "db_missing" and str(shared / "spider") in record.why
 
 
+def test_the_paths_tried_are_named_as_given_through_a_symlink(tmp_path: Path) -> None:
+    # the manifest resolves its paths; the message names them under the --db-root the user typed
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    items = tmp_path / "items.jsonl"
+    _write_items(items, ["SELECT 1"])
+    res = rose("run", items, "--db-root", tmp_path / "link", "--out", tmp_path / "out")
+    assert res.exit_code == 2, res.output
+    assert str(tmp_path / "link/league/league.sqlite") in res.output, res.output
+
+
 # --------------------------------------------------------------------------- provenance and resume
 
 

@@ -774,6 +774,8 @@ def _exit_if_nothing_could_run(systems: Sequence[SystemRun], summaries: Sequence
     if n == 0 or blocked < n:
         return
     tried = sorted({d.path for s in systems for d in s.manifest.databases})
+    if db_root.folder_path is not None:  # the files as the user named them (the manifest's are resolved)
+        tried = sorted({db_root.locate(d.db_id).target for s in systems for d in s.manifest.databases})
     shown = ", ".join(tried[:5]) + (f" and {len(tried) - 5} more" if len(tried) > 5 else "")
     if db_root.folder_path is None:
         fail(UsageError(f"no item could be evaluated: no database of --db {db_root} could be read (tried {shown})."))

@@ -161,6 +161,27 @@ class _Conn:
         self.target = target
 
 
+def _pipelined(c: psycopg.Connection[Any], *statements: str) -> psycopg.Cursor[Any]:
+    """Run ``statements`` in one round trip (a pipeline); the last one's cursor. A statement's error is
+    raised once the pipeline is left: raised inside it, psycopg logged the ``pipeline aborted`` of the
+    statements after it as an ignored error, a warning line on stderr for each failing prediction (about
+    213 on a run of BIRD dev). Leaving the pipeline after an error fails too, and says nothing more."""
+    failed: psycopg.Error | None = None
+    try:
+        with c.pipeline():
+            try:
+                for statement in statements:
+                    cursor = c.execute(statement)
+            except psycopg.Error as e:
+                failed = e
+    except psycopg.Error:
+        if failed is None:
+            raise
+    if failed is not None:
+        raise failed
+    return cursor
+
+
 class PostgreSQL(Pooled[_Conn]):
     """The PostgreSQL engine (see the module docstring)."""
 
@@ -206,10 +227,13 @@ class PostgreSQL(Pooled[_Conn]):
         c = conn.conn
         limits = self.limits
         deadline = time.monotonic() + limits.engine_timeout_s  # statement_timeout bounds each FETCH; this, all
-        with c.pipeline():  # one round trip; the extended protocol takes exactly one statement each
-            c.execute("BEGIN READ ONLY")
-            c.execute(f"DECLARE {CURSOR} NO SCROLL CURSOR FOR " + sql)
-            first = c.execute(f"FETCH FORWARD {FIRST_FETCH} FROM {CURSOR}")
+        # one round trip; the extended protocol takes exactly one statement each
+        first = _pipelined(
+            c,
+            "BEGIN READ ONLY",
+            f"DECLARE {CURSOR} NO SCROLL CURSOR FOR " + sql,
+            f"FETCH FORWARD {FIRST_FETCH} FROM {CURSOR}",
+        )
         columns = tuple(d.name for d in first.description or ())
 
         def fetch(n: int) -> Sequence[Sequence[Any]]:
@@ -228,10 +252,8 @@ class PostgreSQL(Pooled[_Conn]):
 
     def _end(self, conn: _Conn) -> None:
         c = conn.conn
-        with c.pipeline():  # one round trip: each in its own implicit transaction
-            if c.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                c.execute("ROLLBACK")
-            c.execute("DISCARD ALL")
+        busy = c.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        _pipelined(c, *(["ROLLBACK"] if busy else []), "DISCARD ALL")  # one round trip: each in its own transaction
 
     def _classify(self, e: BaseException) -> Classified:
         state = (e.diag.sqlstate or e.sqlstate) if isinstance(e, psycopg.Error) else None

@@ -94,19 +94,10 @@ def _ex_rose_charts(rows: Sequence[SystemRow], by_name: dict[str, Run], reading:
     series = [Series("EX", [g.ex for g in groups], EX_COLOR), Series("ROSE", [g.rose for g in groups], ROSE_COLOR)]
     ex_rose = bar_chart("EX vs ROSE", cats, series, unit="%", domain=(0, 100))
     out.append(_figure("ex-rose", "EX vs ROSE", f"percent of items, {reading} vs the ROSE score", ex_rose))
-    cats = ["all", *difficulties]
-    gap = bar_chart(
-        "Gap by difficulty",
-        cats,
-        [
-            Series(
-                r.system,
-                [r.overall.gap, *(r.by_difficulty[d].gap if d in r.by_difficulty else None for d in difficulties)],
-            )
-            for r in rows
-        ],
-        unit="",
-    )
+    gaps = [
+        [r.overall.gap, *(r.by_difficulty[d].gap if d in r.by_difficulty else None for d in difficulties)] for r in rows
+    ]
+    gap = bar_chart("Gap by difficulty", *_grouped(names, ["all", *difficulties], gaps), unit="")
     out.append(_figure("gap", "Gap by difficulty", "ROSE minus EX, in points (above zero: EX under-rates)", gap))
     sources = [_discordance_sources(by_name[n], reading) for n in names]
     parts = [Series(label, [s[key] for s in sources], color) for key, label, color in SOURCES]
@@ -135,28 +126,34 @@ def _ex_rose_charts(rows: Sequence[SystemRow], by_name: dict[str, Run], reading:
 
 def _usage_charts(names: Sequence[str], usage: Sequence[dict[str, dict[str, float]]]) -> list[str]:
     stages = sorted({s for u in usage for s in u})
-    calls = [
-        Series(n, [u[s]["calls"] + u[s]["cached"] if s in u else None for s in stages])
-        for n, u in zip(names, usage, strict=True)
-    ]
-    cost = [
-        Series(n, [round(u[s]["cost_usd"], 4) if s in u else None for s in stages])
-        for n, u in zip(names, usage, strict=True)
-    ]
+    calls = [[u[s]["calls"] + u[s]["cached"] if s in u else None for s in stages] for u in usage]
+    cost = [[round(u[s]["cost_usd"], 4) if s in u else None for s in stages] for u in usage]
     return [
         _figure(
             "calls",
             "LLM calls per stage",
             "judge calls recorded (made and served from cache)",
-            bar_chart("calls", stages, calls, empty="no LLM calls recorded"),
+            bar_chart("calls", *_grouped(names, stages, calls), empty="no LLM calls recorded"),
         ),
         _figure(
             "cost",
             "Cost per stage",
             "USD of the calls made (cached and imported replies: no cost)",
-            bar_chart("cost", stages, cost, empty="no cost recorded"),
+            bar_chart("cost", *_grouped(names, stages, cost), empty="no cost recorded"),
         ),
     ]
+
+
+def _grouped(
+    systems: Sequence[str], groups: Sequence[str], values: Sequence[Sequence[float | None]]
+) -> tuple[list[str], list[Series]]:
+    """Categories and series of a chart of one value per system and group (``values[system][group]``):
+    the groups along the x axis, one coloured series per system, unless there are more systems than
+    groups, when the systems go along the axis and the groups get the colours (a short legend, colours
+    told apart)."""
+    if len(systems) <= len(groups):
+        return list(groups), [Series(name, list(v)) for name, v in zip(systems, values, strict=True)]
+    return list(systems), [Series(g, [v[gi] for v in values]) for gi, g in enumerate(groups)]
 
 
 def _cards(run: Run, row: SystemRow, reading: str) -> str:

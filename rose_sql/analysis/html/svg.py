@@ -3,6 +3,12 @@
 Two shapes cover the report: grouped bars (several series side by side per category, negative values
 drawn below a zero line) and stacked bars (parts of a whole per category). Every text is escaped;
 every chart carries a ``<title>`` and a ``<desc>`` listing its numbers for screen readers.
+
+Labels never overlap, from 2 to 25 systems and beyond: the legend wraps into rows, x labels that would
+touch side by side are turned 45 degrees, or 90 when that is still too close (and thinned past about 30
+categories), and a chart writes its values over the bars only when every one fits its bar (each bar's
+tooltip has it in any case). Text widths are estimated for DejaVu Sans, wider than the usual fonts;
+tests/test_report_html.py measures the boxes in Chromium.
 """
 
 from __future__ import annotations
@@ -13,8 +19,13 @@ from dataclasses import dataclass
 from html import escape
 
 PALETTE = ("#2563eb", "#f59e0b", "#10b981", "#ef4444", "#8b5cf6", "#06b6d4", "#ec4899", "#84cc16", "#64748b")
-WIDTH, HEIGHT = 560, 280
-_LEFT, _RIGHT, _TOP, _BOTTOM = 52, 16, 36, 30
+WIDTH = 560
+_PLOT_H = 214  # the plot's height; the chart grows above it for the legend and below it for the x labels
+_LEFT, _RIGHT, _BOTTOM = 52, 16, 30
+_LABEL, _VALUE = 11.0, 10.0  # font sizes of the axis and legend texts and of the value labels (the style sheet's)
+_LINE = 1.25  # a text's box height, in font sizes
+_VALUE_ROOM = 10  # between the legend and the plot: a value label over a bar at the domain's top
+_ACROSS = _LINE * _LABEL + 2  # the room a turned x label needs across its direction
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +35,34 @@ class Series:
     name: str
     values: Sequence[float | None]
     color: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """Where the plot sits in a chart whose height depends on its legend rows and its x labels."""
+
+    left: float
+    top: float
+    height: float
+    band: float
+
+    @property
+    def bottom(self) -> float:
+        """The y of the plot's bottom edge."""
+        return self.top + _PLOT_H
+
+
+def _text_width(text: str, size: float) -> float:
+    """A generous estimate of a text's width in pixels (DejaVu Sans, the widest common fallback font)."""
+    em = 0.0
+    for c in text:
+        if c in ".,:;!|'il ()[]frtj-":
+            em += 0.42
+        elif c in "mwMW%@" or not c.isascii():
+            em += 1.0
+        else:
+            em += 0.76 if c.isupper() else 0.64
+    return em * size
 
 
 def _nice_step(span: float) -> float:
@@ -48,50 +87,117 @@ def _fmt(v: float) -> str:
     return f"{v:.0f}" if abs(v - round(v)) < 1e-9 else (f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}")
 
 
-def _frame(title: str, kind: str, desc: str, body: list[str]) -> str:
+def _frame(title: str, kind: str, desc: str, body: list[str], height: float) -> str:
+    h = f"{height:.0f}"
     return (
         f'<svg class="chart-svg" data-kind="{kind}" role="img" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}">'
+        f'viewBox="0 0 {WIDTH} {h}" width="{WIDTH}" height="{h}">'
         f"<title>{escape(title)}</title><desc>{escape(desc)}</desc>"
-        f'<rect class="bg" x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>' + "".join(body) + "</svg>"
+        f'<rect class="bg" x="0" y="0" width="{WIDTH}" height="{h}" fill="#ffffff"/>' + "".join(body) + "</svg>"
     )
 
 
-def _axis(lo: float, hi: float, step: float, unit: str) -> tuple[list[str], float, float]:
-    """Horizontal grid lines with labels; returns the SVG, the plot's y of ``lo`` and pixels per unit."""
-    plot_h = HEIGHT - _TOP - _BOTTOM
-    scale = plot_h / (hi - lo)
-    y0 = _TOP + plot_h + lo * scale  # y of the value 0
+def _axis(lo: float, hi: float, step: float, unit: str, at: _Layout) -> tuple[list[str], float, float]:
+    """Horizontal grid lines with labels; returns the SVG, the y of the value 0 and pixels per unit."""
+    scale = _PLOT_H / (hi - lo)
+    y0 = at.bottom + lo * scale  # y of the value 0
     out = []
     n = round((hi - lo) / step)
     for i in range(n + 1):
         v = lo + i * step
-        y = _TOP + plot_h - (v - lo) * scale
+        y = at.bottom - (v - lo) * scale
         stroke = "#94a3b8" if abs(v) < 1e-9 else "#e2e8f0"
-        out.append(f'<line x1="{_LEFT}" x2="{WIDTH - _RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="{stroke}"/>')
+        out.append(f'<line x1="{at.left:.1f}" x2="{WIDTH - _RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="{stroke}"/>')
         out.append(
-            f'<text x="{_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{escape(_fmt(v) + unit)}</text>'
+            f'<text x="{at.left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end" class="tick">'
+            f"{escape(_fmt(v) + unit)}</text>"
         )
     return out, y0, scale
 
 
-def _legend(series: Sequence[Series]) -> list[str]:
-    out, x = [], float(_LEFT)
+def _legend_rows(series: Sequence[Series]) -> list[list[tuple[int, float]]]:
+    """The legend's entries (index, width) wrapped into rows that fit the chart's width."""
+    rows: list[list[tuple[int, float]]] = [[]]
+    used = 0.0
     for i, s in enumerate(series):
-        color = s.color or PALETTE[i % len(PALETTE)]
-        out.append(f'<rect x="{x:.1f}" y="10" width="12" height="12" rx="2" fill="{color}"/>')
-        out.append(f'<text x="{x + 16:.1f}" y="20" class="legend">{escape(s.name)}</text>')
-        x += 28 + 7 * len(s.name)
+        w = 16 + _text_width(s.name, _LABEL) + 12
+        if rows[-1] and _LEFT + used + w > WIDTH - _RIGHT:
+            rows.append([])
+            used = 0.0
+        rows[-1].append((i, w))
+        used += w
+    return rows
+
+
+def _legend(series: Sequence[Series]) -> list[str]:
+    out = []
+    for r, row in enumerate(_legend_rows(series)):
+        x, y = float(_LEFT), 10 + 18 * r
+        for i, w in row:
+            s = series[i]
+            color = s.color or PALETTE[i % len(PALETTE)]
+            out.append(f'<rect x="{x:.1f}" y="{y}" width="12" height="12" rx="2" fill="{color}"/>')
+            out.append(f'<text x="{x + 16:.1f}" y="{y + 10}" class="legend">{escape(s.name)}</text>')
+            x += w
     return out
 
 
-def _xlabels(categories: Sequence[str], band: float) -> list[str]:
+def _short(label: str) -> str:
+    return label if len(label) <= 18 else label[:17] + "…"
+
+
+def _angle(categories: Sequence[str], band: float) -> int:
+    """How far the x labels are turned: not at all when each fits its band side by side, else 45 degrees
+    when neighbours stay apart so, else 90."""
+    if all(_text_width(_short(c), _LABEL) <= band - 6 for c in categories):
+        return 0
+    return 45 if band * math.sin(math.radians(45)) >= _ACROSS else 90
+
+
+def _thinning(band: float, angle: int) -> int:
+    """Every how many x labels one is drawn, so that turned neighbours never touch."""
+    return 1 if angle == 0 else max(1, math.ceil(_ACROSS / (band * math.sin(math.radians(angle)))))
+
+
+def _layout(categories: Sequence[str], series: Sequence[Series], value_room: float) -> _Layout:
+    """The plot's place: below the legend's rows (and ``value_room`` for labels over the highest bar), above
+    the x labels, and for slanted labels far enough right that the first does not leave the chart."""
+    top = 10 + 18 * len(_legend_rows(series)) + value_room
+    widths = [_text_width(_short(c), _LABEL) for c in categories]
+    left, n = float(_LEFT), max(1, len(categories))
+    for _ in range(5):  # moving the plot right narrows the bands, which may turn the labels further: settle
+        band = (WIDTH - left - _RIGHT) / n
+        cos = math.cos(math.radians(_angle(categories, band)))
+        reach = max(w * cos - band * (i + 0.5) for i, w in enumerate(widths)) + 8  # a slanted label's left end
+        if reach <= left:
+            break
+        left = reach
+    band = (WIDTH - left - _RIGHT) / n
+    angle = _angle(categories, band)
+    if angle == 0:
+        return _Layout(left, top, top + _PLOT_H + _BOTTOM, band)
+    sin, cos = math.sin(math.radians(angle)), math.cos(math.radians(angle))
+    return _Layout(left, top, top + _PLOT_H + 12 + max(widths) * sin + _LINE * _LABEL * cos + 8, band)
+
+
+def _xlabels(categories: Sequence[str], at: _Layout) -> list[str]:
     out = []
+    angle = _angle(categories, at.band)
+    every = _thinning(at.band, angle)
     for i, c in enumerate(categories):
-        label = c if len(c) <= 18 else c[:17] + "…"
-        x = _LEFT + band * (i + 0.5)
+        if i % every:
+            continue
+        x, label = at.left + at.band * (i + 0.5), escape(_short(c))
+        if angle == 0:
+            y = at.bottom + 16
+            out.append(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="middle" class="xlabel">{label}</text>')
+            continue
+        if angle == 90:
+            x += 0.35 * _LABEL  # a turned text sits beside its baseline: centre it on the bar
+        y = at.bottom + 12
         out.append(
-            f'<text x="{x:.1f}" y="{HEIGHT - _BOTTOM + 16}" text-anchor="middle" class="xlabel">{escape(label)}</text>'
+            f'<text x="{x:.1f}" y="{y:.1f}" transform="rotate(-{angle} {x:.1f} {y:.1f})" text-anchor="end" '
+            f'class="xlabel">{label}</text>'
         )
     return out
 
@@ -105,16 +211,19 @@ def bar_chart(
     domain: tuple[float, float] | None = None,
     empty: str = "nothing to plot",
 ) -> str:
-    """Grouped bars: for each category one bar per series, labelled with its value (all zero: ``empty``)."""
+    """Grouped bars: for each category one bar per series, labelled with its value when every value fits
+    over its bar (else the values are in each bar's tooltip and the chart's description); all zero:
+    ``empty``."""
     values = [v for s in series for v in s.values if v is not None]
     if not categories or not any(values):
         return empty_chart(title, empty)
     lo, hi, step = _domain(values, domain)
-    body, y0, scale = _axis(lo, hi, step, unit)
-    band = (WIDTH - _LEFT - _RIGHT) / len(categories)
-    bar = min(48.0, band * 0.8 / len(series))
+    at = _layout(categories, series, _VALUE_ROOM)
+    body, y0, scale = _axis(lo, hi, step, unit, at)
+    bar = min(48.0, at.band * 0.9 / len(series))
+    labelled = all(_text_width(_fmt(v), _VALUE) <= bar - 1 for v in values)
     for ci in range(len(categories)):
-        start = _LEFT + band * ci + (band - bar * len(series)) / 2
+        start = at.left + at.band * ci + (at.band - bar * len(series)) / 2
         for si, s in enumerate(series):
             v = s.values[ci]
             if v is None:
@@ -127,10 +236,12 @@ def bar_chart(
                 f'fill="{color}"><title>{escape(f"{s.name}, {categories[ci]}: {_fmt(v)}{unit}")}</title></rect>'
             )
             ty = top - 4 if v >= 0 else top + h + 11
-            body.append(
-                f'<text x="{x + bar / 2:.1f}" y="{ty:.1f}" text-anchor="middle" class="value">{escape(_fmt(v))}</text>'
-            )
-    body += _xlabels(categories, band) + _legend(series)
+            if labelled:
+                body.append(
+                    f'<text x="{x + bar / 2:.1f}" y="{ty:.1f}" text-anchor="middle" class="value">'
+                    f"{escape(_fmt(v))}</text>"
+                )
+    body += _xlabels(categories, at) + _legend(series)
     desc = "; ".join(
         f"{s.name}: "
         + ", ".join(
@@ -138,20 +249,22 @@ def bar_chart(
         )
         for s in series
     )
-    return _frame(title, "bars", desc, body)
+    return _frame(title, "bars", desc, body, at.height)
 
 
 def stacked_chart(title: str, categories: Sequence[str], parts: Sequence[Series], *, unit: str = "") -> str:
-    """Stacked bars: for each category the parts on top of each other, the total above."""
+    """Stacked bars: for each category the parts on top of each other, the total above (when every total
+    fits its band)."""
     totals = [sum(p.values[i] or 0.0 for p in parts) for i in range(len(categories))]
     if not categories or max(totals, default=0.0) <= 0:
         return empty_chart(title, "nothing to plot: no discordance")
     lo, hi, step = _domain(totals, None)
-    body, y0, scale = _axis(lo, hi, step, unit)
-    band = (WIDTH - _LEFT - _RIGHT) / len(categories)
-    bar = min(64.0, band * 0.6)
+    at = _layout(categories, parts, _VALUE_ROOM)
+    body, y0, scale = _axis(lo, hi, step, unit, at)
+    bar = min(64.0, at.band * 0.6)
+    labelled = all(_text_width(_fmt(t), _VALUE) <= at.band - 4 for t in totals)
     for ci in range(len(categories)):
-        x, base = _LEFT + band * ci + (band - bar) / 2, y0
+        x, base = at.left + at.band * ci + (at.band - bar) / 2, y0
         for pi, p in enumerate(parts):
             v = p.values[ci] or 0.0
             if v <= 0:
@@ -163,18 +276,20 @@ def stacked_chart(title: str, categories: Sequence[str], parts: Sequence[Series]
                 f'fill="{color}"><title>{escape(f"{categories[ci]}, {p.name}: {_fmt(v)}{unit}")}</title></rect>'
             )
             base -= h
-        body.append(
-            f'<text x="{x + bar / 2:.1f}" y="{base - 4:.1f}" text-anchor="middle" class="value">'
-            f"{escape(_fmt(totals[ci]))}</text>"
-        )
-    body += _xlabels(categories, band) + _legend(parts)
+        if labelled:
+            body.append(
+                f'<text x="{x + bar / 2:.1f}" y="{base - 4:.1f}" text-anchor="middle" class="value">'
+                f"{escape(_fmt(totals[ci]))}</text>"
+            )
+    body += _xlabels(categories, at) + _legend(parts)
     desc = "; ".join(
         f"{c}: " + ", ".join(f"{p.name} {_fmt(p.values[i] or 0.0)}" for p in parts) for i, c in enumerate(categories)
     )
-    return _frame(title, "stacked", desc, body)
+    return _frame(title, "stacked", desc, body, at.height)
 
 
 def empty_chart(title: str, message: str) -> str:
     """A chart frame that says why there is nothing to draw."""
-    body = [f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" class="empty">{escape(message)}</text>']
-    return _frame(title, "empty", message, body)
+    height = 10 + 18 + _VALUE_ROOM + _PLOT_H + _BOTTOM
+    body = [f'<text x="{WIDTH / 2}" y="{height / 2}" text-anchor="middle" class="empty">{escape(message)}</text>']
+    return _frame(title, "empty", message, body, height)
