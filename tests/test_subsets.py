@@ -160,3 +160,24 @@ def test_items_outside_the_subset_are_not_missing_predictions(tmp_path: Path) ->
     shown = CliRunner().invoke(main, ["compare", str(tmp_path / "part")])
     assert shown.exit_code == 0, shown.output
     assert "subset 2 of 4" in shown.output
+
+
+def test_shards_of_a_subset_merge_into_a_subset_run(demo: DemoPaths, tmp_path: Path) -> None:
+    n = len(load_demo_items())
+    shards = []
+    for i in range(2):
+        out = tmp_path / f"shard-{i}"
+        result = _run(demo, out, "--limit", "6", "--shard", f"{i}/2")
+        assert result.exit_code == 0, result.output
+        shards.append(str(out))
+    merged = CliRunner().invoke(main, ["merge", *shards, "--out", str(tmp_path / "merged")])
+    assert merged.exit_code == 0, merged.output
+    summary = _summary(tmp_path / "merged")
+    assert summary["n"] == 6 and summary["subset"] == {"limit": 6, "ids": None, "items": 6, "total": n}
+    shown = CliRunner().invoke(main, ["compare", str(tmp_path / "merged")])
+    assert f"subset 6 of {n}" in shown.output
+    # shards of different subsets are not one run
+    other = _run(demo, tmp_path / "other-1", "--limit", "5", "--shard", "1/2")
+    assert other.exit_code == 0, other.output
+    refused = CliRunner().invoke(main, ["merge", shards[0], str(tmp_path / "other-1"), "--out", str(tmp_path / "m2")])
+    assert refused.exit_code == 2 and "subset" in refused.output
