@@ -187,6 +187,18 @@ def default_reward_processes() -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Subset:
+    """Which items of each input ``rose run`` evaluates when not all (``--limit N``, ``--ids FILE``):
+    the first ``limit`` items in input order, or the items whose ids ``ids`` lists, in its order (see
+    :func:`rose_sql.subset.select`). Recorded in the manifest; a resumption with another is refused."""
+
+    limit: int | None = None
+    """The first N items of each input, in its order."""
+    ids: Path | None = None
+    """A file of item ids, one per line (blank lines and lines starting with ``#`` skipped)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """Everything that changes how items are executed, compared and recorded."""
 

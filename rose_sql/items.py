@@ -39,7 +39,7 @@ items whose ``question_id`` it has (it must be a JSON gold with question_ids); f
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -267,12 +267,21 @@ def _unpredicted(g: _Gold, source: str) -> Item:
     return Item(g.id, g.db_id, None, g.sql, g.question, g.evidence, g.difficulty, source)
 
 
+UNPREDICTED_TAIL = (
+    "each is counted wrong (no_prediction, scored 0) and stays in every denominator, as leaderboards count a "
+    "missing prediction"
+)
+"""How the warning about questions without a prediction ends (a subset run says it of its own items)."""
+
+
 def _unpredicted_warning(path: Path, gold: _GoldFile, ids: list[ItemId]) -> str:
-    return (
-        f"{path.name}: {len(ids)} of {len(gold.golds)} questions in {gold.path.name} have no prediction "
-        f"(ids {_some([repr(i) for i in ids])}): each is counted wrong (no_prediction, scored 0) and stays in "
-        "every denominator, as leaderboards count a missing prediction"
-    )
+    return unpredicted_warning(path, ids, f"{len(gold.golds)} questions in {gold.path.name}")
+
+
+def unpredicted_warning(path: Path, ids: Sequence[ItemId], of: str) -> str:
+    """The warning that ``ids`` of ``of`` (``500 questions in dev.json``) have no prediction."""
+    shown = _some([repr(i) for i in ids])
+    return f"{path.name}: {len(ids)} of {of} have no prediction (ids {shown}): {UNPREDICTED_TAIL}"
 
 
 def _spider(src: _Source, gold: _GoldFile | None) -> Loaded:

@@ -218,6 +218,25 @@ class ShardInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class SubsetInfo:
+    """Which items of the input a subset run (``rose run --limit N`` / ``--ids FILE``) evaluated: it is
+    never a run of the whole input, and resuming it with another subset is refused."""
+
+    limit: int | None
+    """``--limit``: the first N items in input order (None without it)."""
+    ids: FileId | None
+    """``--ids``: the ids file (by content), None without it."""
+    items: int
+    """Items of the input in the subset."""
+    total: int
+    """Items of the whole input."""
+
+    def key(self) -> str:
+        """What a resumption must match: the limit and the ids file's content."""
+        return f"limit {self.limit}, ids {self.ids.sha256[:12] if self.ids else None}"
+
+
+@dataclass(frozen=True, slots=True)
 class MergedShard:
     """A shard folder that ``rose merge`` joined into this run."""
 
@@ -284,6 +303,8 @@ class Manifest:
     """For a sharded run, which share of the input it evaluated; None for the whole input."""
     merged: list[MergedShard] | None = None
     """For a run that ``rose merge`` made of shards, each shard it joined; None otherwise."""
+    subset: SubsetInfo | None = None
+    """For a subset run (``--limit``, ``--ids``), which items of the input; None for the whole input."""
     version: int = MANIFEST_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -377,7 +398,8 @@ def driver_version(source: Source) -> str | None:
 def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
     """What differs between the manifest of a run and that of its resumption: (refusals, warnings).
 
-    Refused: other input files (by content), another share of them (``--shard``), other databases, other
+    Refused: other input files (by content), another share of them (``--shard``) or subset (``--limit``,
+    ``--ids``), other databases, other
     score-changing options, another judge (model, parameters, prompts) or none where there was one.
     Warned: another endpoint for the same model, another rose-sql or SQLite version.
     """
@@ -391,6 +413,8 @@ def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
     file("prediction", old.predictions, new.predictions)
     if _share(old) != _share(new):
         refuse.append(f"the share of the input differs ({_share(old)} then, {_share(new)} now)")
+    if _subset(old) != _subset(new):
+        refuse.append(f"the subset of the input differs ({_subset(old)} then, {_subset(new)} now)")
     file("gold", old.gold, new.gold)
     if old.format != new.format:
         refuse.append(f"the input format differs ({old.format} then, {new.format} now)")
@@ -423,6 +447,10 @@ def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
 
 def _share(m: Manifest) -> str:
     return "the whole input" if m.shard is None else f"shard {m.shard.index}/{m.shard.count}"
+
+
+def _subset(m: Manifest) -> str:
+    return "the whole input" if m.subset is None else m.subset.key()
 
 
 def _file(f: FileId | None) -> str:

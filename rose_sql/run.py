@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from rose_sql.config import Config
+from rose_sql.config import Config, Subset
 from rose_sql.decide import UNSCORED
 from rose_sql.distributed.shard import Shard
 from rose_sql.engines import Source
@@ -45,8 +45,10 @@ from rose_sql.evaluate import (
 from rose_sql.execute import Executor
 from rose_sql.items import Item, Loaded
 from rose_sql.provenance import (
+    FileId,
     Manifest,
     ShardInfo,
+    SubsetInfo,
     build,
     command_line,
     differences,
@@ -55,6 +57,7 @@ from rose_sql.provenance import (
 )
 from rose_sql.record import Record, RecordWriter, id_key, read_records
 from rose_sql.releases import mismatches
+from rose_sql.subset import read_ids, restrict, select
 from rose_sql.summary import Brief, Summary, summarize_briefs, write_summary
 from rose_sql.workers import Pool
 
@@ -101,8 +104,12 @@ def plan(
     retry_unscored: bool = True,
     command: list[str] | None = None,
     shard: Shard | None = None,
+    subset: Subset | None = None,
 ) -> list[SystemRun]:
     """Decide each file's output folder, its manifest, and which of its items still need evaluating.
+
+    With ``subset`` (``--limit``, ``--ids``), each file's items are first restricted to it
+    (:func:`rose_sql.subset.select`), the manifest saying so: the items outside it are not part of the run.
 
     With ``shard``, each file's items are restricted to that shard's share (the manifest, still of the
     whole input, says which share: ``rose merge`` checks the shards against each other).
@@ -122,8 +129,16 @@ def plan(
         raise UsageError(f"two prediction files are both named {dup!r}; their output folders would collide")
     runs = []
     digests: dict[tuple[str, int], str] = {}  # a database is hashed once, however many files name it
+    ids = read_ids(subset.ids) if subset is not None and subset.ids is not None else None
     for lf in loaded:
+        if subset is not None:  # before anything is built: an id of no item is refused first
+            chosen = select(lf, subset, ids)
+            ids_file = FileId.of(subset.ids) if subset.ids is not None else None
+            part = SubsetInfo(subset.limit, ids_file, len(chosen), len(lf.items))
+            lf = restrict(lf, chosen)
         manifest = build(lf, gold, db_root, config, command=command or command_line())
+        if subset is not None:
+            manifest = replace(manifest, subset=part)
         if db_root.folder_path is not None:  # SQLite files: their release can be told (a server's cannot)
             lf = replace(lf, warnings=[*lf.warnings, *mismatches(lf, manifest, digests)])
         if shard is not None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from rose_sql.accounting import READINGS, Figure, Figures, by_difficulty, figures, gaps
 from rose_sql.config import Config
 from rose_sql.items import ItemId, Loaded
-from rose_sql.provenance import JudgeInfo, Manifest, judge_info
+from rose_sql.provenance import JudgeInfo, Manifest, SubsetInfo, judge_info
 from rose_sql.readings import Readings
 from rose_sql.record import SCHEMA_VERSION, Record, id_key, read_records
 
@@ -180,6 +180,9 @@ class Summary:
     manifest: Manifest | None = None
     """What produced the records: inputs with their hashes, options, versions, times, and whether the run is
     complete (None for summaries written by other commands)."""
+    subset: SubsetInfo | None = None
+    """For a run of a subset (``rose run --limit``, ``--ids``): which items of the input, how many of how
+    many; every figure is over the subset only. None for a run of the whole input."""
     schema: int = SCHEMA_VERSION
     """Version of the record and summary layout."""
 
@@ -332,6 +335,7 @@ def summarize_briefs(
         format=loaded.format if loaded else "",
         warnings=list(loaded.warnings) if loaded else [],
         manifest=manifest,
+        subset=manifest.subset if manifest is not None else None,
     )
 
 

@@ -20,9 +20,10 @@ from rose_sql.readings import Readings
 from rose_sql.record import ExecutionInfo, Record, read_records
 from rose_sql.summary import Summary
 
-Completeness = Literal["complete", "partial", "unknown", "imported", "scores file"]
+Completeness = Literal["complete", "subset", "partial", "unknown", "imported", "scores file"]
 """Whether a run covers its whole input: ``complete`` or ``partial`` (interrupted, or still running) as
-its manifest says; ``unknown`` for a run folder without one (older rose-sql); ``imported`` for
+its manifest says, ``subset`` for a finished run of a subset (``--limit``, ``--ids``: never a full
+run); ``unknown`` for a run folder without one (older rose-sql); ``imported`` for
 ``rose import-rose`` (every labelled item has a record, absent ones unscored); ``scores file`` for a
 plain file of scores, which holds what it holds."""
 PARTIAL_HELP = "interrupted or unfinished: not every item of its input has a record"
@@ -56,7 +57,9 @@ class Run:
 def completeness(manifest: Manifest | None, summary: Summary | None, *, scores_file: bool = False) -> Completeness:
     """Whether a run covers its whole input, from its manifest, else from how it was made."""
     if manifest is not None:
-        return "complete" if manifest.complete else "partial"
+        if not manifest.complete:
+            return "partial"
+        return "subset" if manifest.subset is not None else "complete"
     if summary is not None and summary.format.startswith("rose-import"):
         return "imported"
     return "scores file" if scores_file else "unknown"

@@ -26,6 +26,7 @@ from typing import Any
 
 from rose_sql.accounting import AWAITING, NAMES, READINGS, UNDEFINED, Figure, Figures, figures
 from rose_sql.analysis.runs import Completeness, Run, completeness
+from rose_sql.provenance import SubsetInfo
 from rose_sql.record import Record
 from rose_sql.summary import Brief, Summary
 
@@ -53,6 +54,29 @@ class Headline:
     """Whether every item of the input has a record (``partial`` runs look finished otherwise)."""
     figures: Figures
     """ROSE and the official readings, each with its denominator and what it left out."""
+    subset: SubsetInfo | None = None
+    """For a run of a subset (``--limit``, ``--ids``), which items of the input; None for the whole input."""
+
+    @property
+    def state(self) -> str:
+        """What the run covers, in a word or three: ``complete``, ``subset 5 of 10``, ``partial (subset 5 of 10)``."""
+        if self.subset is None:
+            return self.completeness
+        part = f"subset {self.subset.items} of {self.subset.total}"
+        return part if self.completeness == "subset" else f"{self.completeness} ({part})"
+
+    @property
+    def subset_note(self) -> str | None:
+        """The sentence that says a run is of a subset (None for a run of the whole input)."""
+        if self.subset is None:
+            return None
+        how = [f"--limit {self.subset.limit}"] if self.subset.limit is not None else []
+        if self.subset.ids is not None:
+            how.append(f"--ids {self.subset.ids.path}")
+        return (
+            f"a subset run ({', '.join(how)}): {self.subset.items} of the input's {self.subset.total} items; every "
+            f"figure is over these only, the {self.subset.total - self.subset.items} others are not counted"
+        )
 
     @property
     def rose_ready(self) -> bool:
@@ -82,7 +106,7 @@ def headline(records: Sequence[Record], state: Completeness = "unknown") -> Head
 
 def summary_headline(s: Summary) -> Headline:
     """The headline of a ``summary.json`` (what ``rose run`` prints as it ends)."""
-    return Headline(s.n, completeness(s.manifest, s), s.figures)
+    return Headline(s.n, completeness(s.manifest, s), s.figures, s.manifest.subset if s.manifest else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +186,7 @@ def _flagged(record: Record, subset: str) -> bool:
 def system_row(run: Run, which: str = "bird_ex") -> SystemRow:
     """The re-evaluation line of one run, EX being the reading ``which``."""
     briefs = [Brief.of(r) for r in run.records]
-    head = Headline(len(briefs), run.completeness, figures(briefs))
+    head = Headline(len(briefs), run.completeness, figures(briefs), run.manifest.subset if run.manifest else None)
     difficulties = ordered_difficulties(str(r.difficulty) for r in run.records if r.difficulty)
     ex_by_difficulty = {d: figures(b for b in briefs if b.difficulty == d).reading(which) for d in difficulties}
     row = SystemRow(

@@ -38,7 +38,7 @@ def headline_table(title: str, names: Sequence[str], heads: Sequence[Headline]) 
     table.add_column("run", no_wrap=True)
     number_columns(table, *READING_NAMES.values(), "ROSE")
     for name, h in zip(names, heads, strict=True):
-        state = f"[bold yellow]{h.completeness}[/]" if h.completeness == "partial" else h.completeness
+        state = f"[bold yellow]{h.state}[/]" if h.completeness in ("partial", "subset") else h.state
         readings = (h.figures.reading(r).cell() for r in READING_NAMES)
         table.add_row(escape(name), str(h.items), state, *readings, h.figures.rose.cell())
     return table
@@ -50,7 +50,11 @@ HEADLINE_TITLE = "percent (in brackets: the items each is over, n/items when it 
 
 def left_out_notes(names: Sequence[str], heads: Sequence[Headline]) -> list[str]:
     """What each system's figures leave out, by reason, under the headline table (never a bare number)."""
-    return [f"{name}: {line}" for name, h in zip(names, heads, strict=True) for line in left_out_lines(h.figures)]
+    return [
+        f"{name}: {line}"
+        for name, h in zip(names, heads, strict=True)
+        for line in ([h.subset_note] if h.subset_note else []) + left_out_lines(h.figures)
+    ]
 
 
 def rich_tables(rows: Sequence[SystemRow], reading: str = "bird_ex") -> list[Table]:

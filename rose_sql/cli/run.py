@@ -28,6 +28,7 @@ from rose_sql.config import (
     Policy,
     ReasoningEffort,
     Structured,
+    Subset,
 )
 from rose_sql.distributed import INSTALL_RAY, ray_address
 from rose_sql.distributed.shard import Shard
@@ -333,6 +334,19 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "Run each shard into its own --out, then join them with 'rose merge'.",
 )
 @click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    help="Evaluate only the first N items of each prediction file, in input order (a subset: its headline and "
+    "summary.json say so, and the items outside it are not counted, not even as missing predictions).",
+)
+@click.option(
+    "--ids",
+    "ids_file",
+    type=click.Path(path_type=Path),
+    help="Evaluate only the items whose ids FILE lists, one per line, in its order (blank lines and # comments "
+    "skipped; an unknown or repeated id is refused). A subset, as with --limit (with both: the first N of them).",
+)
+@click.option(
     "--ray",
     "ray",
     metavar="[ADDRESS]",
@@ -409,6 +423,8 @@ def run_cmd(
     reasoning_effort: str | None,
     dry_run: bool,
     shard: str | None,
+    limit: int | None,
+    ids_file: Path | None,
     ray: str | None,
     batch: bool,
     batch_poll: float,
@@ -497,6 +513,7 @@ def run_cmd(
         if dry_run and config.judge is None:
             raise UsageError("--dry-run estimates LLM calls and needs --judge-model")
         share = Shard.parse(shard) if shard is not None else None
+        subset = Subset(limit, ids_file) if limit is not None or ids_file is not None else None
         address = ray_address(ray) if ray is not None else None
         if config.judge is not None:
             _check_budget(config.judge)
@@ -508,6 +525,10 @@ def run_cmd(
         if dry_run and config.judge is not None:
             from rose_sql.estimate import estimate
 
+            if subset is not None:  # the estimate of the subset's items
+                from rose_sql.subset import restrict, select
+
+                loaded = [restrict(lf, select(lf, subset)) for lf in loaded]
             if share is not None:  # the estimate of this shard's items
                 loaded = [replace(lf, items=[it for it in lf.items if share.holds(it.id)]) for lf in loaded]
             print_estimate(estimate(loaded, root, config), config.judge)
@@ -522,6 +543,7 @@ def run_cmd(
             resume=resume,
             retry_unscored=not keep_unscored,
             shard=share,
+            subset=subset,
         )
         backend = _ray_backend(config, address, workers, systems) if ray is not None else None
         if batch:

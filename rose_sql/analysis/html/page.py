@@ -162,7 +162,7 @@ def _cards(run: Run, row: SystemRow, reading: str) -> str:
     llm = run.summary.llm if run.summary is not None else Usage()
     cards = [
         ("items", str(h.items), ""),
-        ("run", h.completeness, "interrupted or unfinished" if h.completeness == "partial" else ""),
+        ("run", h.state, "interrupted or unfinished" if h.completeness == "partial" else h.subset_note or ""),
         *((READING_NAMES[name], *_mean(h.figures.reading(name))) for name in _HEADLINE),
         ("ROSE", *_rose(h)),
     ]
@@ -227,7 +227,7 @@ def _table(rows: Sequence[SystemRow], reading: str) -> str:
     """The headline of every system, then EX against ROSE for those ROSE has scored."""
     head = ["system", "items", "run", *READING_NAMES.values(), "ROSE"]
     lines = [
-        [r.system, r.headline.items, r.headline.completeness]
+        [r.system, r.headline.items, r.headline.state]
         + [r.headline.figures.reading(name).cell() for name in READINGS]
         + [r.headline.figures.rose.cell()]
         for r in rows
@@ -292,6 +292,8 @@ def _notes(runs: Sequence[Run], rows: Sequence[SystemRow], reading: str) -> str:
             )
         if h.completeness == "unknown":
             lines.append(f"{row.system}: completeness unknown (no manifest: made by an older rose-sql).")
+        if h.subset_note:
+            lines.append(f"{row.system}: {h.subset_note}.")
         reasons = Counter(
             r.unscored_reason for r in run.records if r.score is None and r.unscored_reason != "awaiting_judge"
         )
