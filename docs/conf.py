@@ -65,3 +65,33 @@ html_static_path: list[str] = []
 html_theme_options = {"navigation_with_keys": True}
 html_show_sourcelink = False
 html_copy_source = False
+
+# Options are written with two hyphens: docutils' smart quotes would make "--labels" an en dash.
+smartquotes = False
+
+
+def examples_as_code(app: object, ctx: object, lines: list[str]) -> None:
+    """Render each command's example (the ``\\b`` block of its help that starts with "Example") as a shell
+    code block, so that it can be copied as it is, trailing backslashes included; sphinx-click would make it a
+    line block, which reads backslashes as escapes."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("| ") and lines[i][2:].lstrip().startswith("Example"):
+            block = []
+            while i < len(lines) and lines[i].startswith("|"):
+                block.append(lines[i][2:])
+                i += 1
+            body = [line for line in block[1:] if line.strip()]
+            indent = min(len(line) - len(line.lstrip()) for line in body) if body else 0
+            out += [block[0].strip(), "", ".. code-block:: shell", ""]
+            out += ["   " + line[indent:] for line in block[1:]]
+            out.append("")
+        else:
+            out.append(lines[i])
+            i += 1
+    lines[:] = out
+
+
+def setup(app: object) -> None:
+    app.connect("sphinx-click-process-description", examples_as_code)  # type: ignore[attr-defined]
