@@ -141,3 +141,16 @@ def test_the_readme_is_a_front_door_whose_links_land_on_pages() -> None:
         assert (ROOT / target).is_file(), f"the README links to {target}, which does not exist"
     for forbidden in (r"\bissue \d+", r"/work/", r"admin@"):
         assert not re.search(forbidden, readme), forbidden
+
+
+def test_no_page_names_an_internal_issue_a_machine_path_or_a_login_that_does_not_exist() -> None:
+    """Pages speak to users: no "issue 14" of our own tracker, no folder of the machine the benchmarks ran on,
+    and only logins that exist (an administrator's, postgres or root, for rose db copy and rose db reader;
+    the reader rose db reader makes, for everything else)."""
+    for page in sorted(DOCS.glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for forbidden in (r"\bissue \d+", r"/work/|/tmp/|/home/", r"\badmin@"):
+            found = re.search(forbidden, text)
+            assert not found, f"{page.name}: {found.group(0) if found else ''}"
+        for login in re.findall(r"(?:postgresql|mysql)://(\w+)@", text):
+            assert login in {"postgres", "root", "rose_reader", "user"}, (page.name, login)
