@@ -154,3 +154,16 @@ def test_no_page_names_an_internal_issue_a_machine_path_or_a_login_that_does_not
             assert not found, f"{page.name}: {found.group(0) if found else ''}"
         for login in re.findall(r"(?:postgresql|mysql)://(\w+)@", text):
             assert login in {"postgres", "root", "rose_reader", "user"}, (page.name, login)
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/api.md"])
+def test_the_python_snippet_prints_what_it_says(shared: Path, page: str) -> None:
+    """The snippet of the README and of the API page, run as a script from the repository root beside
+    ../shared/data: its output is the comment under it."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    snippet = text.split("```python\n", 1)[1].split("```", 1)[0]
+    code = "\n".join(line for line in snippet.splitlines() if not line.startswith("# "))
+    expected = [line.removeprefix("# ") for line in snippet.splitlines() if line.startswith("# ")]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == expected
