@@ -1,6 +1,6 @@
 """Our typed result comparator: does the prediction return the gold's rows, and if not, why.
 
-Rules (each is a deliberate choice, see the README):
+Rules (each is a deliberate choice, see docs/records.md):
 
 - rows are a multiset: duplicates count, and row order counts only when the gold's outermost
   query has an ORDER BY;

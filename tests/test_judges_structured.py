@@ -396,15 +396,15 @@ def test_local_reasoning_model_refusing_temperature_drops_it_once(tmp_path: Path
     assert summary["by_stage"]["prover"]["reasoning_tokens"] == summary["reasoning_tokens"]
 
 
-# --------------------------------------------------------------------------- the README's recipes
+# --------------------------------------------------------------------------- the recipes of docs/judges.md
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "judges.md"
 RECIPES_SECTION = "## Judges on local servers and reasoning models"
 
 
-def readme_recipes() -> dict[str, list[str]]:
-    """Each recipe of the README's section, by its comment's name: the arguments of its ``rose run``."""
-    text = README.read_text(encoding="utf-8")
+def page_recipes() -> dict[str, list[str]]:
+    """Each recipe of the page's section, by its comment's name: the arguments of its ``rose run``."""
+    text = PAGE.read_text(encoding="utf-8")
     section = text.split(RECIPES_SECTION, 1)[1].split("\n## ", 1)[0]
     recipes = {}
     for block in re.findall(r"```bash\n(.*?)```", section, re.DOTALL):
@@ -437,13 +437,13 @@ QUIRKS: dict[str, tuple[Callable[[Callable[[str], Reply]], Any], float]] = {
 }
 
 
-def test_every_readme_recipe_has_its_imitation() -> None:
-    assert set(readme_recipes()) == set(QUIRKS)
+def test_every_recipe_of_the_judges_page_has_its_imitation() -> None:
+    assert set(page_recipes()) == set(QUIRKS)
 
 
 @pytest.mark.parametrize("name", sorted(QUIRKS))
-def test_readme_recipe_runs_against_its_imitation(tmp_path: Path, league: Path, name: str) -> None:
-    args = readme_recipes()[name]
+def test_each_recipe_of_the_judges_page_runs_against_its_imitation(tmp_path: Path, league: Path, name: str) -> None:
+    args = page_recipes()[name]
     make, reasked = QUIRKS[name]
     items = write_items(tmp_path / "items.jsonl", [item(i) for i in range(10)])
     mine = {"preds.json": str(items), "dbs": str(league), "runs": str(tmp_path / "out")}

@@ -1,9 +1,10 @@
 """The library keeps the CLI's guarantees (issue 22, finding 5): a call SQLite cannot interrupt is stopped.
 
 ``run_query`` / ``Executor`` with ``timeout_s=5`` on an ``instr`` over megabytes ran past 120 s (the
-README's "From Python" path had no wall guard), while ``rose run`` stopped the same query. Each public
-way to run a query now runs it in a guarded worker process: the runaway ends near its limit and is
-recorded as the CLI records it (status ``guard``, limit ``process``; its item unscored ``wall_guard``).
+"From Python" path of the README and docs/api.md had no wall guard), while ``rose run`` stopped the
+same query. Each public way to run a query now runs it in a guarded worker process: the runaway ends
+near its limit and is recorded as the CLI records it (status ``guard``, limit ``process``; its item
+unscored ``wall_guard``).
 No timing is asserted beyond "it ended" within a generous bound.
 """
 
@@ -53,7 +54,8 @@ def test_an_executor_stops_the_runaway_and_goes_on_serving(make_db: Callable[...
 
 
 def test_evaluate_item_and_evaluate_items_record_the_stop_on_the_item(make_db: Callable[..., Path]) -> None:
-    """The README's "From Python" path: the item is unscored wall_guard, as under ``rose run``; the others score."""
+    """The "From Python" path of the README and docs/api.md: the item is unscored wall_guard, as under
+    ``rose run``; the others score."""
     db = make_db(SCRIPT, db_id="d")
     source = Source.folder(db.parent.parent)
     runaway = Item(id="runaway", db_id="d", gold_sql="SELECT 1", pred_sql=RUNAWAY)

@@ -1,4 +1,4 @@
-"""Small protocol edges of the third hardening pass (issue 22, finding 7): each answered as the README says.
+"""Small protocol edges of the third hardening pass (issue 22, finding 7): each answered as the docs say.
 
 A judge's reply without a choice is ``judge_error`` on the live and the Batch API path alike; the reward
 server answers a field of the wrong type with 400 and a message; ``rose merge``'s hint for a missing shard
@@ -43,7 +43,7 @@ def test_a_reply_without_a_choice_is_judge_error_never_an_invalid_verdict(
     tmp_path: Path, league: Path, fault: str, batch: bool
 ) -> None:
     """A 200 with ``"choices": []`` was read as an empty reply: re-asked, then judge_invalid (a model's
-    fault, retried with --retry-invalid) where the README says replies outside the protocol are judge_error."""
+    fault, retried with --retry-invalid) where docs/judges.md says replies outside the protocol are judge_error."""
     rows = [item(1, "SELECT name FROM player WHERE age > 25"), item(2, "SELECT name, age FROM player WHERE age > 25")]
     items = write_items(tmp_path / "items.jsonl", rows)
     extra = ["--policy", "paper", "--max-retries", "0"] + (["--batch", "--batch-poll", "0.01"] if batch else [])
@@ -91,7 +91,7 @@ def reward_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.mark.parametrize("case", list(WRONG_TYPES))
 def test_a_field_of_the_wrong_type_is_a_400_naming_it(reward_server: Any, case: str) -> None:
     """``"labels": "x"`` was taken for one label and answered 200 with status invalid; a lone string query
-    likewise for a list of one. The README says wrong types get 400: every field's type is checked."""
+    likewise for a list of one. docs/rewards.md says wrong types get 400: every field's type is checked."""
     from test_reward_server import label, post
 
     body, says, kind = WRONG_TYPES[case]

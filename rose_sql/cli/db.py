@@ -55,7 +55,7 @@ def copy_cmd(
     check: Path | None,
     sqlite_gold: Path | None,
 ) -> None:
-    """Build SQLITE_FILE's tables, keys and rows in the database URL names (the type map is in the README).
+    """Build SQLITE_FILE's tables, keys and rows in the database URL names (the type map: docs/engines.md).
 
     URL: postgresql://user@host:port/db, mysql://user@host:port/db (MySQL, MariaDB) or
     duckdb:///path/file.duckdb; a {db_id} placeholder names one database per db_id.
