@@ -24,13 +24,14 @@ Hardness (``Evaluator.eval_hardness``)
     every ``and``/``or`` word and ``NOT`` condition in HAVING (the official ``has_agg`` is applied to
     condition lists).
 Exact set match (``Evaluator.eval_exact_match`` after ``rebuild_sql_val`` / ``rebuild_sql_col``)
-    Values are dropped from conditions (also the right-hand column of a join condition), except
-    nested queries, which keep their values and are compared without the foreign-key or DISTINCT
-    normalisation; DISTINCT is dropped from the outer queries; a column of a table in FROM that is a
-    foreign key is replaced by the first column of its key group (groups built pair by pair, not
-    transitively); GROUP BY is compared by column name only (not table), ORDER BY as one direction for
-    the whole list, LIMIT by presence; the tables by their sorted list (two different FROM sub-queries
-    make the official sort raise: ``em`` None, the official run would abort).
+    Values are dropped from conditions (also the right-hand column of a join condition), also inside
+    nested condition queries, which are however compared without the foreign-key or DISTINCT
+    normalisation (a FROM sub-query keeps even its values); DISTINCT is dropped from the outer
+    queries; a column of a table in FROM that is a foreign key is replaced by the first column of its
+    key group (groups built pair by pair, not transitively); GROUP BY is compared by column name only
+    (not table), ORDER BY as one direction for the whole list, LIMIT by presence; the tables by their
+    sorted list (two different FROM sub-queries make the official sort raise: ``em`` None, the
+    official run would abort).
 """
 
 from __future__ import annotations
