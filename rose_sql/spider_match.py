@@ -756,3 +756,39 @@ def spider_match(pred: str, gold: str, schema: Schema, fk: Mapping[str, str]) ->
     except TypeError:  # sorting two different FROM sub-queries: the official run aborts
         return Match(level, None, rejected)
     return Match(level, em, rejected)
+
+
+# --------------------------------------------------------------------------- where the run finds it
+
+
+@lru_cache(maxsize=8)
+def _fk_maps_at(path: str) -> dict[str, dict[str, str]] | None:
+    p = Path(path)
+    if not p.is_file():
+        return None
+    try:
+        return foreign_key_maps(p)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None  # not Spider's tables.json: the reading is not defined
+
+
+@lru_cache(maxsize=256)
+def _schema_at(path: str) -> Schema | None:
+    try:
+        return Schema.from_sqlite(path)
+    except sqlite3.Error:
+        return None
+
+
+def for_database(db_file: str | Path, db_id: str) -> tuple[Schema, dict[str, str]] | None:
+    """The schema and foreign-key map of a database in Spider's layout (``<root>/<db_id>/<db_id>.sqlite``
+    with ``tables.json`` beside ``<root>`` naming ``db_id``), as ``evaluation.py --db <root> --table
+    tables.json`` reads them; None elsewhere (the match reading is then not defined)."""
+    f = Path(db_file)
+    if f.name != f"{db_id}.sqlite" or f.parent.name != db_id:
+        return None
+    maps = _fk_maps_at(str(f.parent.parent.parent / "tables.json"))
+    if maps is None or db_id not in maps:
+        return None
+    schema = _schema_at(str(f))
+    return None if schema is None else (schema, maps[db_id])

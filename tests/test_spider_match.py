@@ -156,3 +156,49 @@ def test_tokens_as_nltk_gives_them() -> None:
         *("select", "`", "a", "b", "`", "from", "t", "where", "x", "<", ">", "__val_31_34____val_35_37__"),
     )
     assert tokenize("SELECT a FROM t WHERE b = 'Ab C' ;")[-3:] == ("=", '"Ab C"', ";")
+
+
+# --------------------------------------------------------------------------- in a run
+
+
+def test_rose_run_records_em_and_hardness_and_summarises_them_as_the_official_script(
+    shared: Path, tmp_path: Path
+) -> None:
+    """``rose run`` on Spider (tables.json beside the database folder): each record carries the official
+    EM and, as its difficulty, the official hardness; summary.json's ``spider_match`` is the official
+    table over the run's items; a BIRD database (no Spider tables.json) gets neither."""
+    from click.testing import CliRunner
+
+    from rose_sql.cli import main
+    from rose_sql.record import read_records
+
+    name = "ta-sql.sql"
+    args = ["run", str(shared / "preds" / "spider" / name), "--gold", str(shared / "spider" / "dev_gold.sql")]
+    args += ["--db", str(shared / "spider" / "database"), "--out", str(tmp_path), "--limit", "150"]
+    res = CliRunner().invoke(main, args, env={"OPENAI_API_KEY": "test"})
+    assert res.exit_code == 0, res.output
+    assert "Spider EM (evaluation.py --etype match): easy" in res.output
+    want = json.loads((EXPECTED[0].parent / f"{name}.json").read_text())["items"]
+    records = list(read_records(tmp_path / "ta-sql" / "records.jsonl"))
+    assert len(records) == 150
+    for r in records:
+        assert (r.readings.spider_em, r.difficulty) == (want[str(r.id)]["em"], want[str(r.id)]["hardness"]), r.id
+    table = json.loads((tmp_path / "ta-sql" / "summary.json").read_text())["spider_match"]
+    for level in ("easy", "medium", "hard", "extra", "all"):
+        ems = [want[str(r.id)]["em"] for r in records if level == "all" or want[str(r.id)]["hardness"] == level]
+        assert table[level] == {"count": len(ems), "em": round(sum(ems) / len(ems), 6) if ems else None}
+    by_difficulty = json.loads((tmp_path / "ta-sql" / "summary.json").read_text())["by_difficulty"]
+    assert sorted(by_difficulty) == ["easy", "extra", "hard", "medium"]
+
+
+def test_no_match_reading_outside_spiders_layout(tmp_path: Path) -> None:
+    import sqlite3
+
+    from rose_sql.spider_match import for_database
+
+    db = tmp_path / "spider" / "database" / "shop" / "shop.sqlite"
+    db.parent.mkdir(parents=True)
+    sqlite3.connect(db).execute("CREATE TABLE t (a)").connection.close()
+    assert for_database(db, "shop") is None  # no tables.json beside the database folder
+    (tmp_path / "spider" / "tables.json").write_text("[]")
+    assert for_database(db, "shop") is None  # one that does not name the db_id
