@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 HARDNESS_LEVELS = ("easy", "medium", "hard", "extra")
 
@@ -179,7 +180,9 @@ def tokenize(sql: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Schema:
-    """Lower-cased table -> columns, as the official script reads them from the database file."""
+    """Lower-cased table -> columns, as the official script reads them from the database file (its
+    ``PRAGMA table_info`` leaves the name unquoted, so a table whose name needs quotes makes it abort;
+    we quote it)."""
 
     tables: Mapping[str, tuple[str, ...]]
 
@@ -189,7 +192,7 @@ class Schema:
 
     @classmethod
     def from_sqlite(cls, path: str | Path) -> Schema:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
         try:
             names = [str(r[0]).lower() for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
             tables = {}
