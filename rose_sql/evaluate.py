@@ -60,6 +60,8 @@ class Executed:
     """Cheap reasons to doubt a match; computed when a judge is configured."""
     server: str | None = None
     """The engine and its version, on engines other than SQLite (None on SQLite)."""
+    hardness: str | None = None
+    """The gold's official Spider hardness, where the match reading is defined (:mod:`rose_sql.spider_match`)."""
 
     @property
     def dialect(self) -> str | None:
@@ -112,8 +114,10 @@ def execute_item(
     gold = executor.run(db, item.gold_sql, role="gold") if item.gold_sql is not None else None
     if gold is not None and gold.status in ("missing", "unreadable"):  # the item is db_missing / db_unreadable
         return Executed(item, db, True, gold, server=server)
+    em, hardness = _spider_match(item, db)
     if item.pred_sql is None:  # a question of the gold file without a prediction: wrong, as leaderboards count it
-        return Executed(item, db, True, gold, readings=_no_prediction(db, gold), server=server)
+        readings = replace(_no_prediction(db, gold), spider_em=em)
+        return Executed(item, db, True, gold, readings=readings, server=server, hardness=hardness)
     pred = executor.run(db, item.pred_sql, role="pred")
     comparison = None
     if gold is not None and gold.result is not None and pred.result is not None:
@@ -130,7 +134,21 @@ def execute_item(
         from rose_sql.evidence.doubts import match_doubts
 
         found_doubts = match_doubts(item.pred_sql, item.gold_sql, gold, comparison)
-    return Executed(item, db, True, gold, pred, comparison, readings, evidence, found_doubts, server)
+    readings = replace(readings, spider_em=em)
+    return Executed(item, db, True, gold, pred, comparison, readings, evidence, found_doubts, server, hardness)
+
+
+def _spider_match(item: Item, db: Database) -> tuple[int | None, str | None]:
+    """Spider's exact-set match and the gold's hardness, where Spider's ``tables.json`` is found."""
+    if db.kind != "sqlite" or item.gold_sql is None:
+        return None, None
+    from rose_sql.spider_match import for_database, spider_match
+
+    found = for_database(db.target, item.db_id)
+    if found is None:
+        return None, None
+    m = spider_match(item.pred_sql or "", item.gold_sql, *found)
+    return m.em, m.hardness
 
 
 def _no_prediction(db: Database, gold: Execution | None) -> Readings:
@@ -302,7 +320,7 @@ def to_record(ex: Executed, judged: Judged) -> Record:
         comparison=ComparisonInfo.of(ex.comparison),
         pred=ExecutionInfo.of(ex.pred),
         gold=ExecutionInfo.of(ex.gold),
-        difficulty=it.difficulty,
+        difficulty=it.difficulty or ex.hardness,
         question=it.question,
         pred_sql=it.pred_sql,
         gold_sql=it.gold_sql,
@@ -327,7 +345,7 @@ def record_for(record: Record, item: Item) -> Record:
         record,
         id=item.id,
         question=item.question,
-        difficulty=item.difficulty,
+        difficulty=item.difficulty or record.difficulty,
         source=item.source,
         pred=record.pred.as_cached(),
         gold=record.gold.as_cached(),

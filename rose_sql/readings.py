@@ -13,6 +13,11 @@
     (``ts_ex_keep_distinct`` keeps them); results are bags of rows, equal up to a column
     permutation, ordered iff the string ``order by`` occurs anywhere in the gold; a quick
     rejection compares rows sorted by ``str(value) + str(type(value))``; both empty is a match.
+``spider_em``
+    Spider's exact-set match (test-suite-sql-eval ``evaluation.py --etype match``): 1 iff the
+    prediction, parsed by the official grammar, has the gold's components (see
+    :mod:`rose_sql.spider_match`; a prediction the grammar rejects is 0). Defined where Spider's
+    ``tables.json`` is beside the database folder (its release layout) and names the db_id.
 ``soft_f1``
     BIRD mini-dev's Soft-F1 (``evaluation_f1.py``): rows de-duplicated in order, gold row *i*
     compared with predicted row *i* by cell membership, precision/recall over the summed
@@ -49,6 +54,8 @@ class Readings:
     """Spider test-suite EX with ``--keep_distinct``: 1 or 0."""
     soft_f1: float | None = None
     """BIRD mini-dev Soft-F1 in [0, 1]."""
+    spider_em: int | None = None
+    """Spider exact-set match (``evaluation.py --etype match``): 1 or 0."""
 
 
 # --------------------------------------------------------------------------- BIRD

@@ -27,6 +27,10 @@ Layout versions (``schema``):
   (scored 0 by execution: ``no_prediction``); ``summary.json`` carries ``figures`` (each figure with its
   denominator and what it left out) and ``by_difficulty`` holds figures too. A record of layout 3 reads as
   it was; a summary of layout 3 gets its figures rebuilt from its means (see ``rose_sql.summary``).
+  Spider items whose ``tables.json`` is found carry ``readings.spider_em`` (exact-set match) and, when
+  the data has no difficulty, the gold's official hardness as ``difficulty``; ``summary.json`` then has
+  ``spider_match``. Written only when set, so other records are unchanged and earlier readers of this
+  layout ignore them.
 """
 
 from __future__ import annotations
@@ -258,7 +262,8 @@ class Record:
     gold: ExecutionInfo
     """The gold's execution."""
     difficulty: str | None = None
-    """Difficulty label when the data has one."""
+    """Difficulty label when the data has one; for Spider without one, the gold's official hardness
+    (``easy``, ``medium``, ``hard``, ``extra``) where the match reading is defined."""
     question: str | None = None
     """The question text."""
     pred_sql: str | None = ""
@@ -295,6 +300,8 @@ class Record:
         """The record as JSON-ready data (nested lists are shared, not copied)."""
         data = {name: getattr(self, name) for name in _RECORD_FIELDS}
         data["readings"] = {name: getattr(self.readings, name) for name in _READINGS_FIELDS}
+        if self.readings.spider_em is None:  # written only when set: other records keep their layout
+            del data["readings"]["spider_em"]
         data["comparison"] = _plain(self.comparison, _COMPARISON_FIELDS)
         data["pred"] = _execution(self.pred)
         data["gold"] = _execution(self.gold)

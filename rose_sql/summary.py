@@ -180,6 +180,10 @@ class Summary:
     manifest: Manifest | None = None
     """What produced the records: inputs with their hashes, options, versions, times, and whether the run is
     complete (None for summaries written by other commands)."""
+    spider_match: dict[str, dict[str, float | int | None]] | None = None
+    """Spider's exact-set match as ``evaluation.py --etype match`` prints it: per hardness class
+    (``easy``, ``medium``, ``hard``, ``extra``) and ``all``, the items (``count``) and the mean EM
+    (``em``), over the items where it is defined; None where it is defined on no item."""
     subset: SubsetInfo | None = None
     """For a run of a subset (``rose run --limit``, ``--ids``): which items of the input, how many of how
     many; every figure is over the subset only. None for a run of the whole input."""
@@ -336,7 +340,22 @@ def summarize_briefs(
         warnings=list(loaded.warnings) if loaded else [],
         manifest=manifest,
         subset=manifest.subset if manifest is not None else None,
+        spider_match=spider_match_table(briefs),
     )
+
+
+def spider_match_table(briefs: Iterable[Brief]) -> dict[str, dict[str, float | int | None]] | None:
+    """EM per hardness class and over all, where the match reading is defined (see :class:`Summary`)."""
+    from rose_sql.spider_match import HARDNESS_LEVELS
+
+    defined = [b for b in briefs if b.readings.spider_em is not None]
+    if not defined:
+        return None
+    out: dict[str, dict[str, float | int | None]] = {}
+    for level in (*HARDNESS_LEVELS, "all"):
+        group = [b.readings.spider_em or 0 for b in defined if level == "all" or b.difficulty == level]
+        out[level] = {"count": len(group), "em": round(sum(group) / len(group), 6) if group else None}
+    return out
 
 
 def write_summary(summary: Summary, path: Path) -> None:

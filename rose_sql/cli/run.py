@@ -909,6 +909,14 @@ def print_summaries(summaries: Sequence[Summary]) -> None:
     for line in left_out_notes(names, heads):
         console.print(line, highlight=False)
     for s in summaries:
+        if s.spider_match is not None:
+            cells = [
+                f"{level} {100 * float(v['em']):.1f} ({v['count']})"
+                for level, v in s.spider_match.items()
+                if v["em"] is not None
+            ]
+            console.print(f"{s.system}: Spider EM (evaluation.py --etype match): " + ", ".join(cells), highlight=False)
+    for s in summaries:
         llm = s.llm
         if llm.calls or llm.cached:
             share = llm.cache_hit_share

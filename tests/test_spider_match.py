@@ -1,0 +1,207 @@
+"""Spider hardness and exact-set match, item for item against the official ``evaluation.py``.
+
+``tests/data/official/spider-match`` holds what taoyds/test-suite-sql-eval's own functions give on
+every item of the 9 shared Spider prediction files (``bench/official_em_expected.py``); our
+clean-room :mod:`rose_sql.spider_match` must give the same hardness, EM and accept/reject decision.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rose_sql.items import load_items
+from rose_sql.spider_match import Schema, foreign_key_maps, spider_match, tokenize
+
+EXPECTED = sorted((Path(__file__).parent / "data" / "official" / "spider-match").glob("*.json"))
+
+
+@cache
+def _schema(path: str) -> Schema:
+    return Schema.from_sqlite(path)
+
+
+def test_expected_files_present() -> None:
+    assert len(EXPECTED) == 9
+
+
+@pytest.mark.parametrize("path", EXPECTED, ids=[p.name for p in EXPECTED])
+def test_hardness_and_em_equal_the_official_script_on_every_item(path: Path, shared: Path) -> None:
+    expected: dict[str, Any] = json.loads(path.read_text())
+    loaded = load_items(
+        shared / "preds" / "spider" / path.name.removesuffix(".json"), shared / "spider" / "dev_gold.sql"
+    )
+    fks = foreign_key_maps(shared / "spider" / "tables.json")
+    seen, diffs = 0, []
+    for it in loaded.items:
+        want = expected["items"].get(str(it.id))
+        if want is None:
+            continue
+        seen += 1
+        db = shared / "spider" / "database" / it.db_id / f"{it.db_id}.sqlite"
+        got = spider_match(it.pred_sql, it.gold_sql, _schema(str(db)), fks[it.db_id])
+        rejected = got.pred_rejected is not None
+        if (got.hardness, got.em, rejected) != (want["hardness"], want["em"], "pred_error" in want):
+            diffs.append(f"id {it.id}: ours {got}, official {want}  pred={it.pred_sql[:100]!r}")
+    assert seen == len(expected["items"]) == 972
+    assert not diffs, f"{len(diffs)} differ:\n" + "\n".join(diffs[:15])
+
+
+# --------------------------------------------------------------------------- quirks, one by one
+# Each expected value below is what the official process_sql.get_sql / eval_hardness /
+# eval_exact_match returned on that very query (concert_singer), by the driver's calls.
+
+
+@pytest.fixture(scope="module")
+def concert(shared: Path) -> tuple[Schema, dict[str, str]]:
+    db = shared / "spider" / "database" / "concert_singer" / "concert_singer.sqlite"
+    return Schema.from_sqlite(db), foreign_key_maps(shared / "spider" / "tables.json")["concert_singer"]
+
+
+REJECTED = [
+    ("not equal as <>", "SELECT count(*) FROM singer WHERE age <> 30"),
+    ("LEFT JOIN", "SELECT T2.name FROM singer_in_concert AS T1 LEFT JOIN singer AS T2 ON T1.singer_id = T2.singer_id"),
+    ("table alias without AS", "SELECT s.name FROM singer s"),
+    ("column alias", "SELECT count(*) AS n FROM singer"),
+    ("IS NULL", "SELECT name FROM singer WHERE country IS NULL"),
+    ("backticks", "SELECT `name` FROM singer"),
+    ("double-quoted identifier", 'SELECT "name" FROM singer'),
+    ("alias equal to a table name", "SELECT name FROM singer AS singer"),
+    ("comma join", "SELECT name FROM singer, concert"),
+    ("T1.* (split as a sentence end)", "SELECT T1.* FROM singer AS T1"),
+    ("NOT before a condition", "SELECT name FROM singer WHERE NOT age > 3"),
+]
+
+
+@pytest.mark.parametrize(("construct", "pred"), REJECTED, ids=[c for c, _ in REJECTED])
+def test_constructs_the_official_parser_rejects_score_em_0(
+    construct: str, pred: str, concert: tuple[Schema, dict[str, str]]
+) -> None:
+    got = spider_match(pred, "SELECT count(*) FROM singer", *concert)
+    assert got.pred_rejected is not None and got.em == 0 and got.hardness == "easy"
+
+
+EM_CASES = [  # pred, gold, official EM
+    ("SELECT count(*) FROM singer WHERE age != 30", "SELECT count(*) FROM singer WHERE age != 30", 1),
+    ("SELECT name FROM singer ORDER BY age LIMIT 5", "SELECT name FROM singer ORDER BY age LIMIT 1", 1),  # LIMIT value
+    (  # values are not compared
+        "SELECT name FROM singer WHERE age > 40 AND country = 'France'",
+        "SELECT name FROM singer WHERE age > 30 AND country = 'USA'",
+        1,
+    ),
+    (
+        "SELECT name FROM singer WHERE age > 40 OR country = 'France'",
+        "SELECT name FROM singer WHERE age > 30 AND country = 'USA'",
+        0,
+    ),
+    ("SELECT DISTINCT country FROM singer", "SELECT country FROM singer", 1),  # outer DISTINCT dropped
+    ("SELECT name FROM singer LIMIT 1 this is ignored", "SELECT name FROM singer LIMIT 1", 1),  # trailing tokens
+    ("SELECT name FROM singer ORDER BY age DESC, name", "SELECT name FROM singer ORDER BY age, name DESC", 1),
+    (  # a nested query's values are dropped too
+        "SELECT name FROM singer WHERE singer_id IN (SELECT singer_id FROM singer_in_concert WHERE concert_id = 2)",
+        "SELECT name FROM singer WHERE singer_id IN (SELECT singer_id FROM singer_in_concert WHERE concert_id = 1)",
+        1,
+    ),
+    (  # ... but not its DISTINCT
+        "SELECT name FROM singer WHERE singer_id IN (SELECT DISTINCT singer_id FROM singer_in_concert)",
+        "SELECT name FROM singer WHERE singer_id IN (SELECT singer_id FROM singer_in_concert)",
+        0,
+    ),
+    (
+        "SELECT name FROM singer WHERE age > 30 UNION SELECT name FROM singer WHERE age < 20",
+        "SELECT name FROM singer WHERE age > 31 UNION SELECT name FROM singer WHERE age < 21",
+        1,
+    ),
+    (
+        "SELECT country FROM singer GROUP BY country HAVING count(*) > 1 AND avg(age) > 2",
+        "SELECT country FROM singer GROUP BY country HAVING count(*) > 1",
+        0,
+    ),
+]
+
+
+@pytest.mark.parametrize(("pred", "gold", "em"), EM_CASES)
+def test_em_quirks(pred: str, gold: str, em: int, concert: tuple[Schema, dict[str, str]]) -> None:
+    got = spider_match(pred, gold, *concert)
+    assert got.pred_rejected is None and got.em == em
+
+
+HARDNESS_CASES = [
+    ("SELECT country FROM singer GROUP BY country HAVING count(*) > 1", "easy"),
+    # the official aggregate count also counts each 'and' of a HAVING list: two make "medium"
+    ("SELECT country FROM singer GROUP BY country HAVING count(*) > 1 AND avg(age) > 2 AND max(age) > 3", "medium"),
+    ("SELECT name FROM singer WHERE age NOT IN (SELECT age FROM singer WHERE age > 3) AND country = 'x'", "extra"),
+    ("SELECT name FROM singer WHERE singer_id IN (SELECT singer_id FROM singer_in_concert)", "hard"),
+    ("SELECT name FROM singer ORDER BY age LIMIT 5", "medium"),
+]
+
+
+@pytest.mark.parametrize(("gold", "level"), HARDNESS_CASES)
+def test_hardness_quirks(gold: str, level: str, concert: tuple[Schema, dict[str, str]]) -> None:
+    assert spider_match(gold, gold, *concert).hardness == level
+
+
+def test_tokens_as_nltk_gives_them() -> None:
+    # process_sql.tokenize's answers (NLTK 3.10.4, empty punkt_tab model) on these strings
+    assert tokenize("SELECT T1.* FROM t AS T1") == ("select", "t1", ".", "*", "from", "t", "as", "t1")
+    assert tokenize("SELECT a FROM t WHERE b IN (1,2) AND c >= 3") == (
+        *("select", "a", "from", "t", "where", "b", "in", "(", "1,2", ")", "and", "c", ">=", "3"),
+    )
+    # an SQL-escaped quote: two adjacent quoted spans whose placeholders fuse into one token, no value
+    assert tokenize("SELECT `a b` FROM t WHERE x <> 'It''s'") == (
+        *("select", "`", "a", "b", "`", "from", "t", "where", "x", "<", ">", "__val_31_34____val_35_37__"),
+    )
+    assert tokenize("SELECT a FROM t WHERE b = 'Ab C' ;")[-3:] == ("=", '"Ab C"', ";")
+
+
+# --------------------------------------------------------------------------- in a run
+
+
+def test_rose_run_records_em_and_hardness_and_summarises_them_as_the_official_script(
+    shared: Path, tmp_path: Path
+) -> None:
+    """``rose run`` on Spider (tables.json beside the database folder): each record carries the official
+    EM and, as its difficulty, the official hardness; summary.json's ``spider_match`` is the official
+    table over the run's items; a BIRD database (no Spider tables.json) gets neither."""
+    from click.testing import CliRunner
+
+    from rose_sql.cli import main
+    from rose_sql.record import read_records
+
+    name = "ta-sql.sql"
+    args = ["run", str(shared / "preds" / "spider" / name), "--gold", str(shared / "spider" / "dev_gold.sql")]
+    args += ["--db", str(shared / "spider" / "database"), "--out", str(tmp_path)]
+    res = CliRunner().invoke(main, args, env={"OPENAI_API_KEY": "test"})
+    assert res.exit_code == 0, res.output
+    assert "Spider EM (evaluation.py --etype match): easy" in res.output
+    official = json.loads((EXPECTED[0].parent / f"{name}.json").read_text())
+    want = official["items"]
+    records = list(read_records(tmp_path / "ta-sql" / "records.jsonl"))
+    assert len(records) == 1034
+    for r in records:
+        if str(r.id) not in want:  # wta_1: no database, no reading
+            assert r.db_id == "wta_1" and r.readings.spider_em is None and r.difficulty is None
+            continue
+        assert (r.readings.spider_em, r.difficulty) == (want[str(r.id)]["em"], want[str(r.id)]["hardness"]), r.id
+    table = json.loads((tmp_path / "ta-sql" / "summary.json").read_text())["spider_match"]
+    for level in ("easy", "medium", "hard", "extra", "all"):
+        assert table[level] == official["summary"][level]  # the official script's table, to the digit
+    by_difficulty = json.loads((tmp_path / "ta-sql" / "summary.json").read_text())["by_difficulty"]
+    assert sorted(by_difficulty) == ["easy", "extra", "hard", "medium"]
+
+
+def test_no_match_reading_outside_spiders_layout(tmp_path: Path) -> None:
+    import sqlite3
+
+    from rose_sql.spider_match import for_database
+
+    db = tmp_path / "spider" / "database" / "shop" / "shop.sqlite"
+    db.parent.mkdir(parents=True)
+    sqlite3.connect(db).execute("CREATE TABLE t (a)").connection.close()
+    assert for_database(db, "shop") is None  # no tables.json beside the database folder
+    (tmp_path / "spider" / "tables.json").write_text("[]")
+    assert for_database(db, "shop") is None  # one that does not name the db_id
