@@ -162,8 +162,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "reward_name": reward.__name__,
         "steps": [h for h in trainer.state.log_history if "loss" in h],
         "last_batch": [
-            {"prompt": p, "completion": c, "reward": r}
-            for p, c, r in zip(logs["prompt"], logs["completion"], logs["rewards"][reward.__name__], strict=True)
+            {"prompt": p, "completion": c, "reward": r, "status": status}
+            for p, c, r, status in zip(
+                logs["prompt"],
+                logs["completion"],
+                logs["rewards"][reward.__name__],
+                logs["extra"][f"{reward.__name__}_status"],  # the reward's log_extra column
+                strict=True,
+            )
         ],
         "advantages": list(logs["advantages"]),
         "rows": rows,

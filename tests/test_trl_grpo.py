@@ -194,8 +194,9 @@ def _gguf() -> Path:
 @pytest.mark.slow
 def test_grpo_trains_two_steps_on_the_reward(tmp_path: Path) -> None:
     """examples/grpo_trl.py as a user runs it: two GRPO steps of SmolLM2-135M on Spider questions. The rewards
-    TRL logged for the last batch are exactly what ROSE-SQL computes for those completions, and a step whose
-    group had different rewards moved the weights (a gradient norm above 0)."""
+    TRL logged for the last batch (and the statuses in its completions table) are exactly what ROSE-SQL computes
+    for those completions, and a step whose group had different rewards moved the weights (a gradient norm above
+    0)."""
     gguf = _gguf()
     summary_file = tmp_path / "summary.json"
     command = [sys.executable, str(EXAMPLE), "--gguf", str(gguf), "--spider", str(SPIDER), "--questions", "4"]
@@ -219,7 +220,8 @@ def test_grpo_trains_two_steps_on_the_reward(tmp_path: Path) -> None:
         items.append(RewardItem(entry["completion"], row["gold_sql"], db))
     # the last batch was generated and scored at global_step 1, by the example's config
     with RewardScorer(RewardConfig(processes=1, total_steps=2)) as scorer:
-        expected = [r.total for r in scorer.score_batch(items, step=1)]
-    assert [e["reward"] for e in last] == pytest.approx(expected)
+        expected = scorer.score_batch(items, step=1)
+    assert [e["reward"] for e in last] == pytest.approx([r.total for r in expected])
+    assert [e["status"] for e in last] == [r.status for r in expected]  # through TRL's log_extra
     if any(a != 0 for a in summary["advantages"]):
         assert steps[-1]["grad_norm"] > 0
