@@ -169,6 +169,8 @@ def compute_score_batch(
 
 RewardFn = Callable[..., list[float | None]]
 _COMPONENTS = ("total", "execution", "syntax")
+_TRL_ARGUMENTS = frozenset({"trainer_state", "completion_ids", "log_extra", "log_metric", "environments"})
+"""What GRPOTrainer passes beside the dataset's columns (trl 1.16, ``GRPOTrainer._calculate_rewards``)."""
 
 
 def trl_reward(
@@ -180,7 +182,9 @@ def trl_reward(
     ``db_path``; or one ``label`` column in :func:`parse_label`'s forms. Completions may be strings
     or lists of chat messages. The schedule follows ``trainer_state.global_step`` when TRL passes
     it. ``component`` picks ``total``, ``execution`` or ``syntax``; the function's ``__name__`` is
-    ``rose_sql_<component>`` (TRL logs each reward under it). Unscored items are None.
+    ``rose_sql_<component>`` (TRL logs each reward under it). Unscored items are None. When TRL passes
+    ``log_extra``, each completion's status (``match``, ``error``, ...) goes into TRL's completions
+    table as the column ``rose_sql_<component>_status``.
 
     What makes a whole batch unusable raises :class:`~rose_sql.errors.UsageError`: a db_root that is
     not a folder (here), and, at the first call, no ``gold_sql`` or ``label`` column, ``gold_sql``
@@ -202,9 +206,13 @@ def trl_reward(
         _check_columns(columns, len(completions))
         items = [_trl_item(c, i, columns, root) for i, c in enumerate(completions)]
         rewards = _score_mixed(_shared_scorer(cfg), items, step)
+        log_extra = columns.get("log_extra")
+        if callable(log_extra):
+            log_extra(f"{name}_status", [r.status for r in rewards])
         return [_pick(r, component) for r in rewards]
 
-    reward.__name__ = reward.__qualname__ = f"rose_sql_{component}"
+    name = f"rose_sql_{component}"
+    reward.__name__ = reward.__qualname__ = name
     return reward
 
 
@@ -212,7 +220,7 @@ def _check_columns(columns: Mapping[str, Any], n: int) -> None:
     """Raise :class:`UsageError` when the dataset's columns cannot say what any completion is checked against."""
     if not n:
         return
-    given = sorted(k for k in columns if k != "trainer_state")
+    given = sorted(k for k in columns if k not in _TRL_ARGUMENTS)
     if "label" not in columns and "gold_sql" not in columns:
         raise UsageError(
             f"the TRL dataset needs a gold_sql column (with db_id or db_path) or a label column; it has {given}"
