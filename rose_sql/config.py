@@ -75,6 +75,10 @@ class Option:
     imported only when the option is given."""
     multiple: bool = False
     """Whether the option may be repeated (its values, checked one by one, build the field's mapping)."""
+    required: bool = False
+    """Whether the command refuses to run without it."""
+    flag_value: str | None = None
+    """The value of an option given without one (``--ray`` alone: ``local``); None: it needs one."""
 
 
 def option(default: Any = MISSING, *, factory: Any = MISSING, score: bool = False, **cli: Any) -> Any:
