@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, Self, get_args
 
 from rose_sql.engines.kinds import Source
+from rose_sql.errors import UsageError
 from rose_sql.results import Limits
 
 MatchedRefuter = Literal["always", "evidence", "never"]
@@ -308,6 +309,12 @@ class JudgeConfig:
     )
     """How a stage's votes become its verdict: ``majority`` (ties fail the prediction), ``unanimous``
     (a split leaves the item unscored ``judges_split``), ``any-fail``, ``strong-only``."""
+
+    def __post_init__(self) -> None:
+        if any(not m.strip().partition("=")[0].strip() for m in self.panel):
+            raise UsageError(f"panel {self.panel!r}: name a model in each entry (MODEL or MODEL=URL)")
+        if self.samples < 1 or not 0 <= self.escalate_below <= 1:
+            raise UsageError("samples must be at least 1 and escalate_below between 0 and 1")
 
     @property
     def votes(self) -> bool:

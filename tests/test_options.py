@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 
 import rose_sql.cli.run as cli_run
+from rose_sql import Config, JudgeConfig, Source, UsageError, evaluate_items, load_items
 from rose_sql.cli import main
-from rose_sql.config import Config
-from rose_sql.engines import Source
-from rose_sql.provenance import _databases, judge_info
+from rose_sql.cli.options import ordered, run_options, values_of
+from rose_sql.config import option, score_fields, scores
+from rose_sql.provenance import JUDGE_OPTIONS, SCORE_OPTIONS, JudgeInfo, _databases, judge_info
 
 
 class _Planned(Exception):
@@ -151,3 +153,95 @@ def test_the_default_options_are_the_manifests_in_its_order(
     manifest = json.loads((tmp_path / "out" / "items" / "manifest.json").read_text(encoding="utf-8"))
     assert [list(kv) for kv in manifest["options"].items()] == DEFAULT_OPTIONS
     assert manifest["judge"] is None
+
+
+def _run(tmp_path: Path, db_root: Path, items: Path, *args: str) -> Any:
+    cmd = ["run", str(items), "--db", str(db_root), "--out", str(tmp_path / "out"), "--workers", "1", *args]
+    return CliRunner().invoke(main, cmd)
+
+
+def _no_question(tmp_path: Path) -> Path:
+    path = tmp_path / "bare.jsonl"
+    path.write_text(json.dumps({"id": "1", "db_id": "t", "pred_sql": "SELECT 1", "gold_sql": "SELECT 1"}) + "\n")
+    return path
+
+
+def test_a_budget_without_a_price_is_refused_by_the_command_and_by_the_library_alike(
+    tmp_path: Path, make_db: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROSE_CACHE_DIR", str(tmp_path / "cache"))
+    db_root = make_db("CREATE TABLE x (a INT);").parent.parent
+    says = "--budget needs the price of 'unpriced-model', which the price table lacks"
+    result = _run(tmp_path, db_root, _items(tmp_path), "--judge-model", "unpriced-model", "--budget", "1")
+    assert result.exit_code == 2 and says in result.output, result.output
+    items = load_items(_items(tmp_path)).items
+    judge = JudgeConfig(model="gpt-4o", panel=("gpt-4o", "unpriced-model"), budget_usd=1.0)
+    with pytest.raises(UsageError, match="--budget needs the price of 'unpriced-model'"):  # a voting model, too
+        evaluate_items(items, Source.folder(db_root), Config(workers=1, judge=judge))
+    with pytest.raises(UsageError, match=says):
+        evaluate_items(
+            items, Source.folder(db_root), Config(workers=1, judge=replace(judge, panel=(), model="unpriced-model"))
+        )
+
+
+def test_judging_items_none_of_which_has_a_question_is_refused_by_the_command_and_by_the_library(
+    tmp_path: Path, make_db: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROSE_CACHE_DIR", str(tmp_path / "cache"))
+    db_root = make_db("CREATE TABLE x (a INT);").parent.parent
+    result = _run(tmp_path, db_root, _no_question(tmp_path), "--judge-model", "gpt-4o")
+    assert result.exit_code == 2, result.output
+    assert "the judges decide whether SQL answers the question, and no item of" in result.output
+    items = load_items(_no_question(tmp_path)).items
+    with pytest.raises(UsageError, match="the judges decide whether SQL answers the question: no item given has one"):
+        evaluate_items(items, Source.folder(db_root), Config(workers=1, judge=JudgeConfig(model="gpt-4o")))
+    (record,) = evaluate_items(items, Source.folder(db_root), Config(workers=1))  # without a judge: no question needed
+    assert record.id == "1"
+
+
+def test_a_judge_config_refuses_what_its_options_refuse() -> None:
+    with pytest.raises(UsageError, match="name a model in each entry"):
+        JudgeConfig(model="a", panel=("a", "=http://h/v1"))
+    with pytest.raises(UsageError, match="samples must be at least 1"):
+        JudgeConfig(model="a", samples=0)
+    with pytest.raises(UsageError, match="escalate_below between 0 and 1"):
+        JudgeConfig(model="a", escalate_to="b", escalate_below=1.5)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Settings:
+    """A dataclass of the kind a new config field goes into."""
+
+    depth: int = option(3, score=True, flags="--depth", min=1, help="How deep to look.")
+    label: str | None = option(None, flags="--label", metavar="NAME", help="A name for the run.")
+    quiet: bool = option(False, flags="--quiet", help="Say less.")
+    cached: int = scores(7)
+
+
+def test_a_field_declares_its_option_once_and_the_command_reads_it_back_by_name() -> None:
+    """One declaration gives the option (type, range, default shown, help), the value back on the field, and the
+    score mark; an option not placed in the order comes last in --help."""
+    seen: list[_Settings] = []
+
+    @click.command("probe", params=ordered(run_options(_Settings), ("quiet",)))
+    def probe(**values: Any) -> None:
+        seen.append(_Settings(**values_of(_Settings, values)))
+
+    result = CliRunner().invoke(probe, ["--help"], terminal_width=120)
+    assert result.exit_code == 0, result.output
+    listed = [line.split()[0] for line in result.output.splitlines() if line.strip().startswith("--")]
+    assert listed == ["--quiet", "--depth", "--label", "--help"]
+    assert "How deep to look.  [default: 3; x>=1]" in result.output and "--label NAME" in result.output
+    assert CliRunner().invoke(probe, ["--depth", "0"]).exit_code == 2  # the range, from the declaration
+    assert CliRunner().invoke(probe, ["--depth", "5", "--quiet"]).exit_code == 0
+    assert CliRunner().invoke(probe, []).exit_code == 0
+    assert seen == [_Settings(depth=5, quiet=True), _Settings()]
+    assert score_fields(_Settings) == ("depth", "cached")
+
+
+def test_the_manifest_and_the_resume_check_read_the_score_marks() -> None:
+    """SCORE_OPTIONS and JUDGE_OPTIONS are the marked fields, and every option of rose run that changes a score
+    is one of them (a field marked later joins the manifest with no list to edit)."""
+    assert score_fields(Config) == SCORE_OPTIONS and "max_steps" in SCORE_OPTIONS and "timeout_s" not in SCORE_OPTIONS
+    assert score_fields(JudgeInfo) == JUDGE_OPTIONS and {"model", "prompts", "votes"} <= set(JUDGE_OPTIONS)
+    assert "base_url" not in JUDGE_OPTIONS  # another endpoint for the same model is warned, not refused
