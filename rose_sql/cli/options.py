@@ -151,3 +151,30 @@ def _checker(spec: Option) -> Callable[[click.Context, click.Parameter, Any], An
             raise click.BadParameter(str(e), ctx, param) from None
 
     return check
+
+
+DB_HELP = (
+    "Folder holding <db_id>/<db_id>.sqlite, or a URL: postgresql://..., mysql://... (MySQL, MariaDB), "
+    "duckdb:///file-or-folder; {db_id} in a URL names one database per db_id, else all share it."
+)
+"""``rose run --db``'s help (another command's ``--db`` says what it does with the databases)."""
+
+
+def db_option(help: str = DB_HELP) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--db`` (``--db-root``): the databases a command reads, a folder of SQLite files or an engine's URL."""
+    return click.option("--db", "--db-root", "db_root", required=True, help=help)
+
+
+def out_option(help: str, *, required: bool = True, **kw: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--out``: where a command writes (a folder or a file, as its help says)."""
+    return click.option("--out", required=required, type=PATH, help=help, **kw)
+
+
+def json_file_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--json FILE``: a table also written as JSON."""
+    return click.option("--json", "json_out", type=PATH, help=help)
+
+
+def json_flag(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--json``: the result printed as JSON instead of a table."""
+    return click.option("--json", "as_json", is_flag=True, help=help)

@@ -8,6 +8,7 @@ from typing import get_args
 import click
 
 from rose_sql.cli.main import err, fail
+from rose_sql.cli.options import POSITIVE, db_option
 from rose_sql.config import MAX_QUERY_THREADS, Config, Schedule, ServeConfig
 from rose_sql.engines import Source
 from rose_sql.errors import RoseError, UsageError
@@ -15,18 +16,11 @@ from rose_sql.errors import RoseError, UsageError
 _SERVE = ServeConfig(db_root=Source.folder("."))
 """Read for its defaults only (``--db-root`` has none)."""
 _REWARD = _SERVE.reward
-POSITIVE = click.FloatRange(min=0, min_open=True)
 MB = 2**20
 
 
 @click.command("serve-reward")
-@click.option(
-    "--db",
-    "--db-root",
-    "db_root",
-    required=True,
-    help="Folder holding <db_id>/<db_id>.sqlite, or a URL (postgresql://, mysql://, duckdb://; see rose run --db).",
-)
+@db_option("Folder holding <db_id>/<db_id>.sqlite, or a URL (postgresql://, mysql://, duckdb://; see rose run --db).")
 @click.option("--host", default=_SERVE.host, show_default=True, help="Address to bind (loopback by default).")
 @click.option("--port", type=int, default=_SERVE.port, show_default=True, help="TCP port (0: any free one).")
 @click.option(

@@ -18,7 +18,7 @@ from rich.table import Table
 from rose_sql.batch_run import BatchBackend
 from rose_sql.checks import check_batch, check_budget, check_votes, require_questions
 from rose_sql.cli.main import console, err, fail
-from rose_sql.cli.options import ordered, run_options, values_of
+from rose_sql.cli.options import DB_HELP, ordered, out_option, run_options, values_of
 from rose_sql.config import BATCH_MAX_REQUESTS, BATCH_POLL_S, MAX_INPUT_BYTES, Config, JudgeConfig, Subset, option
 from rose_sql.distributed import INSTALL_RAY, ray_address
 from rose_sql.distributed.shard import Shard
@@ -53,15 +53,7 @@ class Job:
     where it runs. Each field declares its option as the config's fields do."""
 
     gold: Path | None = option(None, flags="--gold", help="Gold file: BIRD/Spider dev.json or dev_gold.sql.")
-    db_root: str = option(
-        flags=("--db", "--db-root", "db_root"),
-        required=True,
-        help=(
-            "Folder holding <db_id>/<db_id>.sqlite, or a URL: postgresql://..., mysql://... (MySQL, "
-            "MariaDB), duckdb:///file-or-folder; {db_id} in a URL names one database per db_id, else all "
-            "share it."
-        ),
-    )
+    db_root: str = option(flags=("--db", "--db-root", "db_root"), required=True, help=DB_HELP)
     out: Path = option(flags="--out", required=True, help="Output folder; each prediction file gets OUT/<file name>/.")
     fmt: str | None = option(
         None, flags=("--format", "fmt"), choices=tuple(FORMATS), help="Input format (default: detected)."
@@ -652,12 +644,8 @@ def print_summaries(summaries: Sequence[Summary]) -> None:
 
 
 @click.command("demo")
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=Path("rose-demo-out"),
-    show_default=True,
-    help="Where the demo database, items and results go.",
+@out_option(
+    "Where the demo database, items and results go.", required=False, default=Path("rose-demo-out"), show_default=True
 )
 def demo_cmd(out: Path) -> None:
     """Build the bundled demo database and run ROSE-SQL on its questions.
