@@ -627,25 +627,47 @@ class RewardConfig:
     syntax: bool = True
     """Compute the syntax reward; False skips parsing and tree edit distance and weighs execution
     alone (alpha = 0, beta = 1): the cheapest reward, for when only results matter."""
-    schedule: Schedule = "linear"
+    schedule: Schedule = option(
+        "linear",
+        flags="--schedule",
+        help="How the syntax weight moves from --alpha-start to --alpha-end over --total-steps.",
+    )
     """How alpha (the syntax weight) moves from ``alpha_start`` to ``alpha_end``; constant keeps alpha_start."""
-    alpha_start: float = 0.6
+    alpha_start: float = option(0.6, flags="--alpha-start", help="Syntax weight at step 0.")
     """Syntax weight at step 0 (syntax-heavy); beta = 1 - alpha weighs execution."""
-    alpha_end: float = 0.1
+    alpha_end: float = option(0.1, flags="--alpha-end", help="Syntax weight at the end.")
     """Syntax weight from ``total_steps`` on, and when no step is known (execution-heavy)."""
-    total_steps: int = 1000
+    total_steps: int = option(1000, flags="--total-steps", help="Steps of the schedule.")
     """Training steps over which the schedule moves."""
     clause_cap: float = 0.3
     """The clause part of the total may be at most this share of the total (none when the rest is <= 0)."""
     unscored: float = 0.0
     """What adapters that need a number (verl, OpenRLHF) give an unscored item; TRL gets None."""
-    max_steps: int = SHORT_MAX_STEPS
+    max_steps: int = option(
+        SHORT_MAX_STEPS,
+        flags="--max-steps",
+        min=1000,
+        help=(
+            "SQLite steps one predicted query may take; past them it gets the timeout reward. The same on "
+            "every machine (about 1-10 s of one core)."
+        ),
+    )
     """SQLite virtual-machine steps one predicted query may take; past them it is stopped and gets the
     ``timeout`` reward. Deterministic: the same on every machine and at any load (about 1-10 s of one
     core on a typical machine)."""
     gold_max_steps: int = 3_000_000_000
     """The same for a gold query (run once, then cached); past it the item is ``gold_error``."""
-    timeout_s: float = 15.0
+    timeout_s: float = option(
+        15.0,
+        flags="--timeout",
+        min=0,
+        min_open=True,
+        help=(
+            "Wall-clock guard, in seconds, of one predicted query (at most half of --deadline): past it the "
+            "query is stopped, its worker process too if SQLite cannot interrupt it, and the item is "
+            "unscored (wall_guard)."
+        ),
+    )
     """Wall-clock guard of one predicted query, far behind its step budget: past it the query is stopped
     inside SQLite, or, inside a call SQLite cannot interrupt, by stopping its worker process 5 s later
     (:data:`GUARD_MARGIN_S`). Its item is unscored ``wall_guard``: wall time never decides
@@ -658,11 +680,22 @@ class RewardConfig:
     """Longer extracted SQL is rejected (reward ``error``)."""
     float_digits: int = 12
     """Numbers compare after rounding to this many significant digits."""
-    processes: int = field(default_factory=default_reward_processes)
+    processes: int = option(
+        factory=default_reward_processes,
+        flags="--workers",
+        min=1,
+        help="Worker processes running the queries and scores (one per core, at most 8).",
+    )
     """Worker processes running the queries, comparisons and syntax scores (at least 1: a query can only
     be stopped for sure in a process of its own). A batch goes to them in balanced chunks, a question's
     completions together, and each keeps its own caches. One per core by default, at most 8."""
-    workers: int = 2
+    workers: int = option(
+        2,
+        flags="--query-threads",
+        min=1,
+        max=MAX_QUERY_THREADS,
+        help="Threads running queries in each worker process (they join only while queries are slow).",
+    )
     """Query threads of each worker process at most (1 to 16); SQLite releases the GIL while a query runs."""
     slow_query_s: float = 0.02
     """One thread runs a chunk's queries in turn; when every running query has taken this long,
@@ -724,26 +757,47 @@ class ServeConfig:
     db_root: Source
     """A folder holding ``<db_id>/<db_id>.sqlite`` (labels cannot name files outside it), or the URL of
     another engine's databases (labels name a db_id)."""
-    host: str = "127.0.0.1"
+    host: str = option("127.0.0.1", flags="--host", help="Address to bind (loopback by default).")
     """Address to bind (loopback by default)."""
-    port: int = 5000
+    port: int = option(5000, flags="--port", help="TCP port (0: any free one).")
     """TCP port (0 picks a free one)."""
-    deadline_s: float = 30.0
+    deadline_s: float = option(
+        30.0,
+        flags="--deadline",
+        min=0,
+        min_open=True,
+        help=(
+            "Seconds within which every request is answered once its body is in; items not scored by then "
+            "are unscored with the reason, the others of the request scored."
+        ),
+    )
     """Every request is answered within this after its body arrived; an item not scored by then is
     unscored (``wall_guard``) with the reason, the others of the request are scored. No chunk of a
     request starts queries for more than half of it, and both wall guards of ``reward`` are capped at
     half of it, so a request that comes later waits for a worker at most about that long."""
-    header_timeout_s: float = 10.0
+    header_timeout_s: float = option(
+        10.0,
+        flags="--header-timeout",
+        min=0,
+        min_open=True,
+        help="Seconds a request's head may take to arrive; idle kept-alive connections are closed after it.",
+    )
     """A request's head (request line and headers) must arrive within this, counted from when the server
     starts waiting for it; a kept-alive connection idle that long is closed."""
-    body_timeout_s: float = 60.0
+    body_timeout_s: float = option(
+        60.0,
+        flags="--body-timeout",
+        min=0,
+        min_open=True,
+        help="Seconds a request's whole body may take to arrive, whatever the pace (408 past it).",
+    )
     """A request's whole body must arrive within this after its head, whatever the pace (408 past it);
     the answer must be taken by the client within it too."""
     max_head_bytes: int = 16 * 2**10
     """Larger request heads are refused (431)."""
     max_body_bytes: int = 32 * 2**20
     """Larger request bodies are refused (413), before they are read."""
-    max_items: int = 4096
+    max_items: int = option(4096, flags="--max-items", min=1, help="Completions one request may hold (413 beyond).")
     """Completions one request may hold (413 beyond)."""
     max_json_values: int = 500_000
     """JSON values (strings, numbers, arrays, objects) one body may hold, counted before it is decoded
@@ -751,7 +805,12 @@ class ServeConfig:
     max_pending_bytes: int = 128 * 2**20
     """Request bodies held at once, from their head until their answer (503 with ``Retry-After``
     beyond): bounds the memory of many bodies streamed in slowly."""
-    max_connections: int = 256
+    max_connections: int = option(
+        256,
+        flags="--max-connections",
+        min=1,
+        help="Open connections at once; past it new ones are answered 503 with Retry-After (health checks still 200).",
+    )
     """Open connections at once. Past it a new connection has 1 s to send its head and is answered 503
     with ``Retry-After`` (a health check still gets its answer), then closed; past five times it, a
     connection is answered 503 and closed unread."""
