@@ -245,3 +245,16 @@ def test_the_manifest_and_the_resume_check_read_the_score_marks() -> None:
     assert score_fields(Config) == SCORE_OPTIONS and "max_steps" in SCORE_OPTIONS and "timeout_s" not in SCORE_OPTIONS
     assert score_fields(JudgeInfo) == JUDGE_OPTIONS and {"model", "prompts", "votes"} <= set(JUDGE_OPTIONS)
     assert "base_url" not in JUDGE_OPTIONS  # another endpoint for the same model is warned, not refused
+
+
+def test_the_options_that_need_a_judge_are_the_judges_fields_in_help_order() -> None:
+    """Given without --judge-model they are refused as idle, named in this order (as before they were derived
+    from the fields): a new JudgeConfig field joins them with no list to edit."""
+    before = (
+        *("samples", "samples_temperature", "escalate_to", "escalate_below", "aggregate", "judge_base_url"),
+        *("concurrency", "policy", "matched_refuter", "budget", "prices", "no_cache", "cache_dir", "judge_timeout"),
+        *("judge_max_tokens", "retry_invalid", "max_retries", "judge_structured", "judge_options"),
+        *("reasoning_effort", "batch", "batch_poll", "batch_max_requests"),
+    )
+    judge_only = cli_run._JUDGE_ONLY
+    assert judge_only == before

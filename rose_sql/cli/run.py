@@ -18,7 +18,7 @@ from rich.table import Table
 from rose_sql.batch_run import BatchBackend
 from rose_sql.checks import check_batch, check_budget, check_votes, require_questions
 from rose_sql.cli.main import console, err, fail
-from rose_sql.cli.options import DB_HELP, ordered, out_option, run_options, values_of
+from rose_sql.cli.options import DB_HELP, field_options, ordered, out_option, run_options, values_of
 from rose_sql.config import BATCH_MAX_REQUESTS, BATCH_POLL_S, MAX_INPUT_BYTES, Config, JudgeConfig, Subset, option
 from rose_sql.distributed import INSTALL_RAY, ray_address
 from rose_sql.distributed.shard import Shard
@@ -381,30 +381,11 @@ def _batch_backend(config: Config, out: Path, poll_s: float, max_requests: int) 
     return BatchBackend(config, out, BatchOptions(poll_s=poll_s, max_requests=max_requests))
 
 
-_JUDGE_ONLY = (
-    "samples",
-    "samples_temperature",
-    "escalate_to",
-    "escalate_below",
-    "aggregate",
-    "judge_base_url",
-    "concurrency",
-    "policy",
-    "matched_refuter",
-    "budget",
-    "prices",
-    "no_cache",
-    "cache_dir",
-    "judge_timeout",
-    "judge_max_tokens",
-    "retry_invalid",
-    "max_retries",
-    "judge_structured",
-    "judge_options",
-    "reasoning_effort",
-    "batch",
-    "batch_poll",
-    "batch_max_requests",
+_JUDGE_ONLY = tuple(
+    p.name
+    for p in PARAMS
+    if p.name in set(field_options(JudgeConfig)) - {"judge_model", "panel"}
+    or p.name in ("no_cache", "batch", "batch_poll", "batch_max_requests")
 )
 """Options that configure the judges: given without a judge, they would change nothing."""
 
