@@ -130,7 +130,7 @@ class JudgeConfig:
         flags="--judge-timeout",
         min=0,
         min_open=True,
-        help=("Seconds one LLM request may take, the whole reply included, before it is retried."),
+        help="Seconds one LLM request may take, the whole reply included, before it is retried.",
     )
     """Seconds one HTTP attempt may take, the whole reply included, before it is retried (a deadline,
     not the SDK's per-read timeout: a reply trickled a byte at a time still stops here)."""
@@ -144,7 +144,7 @@ class JudgeConfig:
         8192,
         flags="--judge-max-tokens",
         min=1,
-        help=("Completion tokens (reasoning included) a judge may use per call: what bounds each call's cost."),
+        help="Completion tokens (reasoning included) a judge may use per call: what bounds each call's cost.",
     )
     """Cap on completion tokens, reasoning included, sent with every call (``max_tokens``, or
     ``max_completion_tokens`` where the model wants that name). A judge's JSON verdict takes a few
@@ -191,13 +191,13 @@ class JudgeConfig:
     matched_refuter: MatchedRefuter = option(
         "evidence",
         flags="--matched-refuter",
-        help=("When results match: ask the Refuter always, only on doubtful evidence, never."),
+        help="When results match: ask the Refuter always, only on doubtful evidence, never.",
     )
     """When results match: always ask the Refuter (the paper), only when evidence questions the match, never."""
     policy: Policy = option(
         "rose",
         flags="--policy",
-        help=("'paper' reproduces the ROSE paper's flow exactly (Refuter on every matching result)."),
+        help="'paper' reproduces the ROSE paper's flow exactly (Refuter on every matching result).",
     )
     """``paper`` reproduces the paper's flow exactly (implies matched_refuter=always)."""
     small_schema_chars: int = 12_000
@@ -238,7 +238,7 @@ class JudgeConfig:
     reasoning_effort: ReasoningEffort | None = option(
         None,
         flags="--reasoning-effort",
-        help=("reasoning_effort sent to reasoning models (OpenAI's o-series and gpt-5, and endpoints that take it)."),
+        help="reasoning_effort sent to reasoning models (OpenAI's o-series and gpt-5, and endpoints that take it).",
     )
     """``reasoning_effort`` for reasoning models (o-series, gpt-5, and endpoints that take it); None sends none."""
 
@@ -432,7 +432,7 @@ class Config:
         score=True,
         flags="--evidence-steps",
         min=1000,
-        help=("SQLite steps of evidence search per item (deterministic; about 1-10 s of one core)."),
+        help="SQLite steps of evidence search per item (deterministic; about 1-10 s of one core).",
     )
     """SQLite steps all the statements of one item's evidence search may take together (about 1-10 s of
     one core on a typical machine). Deterministic: the search finds the same on every machine."""
@@ -518,7 +518,7 @@ class Config:
         flags="--evidence-budget",
         min=0,
         min_open=True,
-        help=("Wall-clock guard, in seconds, of one item's evidence search (past it a judged item is left unscored)."),
+        help="Wall-clock guard, in seconds, of one item's evidence search (past it a judged item is left unscored).",
     )
     """Wall-clock guard of one item's evidence: past it the search stops, the evidence says so
     (``guard``), and an item whose judges would read it is unscored ``wall_guard``."""

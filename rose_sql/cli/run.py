@@ -63,7 +63,7 @@ class Job:
         flags="--max-input-mb",
         min=0,
         min_open=True,
-        help=("Largest prediction or gold file read, in MiB; a larger one is refused before anything runs."),
+        help="Largest prediction or gold file read, in MiB; a larger one is refused before anything runs.",
     )
     resume: bool = option(
         False,
@@ -86,7 +86,7 @@ class Job:
     keep_unscored: bool = option(
         False,
         flags="--keep-unscored",
-        help=("With --resume: keep items left unscored for a transient reason as they are (no retry)."),
+        help="With --resume: keep items left unscored for a transient reason as they are (no retry).",
     )
     allow_privileged_login: bool = option(
         False,
@@ -99,7 +99,7 @@ class Job:
     )
     no_cache: bool = option(False, flags="--no-cache", help="Do not read or write the LLM cache.")
     dry_run: bool = option(
-        False, flags="--dry-run", help=("Build every prompt, estimate calls and cost; call nothing, write nothing.")
+        False, flags="--dry-run", help="Build every prompt, estimate calls and cost; call nothing, write nothing."
     )
     shard: str | None = option(
         None,
@@ -142,7 +142,7 @@ class Job:
         BATCH_MAX_REQUESTS,
         flags="--batch-max-requests",
         min=1,
-        help=("With --batch: requests per batch at most (the provider's limit; lower it to stay under a queue limit)."),
+        help="With --batch: requests per batch at most (the provider's limit; lower it to stay under a queue limit).",
     )
 
 
