@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Self, get_args
 
 from rose_sql.engines.kinds import Source
+from rose_sql.errors import UsageError
 from rose_sql.results import Limits
 
 MatchedRefuter = Literal["always", "evidence", "never"]
@@ -33,6 +34,73 @@ Schedule = Literal["constant", "linear", "cosine"]
 """How the syntax weight alpha moves over training steps (see :func:`rose_sql.reward.weights`)."""
 
 
+class _Unset:
+    """The command line's value of an option not given: the field's own default."""
+
+    def __repr__(self) -> str:
+        return "FIELD_DEFAULT"
+
+
+FIELD_DEFAULT: Any = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """How a config field is given on the command line: declared on the field, once (its flags, help, and the
+    range its value must be in), and read by :mod:`rose_sql.cli.options`, which makes it a click option of
+    every command that offers the field; the library itself never reads it. The option's default is the
+    field's (shown in ``--help``), except where ``unset`` says what the command line holds when it is not
+    given (None: the field's default is decided elsewhere, e.g. one worker per core)."""
+
+    flags: tuple[str, ...]
+    """The option's names, the first the one ``--help`` and messages show (``--evidence/--no-evidence``
+    for an on/off pair); the parameter's name comes from the longest, as click's does."""
+    help: str
+    """The ``--help`` text."""
+    min: float | None = None
+    """The smallest value accepted (a number's range)."""
+    max: float | None = None
+    """The largest value accepted."""
+    min_open: bool = False
+    """Whether ``min`` itself is refused (a positive number)."""
+    choices: tuple[str, ...] | None = None
+    """The values accepted when they are not all of the field's ``Literal`` (None: all of them)."""
+    metavar: str | None = None
+    """What ``--help`` shows for the value."""
+    unset: Any = FIELD_DEFAULT
+    """The command line's value when the option is not given (FIELD_DEFAULT: the field's default)."""
+    show_default: bool = True
+    """Whether ``--help`` shows the default."""
+    check: str | None = None
+    """``module:function`` that checks the text given (returning the value, raising :class:`UsageError`),
+    imported only when the option is given."""
+    multiple: bool = False
+    """Whether the option may be repeated (its values, checked one by one, build the field's mapping)."""
+    required: bool = False
+    """Whether the command refuses to run without it."""
+    flag_value: str | None = None
+    """The value of an option given without one (``--ray`` alone: ``local``); None: it needs one."""
+
+
+def option(default: Any = MISSING, *, factory: Any = MISSING, score: bool = False, **cli: Any) -> Any:
+    """A config field with its command-line option (``cli``: the :class:`Option`'s fields, ``flags`` a
+    string or a tuple), and whether it can change a score (``score``: then it is in each run's manifest,
+    and a resumption with another value is refused)."""
+    flags = cli.pop("flags")
+    spec = Option(flags=(flags,) if isinstance(flags, str) else tuple(flags), **cli)
+    return field(default=default, default_factory=factory, metadata={"option": spec, "score": score})
+
+
+def scores(default: Any) -> Any:
+    """A config field without a command-line option that can change a score (see :func:`option`)."""
+    return field(default=default, metadata={"score": True})
+
+
+def score_fields(cls: type) -> tuple[str, ...]:
+    """The names of ``cls``'s fields that can change a score, in their order (the manifest's)."""
+    return tuple(f.name for f in fields(cls) if f.metadata.get("score"))
+
+
 def default_cache_dir() -> Path:
     """``$ROSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/rose-sql``, else ``~/.cache/rose-sql``."""
     if os.environ.get("ROSE_CACHE_DIR"):
@@ -45,24 +113,39 @@ def default_cache_dir() -> Path:
 class JudgeConfig:
     """How the LLM judges are reached and how the cascade uses them."""
 
-    model: str
+    model: str = option(
+        flags="--judge-model", unset=None, help="Model of the LLM judges; without it only the deterministic stages run."
+    )
     """Model name as the endpoint knows it (e.g. ``gpt-4o``, ``deepseek-reasoner``, ``qwen2.5:32b``)."""
-    base_url: str | None = None
+    base_url: str | None = option(
+        None, flags="--judge-base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI)."
+    )
     """OpenAI-compatible endpoint; None uses ``OPENAI_BASE_URL`` or OpenAI itself."""
     api_key: str | None = None
     """API key; None uses ``OPENAI_API_KEY`` (never written to records or the cache)."""
-    concurrency: int = 16
+    concurrency: int = option(16, flags="--concurrency", min=1, help="LLM calls in flight.")
     """LLM calls in flight at once."""
-    timeout_s: float = 180.0
+    timeout_s: float = option(
+        180.0,
+        flags="--judge-timeout",
+        min=0,
+        min_open=True,
+        help="Seconds one LLM request may take, the whole reply included, before it is retried.",
+    )
     """Seconds one HTTP attempt may take, the whole reply included, before it is retried (a deadline,
     not the SDK's per-read timeout: a reply trickled a byte at a time still stops here)."""
-    max_retries: int = 5
+    max_retries: int = option(5, flags="--max-retries", min=0, help="Retries per call.")
     """Retries (with exponential backoff) on 429, 5xx, timeouts and connection errors."""
     temperature: float | None = 0.0
     """Sampling temperature; dropped (and recorded as such) where the model refuses it."""
     seed: int | None = 20260101
     """Sampling seed where the provider accepts one."""
-    max_tokens: int = 8192
+    max_tokens: int = option(
+        8192,
+        flags="--judge-max-tokens",
+        min=1,
+        help="Completion tokens (reasoning included) a judge may use per call: what bounds each call's cost.",
+    )
     """Cap on completion tokens, reasoning included, sent with every call (``max_tokens``, or
     ``max_completion_tokens`` where the model wants that name). A judge's JSON verdict takes a few
     hundred tokens and a reasoning model thinks a few thousand on these items, so 8192 leaves room
@@ -73,20 +156,49 @@ class JudgeConfig:
     """Bytes of a reply's HTTP body read at most: a larger body is not read further and the call fails
     (``judge_error``), the beginning of the body kept on it. 1 MiB is over 30 times what 8192 tokens
     of text take."""
-    retry_invalid: bool = False
+    retry_invalid: bool = option(
+        False,
+        flags="--retry-invalid",
+        help=(
+            "Ask again, with a fresh call, wherever the LLM cache holds a reply that fails validation (the "
+            "new reply replaces it). With --resume, this is how items unscored judge_invalid get new replies."
+        ),
+    )
     """Ask again with a fresh call when the cache holds a reply that fails validation (the new reply
     replaces the cached one); without it, a rerun reads the same invalid reply from the cache."""
     reask: int = 1
     """How many times an invalid reply is re-asked before the item is unscored ``judge_error``."""
-    cache_dir: Path | None = field(default_factory=default_cache_dir)
+    cache_dir: Path | None = option(
+        factory=default_cache_dir,
+        flags="--cache-dir",
+        unset=None,
+        help="LLM cache folder (default: ~/.cache/rose-sql).",
+    )
     """Content-addressed cache of every call; None disables it (``--no-cache``)."""
-    budget_usd: float | None = None
+    budget_usd: float | None = option(
+        None,
+        flags="--budget",
+        min=0,
+        min_open=True,
+        help=(
+            "USD the LLM calls may cost at most: each call's worst case is reserved before it is sent, and a "
+            "call that no longer fits is not made (its item: budget_exhausted). Needs a price for the model."
+        ),
+    )
     """Stop starting new calls once this much was spent (remaining items: ``budget_exhausted``)."""
-    prices_path: Path | None = None
+    prices_path: Path | None = option(None, flags="--prices", help="JSON price table to extend the bundled one.")
     """Extra price table (JSON: model -> {input, output} USD per million tokens)."""
-    matched_refuter: MatchedRefuter = "evidence"
+    matched_refuter: MatchedRefuter = option(
+        "evidence",
+        flags="--matched-refuter",
+        help="When results match: ask the Refuter always, only on doubtful evidence, never.",
+    )
     """When results match: always ask the Refuter (the paper), only when evidence questions the match, never."""
-    policy: Policy = "rose"
+    policy: Policy = option(
+        "rose",
+        flags="--policy",
+        help="'paper' reproduces the ROSE paper's flow exactly (Refuter on every matching result).",
+    )
     """``paper`` reproduces the paper's flow exactly (implies matched_refuter=always)."""
     small_schema_chars: int = 12_000
     """The judges see the whole schema when its text is at most this long; else the tables the two
@@ -97,32 +209,112 @@ class JudgeConfig:
     """Rows of each query result the judges see (with the total row count)."""
     cell_chars: int = 200
     """Text cells of a result longer than this are cut for the judges (and the cut is said)."""
-    structured: Structured = "auto"
+    structured: Structured = option(
+        "auto",
+        flags="--judge-structured",
+        help=(
+            "Ask for the judges' replies as a JSON schema (response_format): auto tries it and falls back to "
+            "plain replies where the endpoint refuses it; on insists; off never sends it."
+        ),
+    )
     """Ask for the replies as a JSON schema: ``auto`` tries it and falls back to parsing plain text where
     the endpoint refuses it (remembered for the client's life), ``on`` insists, ``off`` never sends it."""
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = option(
+        factory=dict,
+        flags=("--judge-option", "judge_options"),
+        metavar="KEY=VALUE",
+        multiple=True,
+        check="rose_sql.judges.llm:parse_option",
+        help=(
+            "A provider parameter sent as it is in each request body (repeatable; VALUE is JSON when it "
+            "parses, else a string; the string $schema stands for the reply's JSON schema): top_k=20, "
+            "guided_json=$schema, 'chat_template_kwargs={\"enable_thinking\": false}'. Part of the cache key "
+            "and the manifest."
+        ),
+    )
     """Provider parameters sent as they are in the request body (``--judge-option KEY=VALUE``: top_k,
     guided_json, chat_template_kwargs...); a value ``"$schema"`` anywhere in them becomes the reply's JSON
     schema. Part of the cache key and the manifest."""
-    reasoning_effort: ReasoningEffort | None = None
+    reasoning_effort: ReasoningEffort | None = option(
+        None,
+        flags="--reasoning-effort",
+        help="reasoning_effort sent to reasoning models (OpenAI's o-series and gpt-5, and endpoints that take it).",
+    )
     """``reasoning_effort`` for reasoning models (o-series, gpt-5, and endpoints that take it); None sends none."""
 
-    samples: int = 1
+    samples: int = option(
+        1,
+        flags="--samples",
+        min=1,
+        help=(
+            "Replies per judge model and stage, at --samples-temperature with seeds seed+0..K-1 (each its "
+            "own cache entry); the stage's verdict is their majority, a tie failing the prediction, and the "
+            "share of votes agreeing with it is recorded as the stage's confidence. 1: one reply at "
+            "temperature 0, as without it."
+        ),
+    )
     """Replies asked of each judge model per stage (``--samples``); the stage's verdict is their majority."""
-    samples_temperature: float = 0.7
+    samples_temperature: float = option(
+        0.7, flags="--samples-temperature", min=0, help="Sampling temperature of the replies when --samples is above 1."
+    )
     """The temperature of the samples when ``samples`` > 1 (with one sample, ``temperature`` stays)."""
-    panel: tuple[str, ...] = ()
+    panel: tuple[str, ...] = option(
+        (),
+        flags="--panel",
+        metavar="M1,M2,...",
+        unset=None,
+        check="rose_sql.cli.run:check_panel",
+        help=(
+            "Judge models that vote together at each stage (their majority decides), after --judge-model "
+            "when it is given; MODEL=URL gives one model its own endpoint. Each model's verdict is on the "
+            "record."
+        ),
+    )
     """Judge models that vote together (``--panel``; ``model`` is the first); ``MODEL=URL`` gives a model
     its own endpoint. Empty or one model: no panel."""
-    escalate_to: str | None = None
+    escalate_to: str | None = option(
+        None,
+        flags="--escalate-to",
+        metavar="STRONG_MODEL",
+        help=(
+            "Cheap first: --judge-model (the cheap one) judges every stage; STRONG_MODEL is asked, and "
+            "decides, only where the cheap votes split or are unsure (--escalate-below), fail a matching "
+            "result, pass a match a witness separates, or flag GoldX/AmbQ. Why an item escalated is on its "
+            "record."
+        ),
+    )
     """The strong model of the cheap-first policy (``--escalate-to``): asked only where ``model``'s
     votes are unsure, disagree with the deterministic evidence, or flag GoldX/AmbQ."""
-    escalate_below: float = 0.75
+    escalate_below: float = option(
+        0.75,
+        flags="--escalate-below",
+        min=0,
+        max=1,
+        help=(
+            "Escalate a stage whose confidence (share of agreeing votes, or the confidence a reply states) "
+            "is below this."
+        ),
+    )
     """A stage whose confidence (the share of votes agreeing with the majority, or a lower confidence the
     replies state) is below this escalates."""
-    aggregate: Aggregate = "majority"
+    aggregate: Aggregate = option(
+        "majority",
+        flags="--aggregate",
+        choices=("majority", "unanimous", "any-fail"),
+        help=(
+            "How a stage's votes decide: majority (a tie fails the prediction), unanimous (a split is "
+            "unscored judges_split), any-fail. An escalated stage counts the --escalate-to model's votes. "
+            "rose replay --aggregate re-decides stored votes under another rule (strong-only too)."
+        ),
+    )
     """How a stage's votes become its verdict: ``majority`` (ties fail the prediction), ``unanimous``
     (a split leaves the item unscored ``judges_split``), ``any-fail``, ``strong-only``."""
+
+    def __post_init__(self) -> None:
+        if any(not m.strip().partition("=")[0].strip() for m in self.panel):
+            raise UsageError(f"panel {self.panel!r}: name a model in each entry (MODEL or MODEL=URL)")
+        if self.samples < 1 or not 0 <= self.escalate_below <= 1:
+            raise UsageError("samples must be at least 1 and escalate_below between 0 and 1")
 
     @property
     def votes(self) -> bool:
@@ -192,9 +384,26 @@ class Subset:
     the first ``limit`` items in input order, or the items whose ids ``ids`` lists, in its order (see
     :func:`rose_sql.subset.select`). Recorded in the manifest; a resumption with another is refused."""
 
-    limit: int | None = None
+    limit: int | None = option(
+        None,
+        flags="--limit",
+        min=1,
+        help=(
+            "Evaluate only the first N items of each prediction file, in input order (a subset: its headline "
+            "and summary.json say so, and the items outside it are not counted, not even as missing "
+            "predictions)."
+        ),
+    )
     """The first N items of each input, in its order."""
-    ids: Path | None = None
+    ids: Path | None = option(
+        None,
+        flags=("--ids", "ids_file"),
+        help=(
+            "Evaluate only the items whose ids FILE lists, one per line, in its order (blank lines and # "
+            "comments skipped; an unknown or repeated id is refused). A subset, as with --limit (with both: "
+            "the first N of them)."
+        ),
+    )
     """A file of item ids, one per line (blank lines and lines starting with ``#`` skipped)."""
 
 
@@ -202,12 +411,42 @@ class Subset:
 class Config:
     """Everything that changes how items are executed, compared and recorded."""
 
-    max_steps: int = MAX_STEPS
+    max_steps: int = option(
+        MAX_STEPS,
+        score=True,
+        flags="--max-steps",
+        min=1000,
+        help=(
+            "SQLite steps one query may take; past them it is a timeout (a prediction scores 0). The same on "
+            "every machine: about 4-50 s of one core on a typical machine."
+        ),
+    )
     """SQLite virtual-machine steps one query may take; past them it is stopped as a ``timeout`` (a
     prediction scores 0, a gold is ``gold_error``). Deterministic: the same on every machine and at any
     load, for a given SQLite version. About 4-50 s of one core on a typical machine (measured at
     20-280 million steps a second depending on the query)."""
-    timeout_s: float = 60.0
+    count_past_cap_steps: int = scores(100_000_000)
+    """After truncation, keep stepping (without storing) up to this many steps to count the total rows."""
+    evidence_max_steps: int = option(
+        SHORT_MAX_STEPS,
+        score=True,
+        flags="--evidence-steps",
+        min=1000,
+        help="SQLite steps of evidence search per item (deterministic; about 1-10 s of one core).",
+    )
+    """SQLite steps all the statements of one item's evidence search may take together (about 1-10 s of
+    one core on a typical machine). Deterministic: the search finds the same on every machine."""
+    timeout_s: float = option(
+        60.0,
+        flags="--timeout",
+        min=0,
+        min_open=True,
+        help=(
+            "Wall-clock guard, in seconds, for one query: past it the query is stopped and the item left "
+            "unscored (wall_guard, retried by --resume), never scored. On PostgreSQL, MySQL and DuckDB (no "
+            "step counter) it is the engine's own time limit."
+        ),
+    )
     """Wall-clock guard for one query: a query still running after it is stopped (inside SQLite, or by
     stopping its worker process when SQLite cannot interrupt the call), and its item is unscored
     ``wall_guard``, never scored: retried by ``--resume``. A guard against runaways, never a verdict."""
@@ -215,13 +454,19 @@ class Config:
     """Wall-clock limit of one query on PostgreSQL, MySQL/MariaDB and DuckDB, enforced by the engine
     (``statement_timeout``, ``max_statement_time``, an interrupt): they have no step counter, so a query
     stopped by it leaves its item unscored (``wall_guard``, retried by ``--resume``), never 0. None: ``timeout_s``."""
-    max_rows: int = 100_000
+    max_rows: int = option(
+        100_000,
+        score=True,
+        flags="--max-rows",
+        min=1,
+        help="Rows kept per result; larger results are marked truncated.",
+    )
     """Rows kept per result; past it the result is marked ``truncated`` (rows are still counted)."""
-    max_result_bytes: int = 64 * 2**20
+    max_result_bytes: int = scores(64 * 2**20)
     """Approximate bytes of cell data kept per result; past it the result is truncated."""
-    max_value_bytes: int = 16 * 2**20
+    max_value_bytes: int = scores(16 * 2**20)
     """SQLite's limit on one string or blob (SQLITE_LIMIT_LENGTH): stops ``randomblob`` giants."""
-    max_sql_chars: int = 200_000
+    max_sql_chars: int = scores(200_000)
     """Longer SQL is rejected before it reaches a parser."""
     engine_memory_bytes: int = 2 * 2**30
     """The memory an engine may take in each worker process: SQLite's hard heap limit (``PRAGMA
@@ -241,37 +486,64 @@ class Config:
     ``RLIMIT_DATA`` (:func:`rose_sql.workers.limit_memory`). A statement that reaches either is stopped as
     one past the heap limit (``timeout``, ``limit: memory``); an item whose Python side does fails, never
     the machine."""
-    count_past_cap_steps: int = 100_000_000
-    """After truncation, keep stepping (without storing) up to this many steps to count the total rows."""
     schema_max_steps: int = 200_000_000
     """SQLite steps that reading the example values of a database's columns may take in all (the judges
     see them): the columns are sampled in the catalogue's order, and those past the budget are shown
     without examples, the same on every machine."""
-    float_digits: int = 12
+    float_digits: int = scores(12)
     """Numbers are compared after rounding to this many significant digits (int 1 == float 1.0)."""
-    workers: int = field(default_factory=default_workers)
+    workers: int = option(
+        factory=default_workers,
+        flags="--workers",
+        min=1,
+        unset=None,
+        help="Worker processes for the deterministic stages (default: one per core).",
+    )
     """Processes running the deterministic stages (1: in this process); the judges are async."""
     cache_cells: int = 20_000_000
     """Cells of query results kept in the in-process execution cache (LRU beyond it)."""
-    evidence: bool = True
+    evidence: bool = option(
+        True,
+        score=True,
+        flags="--evidence/--no-evidence",
+        unset=None,
+        help=(
+            "Search witness databases, distinguishing rows and gold smells (default: on when a judge is "
+            "configured, since the judges read it)."
+        ),
+    )
     """Search for witnesses, distinguishing rows and gold smells (rose_sql.evidence)."""
-    evidence_max_steps: int = SHORT_MAX_STEPS
-    """SQLite steps all the statements of one item's evidence search may take together (about 1-10 s of
-    one core on a typical machine). Deterministic: the search finds the same on every machine."""
-    evidence_budget_s: float = 30.0
+    evidence_budget_s: float = option(
+        30.0,
+        flags="--evidence-budget",
+        min=0,
+        min_open=True,
+        help="Wall-clock guard, in seconds, of one item's evidence search (past it a judged item is left unscored).",
+    )
     """Wall-clock guard of one item's evidence: past it the search stops, the evidence says so
     (``guard``), and an item whose judges would read it is unscored ``wall_guard``."""
-    evidence_max_candidates: int = 80
+    evidence_max_candidates: int = scores(80)
     """Witness candidates tried at most per item (keeps fast databases fast)."""
     evidence_column_work: int = COLUMN_WORK
     """Units of the comparator's column search that one item's witness search may spend over all its
     candidates (:data:`COLUMN_WORK`, counted, never timed): past it the search stops (``budget``), the
     same on every machine, long before the wall-clock guard could decide it."""
-    evidence_max_db_bytes: int = 256 * 2**20
+    evidence_max_db_bytes: int = scores(256 * 2**20)
     """Larger databases are not copied for a witness search."""
     evidence_result_rows: int = 10
     """Rows of each result on a witness database kept in the record (and shown to the judges)."""
-    evidence_scratch: str | None = None
+    evidence_scratch: str | None = option(
+        None,
+        flags="--evidence-scratch",
+        metavar="URL",
+        check="rose_sql.engines.spaces.scratch:check_url",
+        help=(
+            "PostgreSQL or MySQL/MariaDB server (and a role that may create databases) where the witness "
+            "search makes, and drops, a scratch database per worker holding copies of the tables the queries "
+            "read; never the --db database. Without it there is no witness search on those servers (the "
+            "evidence says so)."
+        ),
+    )
     """A PostgreSQL or MySQL/MariaDB URL where rose may create (and drops) a scratch database per worker for
     the witness search on those engines, into which the tables the queries read are copied; None: no
     witness search there (the evidence says why). Never the user's database."""
@@ -355,25 +627,47 @@ class RewardConfig:
     syntax: bool = True
     """Compute the syntax reward; False skips parsing and tree edit distance and weighs execution
     alone (alpha = 0, beta = 1): the cheapest reward, for when only results matter."""
-    schedule: Schedule = "linear"
+    schedule: Schedule = option(
+        "linear",
+        flags="--schedule",
+        help="How the syntax weight moves from --alpha-start to --alpha-end over --total-steps.",
+    )
     """How alpha (the syntax weight) moves from ``alpha_start`` to ``alpha_end``; constant keeps alpha_start."""
-    alpha_start: float = 0.6
+    alpha_start: float = option(0.6, flags="--alpha-start", help="Syntax weight at step 0.")
     """Syntax weight at step 0 (syntax-heavy); beta = 1 - alpha weighs execution."""
-    alpha_end: float = 0.1
+    alpha_end: float = option(0.1, flags="--alpha-end", help="Syntax weight at the end.")
     """Syntax weight from ``total_steps`` on, and when no step is known (execution-heavy)."""
-    total_steps: int = 1000
+    total_steps: int = option(1000, flags="--total-steps", help="Steps of the schedule.")
     """Training steps over which the schedule moves."""
     clause_cap: float = 0.3
     """The clause part of the total may be at most this share of the total (none when the rest is <= 0)."""
     unscored: float = 0.0
     """What adapters that need a number (verl, OpenRLHF) give an unscored item; TRL gets None."""
-    max_steps: int = SHORT_MAX_STEPS
+    max_steps: int = option(
+        SHORT_MAX_STEPS,
+        flags="--max-steps",
+        min=1000,
+        help=(
+            "SQLite steps one predicted query may take; past them it gets the timeout reward. The same on "
+            "every machine (about 1-10 s of one core)."
+        ),
+    )
     """SQLite virtual-machine steps one predicted query may take; past them it is stopped and gets the
     ``timeout`` reward. Deterministic: the same on every machine and at any load (about 1-10 s of one
     core on a typical machine)."""
     gold_max_steps: int = 3_000_000_000
     """The same for a gold query (run once, then cached); past it the item is ``gold_error``."""
-    timeout_s: float = 15.0
+    timeout_s: float = option(
+        15.0,
+        flags="--timeout",
+        min=0,
+        min_open=True,
+        help=(
+            "Wall-clock guard, in seconds, of one predicted query (at most half of --deadline): past it the "
+            "query is stopped, its worker process too if SQLite cannot interrupt it, and the item is "
+            "unscored (wall_guard)."
+        ),
+    )
     """Wall-clock guard of one predicted query, far behind its step budget: past it the query is stopped
     inside SQLite, or, inside a call SQLite cannot interrupt, by stopping its worker process 5 s later
     (:data:`GUARD_MARGIN_S`). Its item is unscored ``wall_guard``: wall time never decides
@@ -386,11 +680,22 @@ class RewardConfig:
     """Longer extracted SQL is rejected (reward ``error``)."""
     float_digits: int = 12
     """Numbers compare after rounding to this many significant digits."""
-    processes: int = field(default_factory=default_reward_processes)
+    processes: int = option(
+        factory=default_reward_processes,
+        flags="--workers",
+        min=1,
+        help="Worker processes running the queries and scores (one per core, at most 8).",
+    )
     """Worker processes running the queries, comparisons and syntax scores (at least 1: a query can only
     be stopped for sure in a process of its own). A batch goes to them in balanced chunks, a question's
     completions together, and each keeps its own caches. One per core by default, at most 8."""
-    workers: int = 2
+    workers: int = option(
+        2,
+        flags="--query-threads",
+        min=1,
+        max=MAX_QUERY_THREADS,
+        help="Threads running queries in each worker process (they join only while queries are slow).",
+    )
     """Query threads of each worker process at most (1 to 16); SQLite releases the GIL while a query runs."""
     slow_query_s: float = 0.02
     """One thread runs a chunk's queries in turn; when every running query has taken this long,
@@ -452,26 +757,47 @@ class ServeConfig:
     db_root: Source
     """A folder holding ``<db_id>/<db_id>.sqlite`` (labels cannot name files outside it), or the URL of
     another engine's databases (labels name a db_id)."""
-    host: str = "127.0.0.1"
+    host: str = option("127.0.0.1", flags="--host", help="Address to bind (loopback by default).")
     """Address to bind (loopback by default)."""
-    port: int = 5000
+    port: int = option(5000, flags="--port", help="TCP port (0: any free one).")
     """TCP port (0 picks a free one)."""
-    deadline_s: float = 30.0
+    deadline_s: float = option(
+        30.0,
+        flags="--deadline",
+        min=0,
+        min_open=True,
+        help=(
+            "Seconds within which every request is answered once its body is in; items not scored by then "
+            "are unscored with the reason, the others of the request scored."
+        ),
+    )
     """Every request is answered within this after its body arrived; an item not scored by then is
     unscored (``wall_guard``) with the reason, the others of the request are scored. No chunk of a
     request starts queries for more than half of it, and both wall guards of ``reward`` are capped at
     half of it, so a request that comes later waits for a worker at most about that long."""
-    header_timeout_s: float = 10.0
+    header_timeout_s: float = option(
+        10.0,
+        flags="--header-timeout",
+        min=0,
+        min_open=True,
+        help="Seconds a request's head may take to arrive; idle kept-alive connections are closed after it.",
+    )
     """A request's head (request line and headers) must arrive within this, counted from when the server
     starts waiting for it; a kept-alive connection idle that long is closed."""
-    body_timeout_s: float = 60.0
+    body_timeout_s: float = option(
+        60.0,
+        flags="--body-timeout",
+        min=0,
+        min_open=True,
+        help="Seconds a request's whole body may take to arrive, whatever the pace (408 past it).",
+    )
     """A request's whole body must arrive within this after its head, whatever the pace (408 past it);
     the answer must be taken by the client within it too."""
     max_head_bytes: int = 16 * 2**10
     """Larger request heads are refused (431)."""
     max_body_bytes: int = 32 * 2**20
     """Larger request bodies are refused (413), before they are read."""
-    max_items: int = 4096
+    max_items: int = option(4096, flags="--max-items", min=1, help="Completions one request may hold (413 beyond).")
     """Completions one request may hold (413 beyond)."""
     max_json_values: int = 500_000
     """JSON values (strings, numbers, arrays, objects) one body may hold, counted before it is decoded
@@ -479,7 +805,12 @@ class ServeConfig:
     max_pending_bytes: int = 128 * 2**20
     """Request bodies held at once, from their head until their answer (503 with ``Retry-After``
     beyond): bounds the memory of many bodies streamed in slowly."""
-    max_connections: int = 256
+    max_connections: int = option(
+        256,
+        flags="--max-connections",
+        min=1,
+        help="Open connections at once; past it new ones are answered 503 with Retry-After (health checks still 200).",
+    )
     """Open connections at once. Past it a new connection has 1 s to send its head and is answered 503
     with ``Retry-After`` (a health check still gets its answer), then closed; past five times it, a
     connection is answered 503 and closed unread."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rose_sql.checks import check_config
 from rose_sql.compare import Comparison, compare
 from rose_sql.config import Config, MatchedRefuter
 from rose_sql.decide import Decision, Facts, JudgeOutcome, Step, decide, walk
@@ -403,6 +404,7 @@ def evaluate_items(items: Sequence[Item], source: Source, config: Config | None 
     """
     as_source(source)
     config = config or Config()
+    check_config(config, items)  # the cross-option rules rose run keeps, with its messages
     with Pool(max(1, min(config.workers, len(items))), init_worker, config) as pool:  # forked while one thread
         return asyncio.run(_evaluate_items(items, source, config, pool))
 

@@ -19,13 +19,13 @@ import json
 import platform
 import sqlite3
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rose_sql.config import Config, JudgeConfig
+from rose_sql.config import Config, JudgeConfig, score_fields, scores
 from rose_sql.engines import Source
 from rose_sql.engines.base import Fingerprint
 from rose_sql.items import Loaded
@@ -36,86 +36,59 @@ if TYPE_CHECKING:
 MANIFEST_VERSION = 1
 _EDGE = 2**20
 
-SCORE_OPTIONS = (
-    "max_steps",
-    "count_past_cap_steps",
-    "evidence_max_steps",
-    "max_rows",
-    "max_result_bytes",
-    "max_value_bytes",
-    "max_sql_chars",
-    "float_digits",
-    "evidence",
-    "evidence_max_candidates",
-    "evidence_max_db_bytes",
-)
-"""Config fields that can change a record's score, readings or evidence (compared on resume)."""
-JUDGE_OPTIONS = (
-    "model",
-    "temperature",
-    "seed",
-    "max_tokens",
-    "reask",
-    "policy",
-    "matched_refuter",
-    "prompts",
-    "small_schema_chars",
-    "examples_per_column",
-    "result_rows",
-    "cell_chars",
-    "fence",
-    "options",
-    "reasoning_effort",
-    "votes",
-    "replies",
-)
-"""Judge settings that can change a score (what the judges are asked, and how): a resume with other
-values is refused."""
+SCORE_OPTIONS = score_fields(Config)
+"""Config fields that can change a record's score, readings or evidence (compared on resume): those whose
+declaration says so (``score=True``, :func:`rose_sql.config.option`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class JudgeInfo:
     """What identifies the judge that produced the scores (no secrets)."""
 
-    model: str
+    model: str = field(metadata={"score": True})
     """The judge model."""
     base_url: str | None = None
     """The endpoint (None: the SDK's default, ``$OPENAI_BASE_URL`` or OpenAI)."""
-    temperature: float | None = None
-    seed: int | None = None
-    max_tokens: int | None = None
-    policy: str | None = None
+    temperature: float | None = scores(None)
+    seed: int | None = scores(None)
+    max_tokens: int | None = scores(None)
+    policy: str | None = scores(None)
     """``rose`` or ``paper`` (or how imported judgements were decided)."""
-    matched_refuter: str | None = None
+    matched_refuter: str | None = scores(None)
     """The matched-results policy in effect."""
-    reask: int | None = None
-    prompts: dict[str, str] | None = None
+    reask: int | None = scores(None)
+    prompts: dict[str, str] | None = scores(None)
     """Digests of the system prompts (None for imported judgements)."""
-    small_schema_chars: int | None = None
+    small_schema_chars: int | None = scores(None)
     """The judges see the whole schema up to this size (else the tables the queries touch)."""
-    examples_per_column: int | None = None
+    examples_per_column: int | None = scores(None)
     """Example values shown per column."""
-    result_rows: int | None = None
+    result_rows: int | None = scores(None)
     """Rows of each result shown."""
-    cell_chars: int | None = None
+    cell_chars: int | None = scores(None)
     """Characters of a cell shown."""
-    fence: str | None = None
+    fence: str | None = scores(None)
     """A digest of the fence secret (``fence.key`` in the cache folder): it decides the markers around
     everything fenced in the prompts, so runs that must ask the very same prompts share it."""
     provider: str | None = None
     """Where the judgements came from, when not from an endpoint of this run (``imported: ...``)."""
-    options: dict[str, Any] | None = None
+    options: dict[str, Any] | None = scores(None)
     """Provider parameters passed through (``--judge-option``); None without any."""
-    reasoning_effort: str | None = None
+    reasoning_effort: str | None = scores(None)
     """``--reasoning-effort``, when given."""
     structured: str | None = None
     """``--judge-structured``: whether replies were asked as a JSON schema (each call records what was used)."""
-    votes: str | None = None
+    votes: str | None = scores(None)
     """How stages vote (samples, panel, the model escalated to, the rule), when they do; None: one reply
     decides each stage."""
-    replies: str | None = None
+    replies: str | None = scores(None)
     """How verdicts are read from the replies (:data:`rose_sql.judges.replies.READING`); None: by the
     rule before it (any verdict-shaped object, fences first), so such a run cannot be resumed now."""
+
+
+JUDGE_OPTIONS = score_fields(JudgeInfo)
+"""Judge settings that can change a score (what the judges are asked, and how), marked on
+:class:`JudgeInfo`'s fields: a resume with other values is refused."""
 
 
 def judge_info(config: Config | None) -> JudgeInfo | None:

@@ -11,9 +11,11 @@ from rich.table import Table
 
 from rose_sql.__version__ import __version__
 from rose_sql.accounting import UNDEFINED, left_out_lines
-from rose_sql.analysis.runs import PARTIAL_HELP, Run, load_runs
+from rose_sql.analysis.runs import PARTIAL_HELP
 from rose_sql.analysis.systems import READING_NAMES, SUBSETS, Headline, SystemRow, ordered_difficulties
+from rose_sql.cli.common import all_runs
 from rose_sql.cli.main import PATH, console, err, fail
+from rose_sql.cli.options import json_file_option, out_option
 from rose_sql.cli.tables import name_column, number_columns, show
 from rose_sql.errors import RoseError, UsageError
 
@@ -123,7 +125,7 @@ def notes(rows: Sequence[SystemRow]) -> list[str]:
 @click.argument("runs", nargs=-1, required=True, type=PATH)
 @click.option("--reading", type=click.Choice(READINGS), default="bird_ex", show_default=True, help="Which EX.")
 @click.option("--csv", "csv_out", type=PATH, help="Also write the table as CSV here.")
-@click.option("--json", "json_out", type=PATH, help="Also write the table as JSON here.")
+@json_file_option("Also write the table as JSON here.")
 def compare_cmd(runs: tuple[Path, ...], reading: str, csv_out: Path | None, json_out: Path | None) -> None:
     """Re-evaluation table across systems: the official readings and ROSE, then EX vs ROSE.
 
@@ -143,7 +145,7 @@ def compare_cmd(runs: tuple[Path, ...], reading: str, csv_out: Path | None, json
     from rose_sql.analysis.systems import leaderboard, to_csv, to_json
 
     try:
-        rows = leaderboard(_runs(runs), reading)
+        rows = leaderboard(all_runs(runs), reading)
     except RoseError as e:
         fail(e)
     for table in rich_tables(rows, reading):
@@ -157,15 +159,10 @@ def compare_cmd(runs: tuple[Path, ...], reading: str, csv_out: Path | None, json
             console.print(f"wrote {path}", highlight=False)
 
 
-def _runs(paths: Sequence[Path]) -> list[Run]:
-    """Every run the paths name, an output folder of `rose run` giving each system in it."""
-    return [run for p in paths for run in load_runs(p)]
-
-
 @click.command("report")
 @click.argument("runs", nargs=-1, required=True, type=PATH)
 @click.option("--compare", "several", is_flag=True, help="Compare several runs on one page.")
-@click.option("--out", type=PATH, help="HTML file (default: RUN/report.html, or rose-compare.html).")
+@out_option("HTML file (default: RUN/report.html, or rose-compare.html).", required=False)
 @click.option("--reading", type=click.Choice(READINGS), default="bird_ex", show_default=True, help="Which EX.")
 def report_cmd(runs: tuple[Path, ...], several: bool, out: Path | None, reading: str) -> None:
     """Write a self-contained HTML report: the official readings and ROSE, charts (EX vs ROSE, gap by
@@ -188,7 +185,7 @@ def report_cmd(runs: tuple[Path, ...], several: bool, out: Path | None, reading:
     try:
         if len(runs) > 1 and not several:
             raise UsageError("several runs: pass --compare to put them on one page")
-        loaded = _runs(runs)
+        loaded = all_runs(runs)
         if len({r.name for r in loaded}) != len(loaded):
             raise UsageError("two runs share a name; the report tells systems apart by folder name")
         default = runs[0] / "report.html" if len(runs) == 1 and runs[0].is_dir() else Path("rose-compare.html")
@@ -203,7 +200,7 @@ def report_cmd(runs: tuple[Path, ...], several: bool, out: Path | None, reading:
 
 @click.command("audit")
 @click.argument("runs", nargs=-1, required=True, type=PATH)
-@click.option("--out", required=True, type=PATH, help="Folder for audit.jsonl and audit.csv.")
+@out_option("Folder for audit.jsonl and audit.csv.")
 def audit_cmd(runs: tuple[Path, ...], out: Path) -> None:
     """Export every item flagged GoldX or AmbQ, or with a gold smell, with evidence and reasoning.
 
@@ -217,7 +214,7 @@ def audit_cmd(runs: tuple[Path, ...], out: Path) -> None:
     from rose_sql.analysis.audit import audit_rows, write_audit
 
     try:
-        rows = audit_rows(_runs(runs))
+        rows = audit_rows(all_runs(runs))
     except RoseError as e:
         fail(e)
     jsonl, csv_path = write_audit(rows, out)

@@ -20,16 +20,10 @@ from rose_sql.analysis.agree import BOOTSTRAP_SEED, agree, pair_runs
 from rose_sql.analysis.calibrate import Part, describe, labelled_source, rose_vec_sources, select, write_part
 from rose_sql.analysis.judge_card import JudgeCard
 from rose_sql.analysis.labels import LabelSet, load_labels, with_tags
-from rose_sql.cli.calibration import (
-    _bootstrap_opt,
-    _policy,
-    _runs,
-    _unscored_opt,
-    _warn,
-    card_line,
-    print_agreement,
-)
-from rose_sql.cli.main import PATH, console, fail
+from rose_sql.cli.calibration import card_line, print_agreement
+from rose_sql.cli.common import bootstrap_option, one_run_each, unscored_option, unscored_policy
+from rose_sql.cli.main import PATH, console, fail, warn
+from rose_sql.cli.options import out_option
 from rose_sql.cli.run import databases, run_cmd
 from rose_sql.config import Config
 from rose_sql.errors import RoseError, UsageError
@@ -52,16 +46,14 @@ RUN_OPTIONS = [p for p in run_cmd.params if p.name not in NOT_FORWARDED]
     help="A labelled set in ROSE-VEC's format, e.g. rose review's export <project>.json (GoldX / AmbQ id lists "
     "beside it are read too).",
 )
-@click.option(
-    "--out", required=True, type=PATH, help="Calibration folder: the items kept, the runs and the judge card."
-)
+@out_option("Calibration folder: the items kept, the runs and the judge card.")
 @click.option("--card", "old_card", type=PATH, help="The current judge's card: apply the upgrade rule against it.")
 @click.option(
     "--validation-set", help="Name of the validation set on the card (default: ROSE-VEC, or the labels file's stem)."
 )
 @click.option("--date", help="The judge's month on the card, YYYY-MM (default: this month).")
-@_unscored_opt
-@_bootstrap_opt
+@unscored_option
+@bootstrap_option
 @click.pass_context
 def calibrate_cmd(
     ctx: click.Context,
@@ -159,13 +151,15 @@ def _card(
     from rose_sql.analysis.judge_card import build_card, load_card, upgrade
 
     try:
-        runs = _runs([out / "runs" / s.name for s in sets])
-        result = agree(pair_runs(runs, sets), unscored=_policy(unscored), resamples=bootstrap, seed=BOOTSTRAP_SEED)
+        runs = one_run_each([out / "runs" / s.name for s in sets])
+        result = agree(
+            pair_runs(runs, sets), unscored=unscored_policy(unscored), resamples=bootstrap, seed=BOOTSTRAP_SEED
+        )
         card = build_card(runs, sets, result, validation_set=validation_set, date=date, version=__version__)
         old = load_card(old_card) if old_card is not None else None
     except RoseError as e:
         fail(e)
-    _warn(result.warnings)
+    warn(result.warnings)
     print_agreement(result)
     path = out / f"{card.name}.json"
     path.write_text(json.dumps(card.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -15,12 +15,10 @@ from rich.table import Table
 
 from rose_sql.__version__ import __version__
 from rose_sql.analysis.agree import (
-    BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
     Agreement,
     FlagAgreement,
     Report,
-    UnscoredPolicy,
     agree,
     pair_runs,
     pairing_warnings,
@@ -28,8 +26,9 @@ from rose_sql.analysis.agree import (
 from rose_sql.analysis.judge_card import JudgeCard
 from rose_sql.analysis.labels import Flag, LabelSet, load_labels, reviewed_only, with_tags
 from rose_sql.analysis.replay import MEANING, VARIANTS, Variant, replay_table
-from rose_sql.analysis.runs import Run, load_runs
-from rose_sql.cli.main import PATH, console, err, fail
+from rose_sql.cli.common import bootstrap_option, one_run_each, unscored_option, unscored_policy
+from rose_sql.cli.main import PATH, console, err, fail, warn
+from rose_sql.cli.options import json_flag, out_option
 from rose_sql.cli.tables import name_column, number_columns, show
 from rose_sql.config import Aggregate
 from rose_sql.errors import RoseError, UsageError
@@ -79,18 +78,8 @@ _goldx_opt = click.option(
 _ambq_opt = click.option(
     "--ambq-ids", multiple=True, metavar="[SUBSET=]FILE", help="The experts' AmbQ ids, as --goldx-ids."
 )
-_unscored_opt = click.option(
-    "--unscored",
-    type=click.Choice(["exclude", "wrong"]),
-    default="exclude",
-    show_default=True,
-    help="Unscored items: left out of the metrics (and counted), or counted as judged incorrect.",
-)
 _reviewed_opt = click.option(
     "--reviewed-only", is_flag=True, help="Leave out items labelled without human review (ROSE-VEC's 'ex' items)."
-)
-_bootstrap_opt = click.option(
-    "--bootstrap", type=int, default=BOOTSTRAP_RESAMPLES, show_default=True, help="Bootstrap resamples (0: none)."
 )
 _seed_opt = click.option("--seed", type=int, default=BOOTSTRAP_SEED, show_default=True, help="Bootstrap seed.")
 
@@ -120,24 +109,6 @@ def _label_sets(labels: Sequence[Path], goldx: Sequence[str], ambq: Sequence[str
 
 def _fmt(x: Any) -> str:
     return "undefined" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)
-
-
-def _runs(paths: Sequence[Path]) -> list[Run]:
-    """One run per path, in order (they pair with the labels files): a system folder, records.jsonl or
-    scores file, or the --out folder of `rose run` when it holds a single system."""
-    out = []
-    for p in paths:
-        runs = load_runs(p)
-        if len(runs) > 1:
-            names = ", ".join(r.name for r in runs)
-            raise UsageError(f"{p} holds {len(runs)} systems ({names}): pass the folder of each, with its labels file")
-        out += runs
-    return out
-
-
-def _warn(lines: Sequence[str]) -> None:
-    for line in lines:
-        err.print(f"[yellow]warning:[/] {line}", highlight=False)
 
 
 def _ci(value: float | None, ci: list[float] | None) -> str:
@@ -205,11 +176,11 @@ def print_agreement(result: Report) -> None:
 @_labels_opt
 @_goldx_opt
 @_ambq_opt
-@_unscored_opt
+@unscored_option
 @_reviewed_opt
-@_bootstrap_opt
+@bootstrap_option
 @_seed_opt
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_flag("Print the result as JSON.")
 def agree_cmd(
     runs: tuple[Path, ...],
     labels: tuple[Path, ...],
@@ -238,19 +209,15 @@ def agree_cmd(
           --goldx-ids rose-vec-bird=gold_false_ids.json --json
     """
     try:
-        pairings = pair_runs(_runs(runs), _label_sets(labels, goldx_ids, ambq_ids, reviewed_only))
-        result = agree(pairings, unscored=_policy(unscored), resamples=bootstrap, seed=seed)
+        pairings = pair_runs(one_run_each(runs), _label_sets(labels, goldx_ids, ambq_ids, reviewed_only))
+        result = agree(pairings, unscored=unscored_policy(unscored), resamples=bootstrap, seed=seed)
     except RoseError as e:
         fail(e)
-    _warn(result.warnings)
+    warn(result.warnings)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
         print_agreement(result)
-
-
-def _policy(value: str) -> UnscoredPolicy:
-    return "wrong" if value == "wrong" else "exclude"
 
 
 def _variant(value: str) -> Variant:
@@ -267,7 +234,7 @@ POLICIES = "\n    ".join(f"  {v:<11} {MEANING[v]}" for v in VARIANTS)
 @click.command("import-rose")
 @click.argument("outputs", type=PATH)
 @click.option("--labels", required=True, type=PATH, help="The ROSE-VEC labels file of this part (gives db_id, ids).")
-@click.option("--out", required=True, type=PATH, help="Run folder to write records.jsonl and summary.json into.")
+@out_option("Run folder to write records.jsonl and summary.json into.")
 @click.option("--ex", "ex_dir", type=PATH, help="Their EX folder (default: <part>/decisive/EX when present).")
 @click.option("--difficulty", type=PATH, help="A JSON list with question_id and difficulty (e.g. BIRD dev.json).")
 @click.option("--model", help="Judge model name (default: the folder above OUTPUTS, e.g. o3).")
@@ -334,7 +301,7 @@ import_rose_cmd.help = (import_rose_cmd.help or "").replace("{policies}", POLICI
 @_labels_opt
 @_goldx_opt
 @_ambq_opt
-@_unscored_opt
+@unscored_option
 @_reviewed_opt
 @click.option(
     "--variants",
@@ -349,7 +316,7 @@ import_rose_cmd.help = (import_rose_cmd.help or "").replace("{policies}", POLICI
     help="Comma-separated aggregation rules to re-decide voting stages under, among majority, unanimous, any-fail, "
     "strong-only (runs made with --samples, --panel or --escalate-to); each policy is replayed under each rule.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+@json_flag("Print the table as JSON.")
 def replay_cmd(
     runs: tuple[Path, ...],
     labels: tuple[Path, ...],
@@ -383,13 +350,13 @@ def replay_cmd(
     try:
         chosen = [_variant(v.strip()) for v in variants.split(",") if v.strip()]
         rules = [_rule(a.strip()) for a in aggregates.split(",") if a.strip()]
-        loaded = _runs(runs)
+        loaded = one_run_each(runs)
         sets = _label_sets(labels, goldx_ids, ambq_ids, reviewed_only)
         warnings = pairing_warnings(pair_runs(loaded, sets))
-        table = replay_table(loaded, sets, chosen, _policy(unscored), rules)
+        table = replay_table(loaded, sets, chosen, unscored_policy(unscored), rules)
     except RoseError as e:
         fail(e)
-    _warn(warnings)
+    warn(warnings)
     if as_json:
         click.echo(json.dumps([asdict(row) for row in table], indent=2))
         return
@@ -433,13 +400,13 @@ replay_cmd.help = (replay_cmd.help or "").replace("{policies}", POLICIES)
 @_labels_opt
 @_goldx_opt
 @_ambq_opt
-@_unscored_opt
+@unscored_option
 @_reviewed_opt
-@_bootstrap_opt
+@bootstrap_option
 @_seed_opt
 @click.option("--validation-set", required=True, help="Name of the validation set (e.g. ROSE-VEC).")
 @click.option("--date", help="The judge's month, YYYY-MM (default: this month).")
-@click.option("--out", required=True, type=PATH, help="Where to write the card (JSON).")
+@out_option("Where to write the card (JSON).")
 def judge_card_cmd(
     runs: tuple[Path, ...],
     labels: tuple[Path, ...],
@@ -466,13 +433,13 @@ def judge_card_cmd(
     from rose_sql.analysis.judge_card import build_card
 
     try:
-        loaded = _runs(runs)
+        loaded = one_run_each(runs)
         sets = _label_sets(labels, goldx_ids, ambq_ids, reviewed_only)
-        result = agree(pair_runs(loaded, sets), unscored=_policy(unscored), resamples=bootstrap, seed=seed)
+        result = agree(pair_runs(loaded, sets), unscored=unscored_policy(unscored), resamples=bootstrap, seed=seed)
         card = build_card(loaded, sets, result, validation_set=validation_set, date=date, version=__version__)
     except RoseError as e:
         fail(e)
-    _warn(result.warnings)
+    warn(result.warnings)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(card.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     console.print(f"{card_line(card)} -> {out}", highlight=False)
@@ -490,7 +457,7 @@ def card_line(card: JudgeCard) -> str:
 @click.command("judge-compare")
 @click.argument("old", type=PATH)
 @click.argument("new", type=PATH)
-@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@json_flag("Print the verdict as JSON.")
 def judge_compare_cmd(old: Path, new: Path, as_json: bool) -> None:
     """Apply the upgrade rule: NEW replaces OLD only if better on kappa, accuracy, MCC and F1 at once.
 

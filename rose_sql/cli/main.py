@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -79,6 +80,12 @@ def fail(e: RoseError) -> NoReturn:
     """Print an error and exit with status 2 (unusable input or options)."""
     err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)  # the message's [brackets] are text
     sys.exit(2)
+
+
+def warn(lines: Sequence[str]) -> None:
+    """Print each line as a warning on standard error."""
+    for line in lines:
+        err.print(f"[yellow]warning:[/] {line}", highlight=False)
 
 
 def wide() -> Console:

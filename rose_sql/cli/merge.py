@@ -8,13 +8,14 @@ from pathlib import Path
 import click
 
 from rose_sql.cli.main import PATH, console, err, fail
+from rose_sql.cli.options import out_option
 from rose_sql.errors import RoseError
 from rose_sql.provenance import command_line
 
 
 @click.command("merge")
 @click.argument("shards", nargs=-1, required=True, type=PATH)
-@click.option("--out", required=True, type=PATH, help="Where the merged run goes: OUT/<name>/ for each system.")
+@out_option("Where the merged run goes: OUT/<name>/ for each system.")
 @click.option(
     "--allow-partial",
     is_flag=True,

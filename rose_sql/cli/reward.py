@@ -3,144 +3,57 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import get_args
+from typing import Any
 
 import click
 
 from rose_sql.cli.main import err, fail
-from rose_sql.config import MAX_QUERY_THREADS, Config, Schedule, ServeConfig
+from rose_sql.cli.options import POSITIVE, ordered, run_options, values_of
+from rose_sql.config import Config, RewardConfig, ServeConfig
 from rose_sql.engines import Source
 from rose_sql.errors import RoseError, UsageError
 
 _SERVE = ServeConfig(db_root=Source.folder("."))
 """Read for its defaults only (``--db-root`` has none)."""
 _REWARD = _SERVE.reward
-POSITIVE = click.FloatRange(min=0, min_open=True)
 MB = 2**20
 
+ORDER = (
+    *("db_root", "host", "port", "max_steps", "timeout", "deadline", "workers", "query_threads", "schedule"),
+    *("alpha_start", "alpha_end", "total_steps", "max_body_mb", "max_items", "max_connections", "header_timeout"),
+    *("body_timeout", "allow_privileged_login", "verbose"),
+)
+"""The order ``rose serve-reward --help`` lists its options in (the fields' options, and its own)."""
+_OWN: dict[str, click.Parameter] = {
+    "db_root": click.Option(
+        ["--db", "--db-root", "db_root"],
+        required=True,
+        help="Folder holding <db_id>/<db_id>.sqlite, or a URL (postgresql://, mysql://, duckdb://; see rose run --db).",
+    ),
+    "max_body_mb": click.Option(
+        ["--max-body-mb"],
+        type=POSITIVE,
+        default=_SERVE.max_body_bytes / MB,
+        show_default=True,
+        help="Largest request body, in MiB (413 beyond, before it is read).",
+    ),
+    "allow_privileged_login": click.Option(
+        ["--allow-privileged-login"],
+        is_flag=True,
+        help=(
+            "Serve with a --db login that may do more than read (see rose run --allow-privileged-login), "
+            "warned; without it such a login is refused (a URL with {db_id} is not checked: it names no "
+            "database yet)."
+        ),
+    ),
+    "verbose": click.Option(["--verbose"], is_flag=True, help="Log every request to stderr."),
+}
+PARAMS = ordered({**run_options(RewardConfig, ServeConfig), **_OWN}, ORDER)
 
-@click.command("serve-reward")
-@click.option(
-    "--db",
-    "--db-root",
-    "db_root",
-    required=True,
-    help="Folder holding <db_id>/<db_id>.sqlite, or a URL (postgresql://, mysql://, duckdb://; see rose run --db).",
-)
-@click.option("--host", default=_SERVE.host, show_default=True, help="Address to bind (loopback by default).")
-@click.option("--port", type=int, default=_SERVE.port, show_default=True, help="TCP port (0: any free one).")
-@click.option(
-    "--max-steps",
-    type=click.IntRange(min=1000),
-    default=_REWARD.max_steps,
-    show_default=True,
-    help="SQLite steps one predicted query may take; past them it gets the timeout reward. The same on every "
-    "machine (about 1-10 s of one core).",
-)
-@click.option(
-    "--timeout",
-    type=POSITIVE,
-    default=_REWARD.timeout_s,
-    show_default=True,
-    help="Wall-clock guard, in seconds, of one predicted query (at most half of --deadline): past it the query is "
-    "stopped, its worker process too if SQLite cannot interrupt it, and the item is unscored (wall_guard).",
-)
-@click.option(
-    "--deadline",
-    type=POSITIVE,
-    default=_SERVE.deadline_s,
-    show_default=True,
-    help="Seconds within which every request is answered once its body is in; items not scored by then are "
-    "unscored with the reason, the others of the request scored.",
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=_REWARD.processes,
-    show_default=True,
-    help="Worker processes running the queries and scores (one per core, at most 8).",
-)
-@click.option(
-    "--query-threads",
-    type=click.IntRange(min=1, max=MAX_QUERY_THREADS),
-    default=_REWARD.workers,
-    show_default=True,
-    help="Threads running queries in each worker process (they join only while queries are slow).",
-)
-@click.option(
-    "--schedule",
-    type=click.Choice(get_args(Schedule)),
-    default=_REWARD.schedule,
-    show_default=True,
-    help="How the syntax weight moves from --alpha-start to --alpha-end over --total-steps.",
-)
-@click.option(
-    "--alpha-start", type=float, default=_REWARD.alpha_start, show_default=True, help="Syntax weight at step 0."
-)
-@click.option("--alpha-end", type=float, default=_REWARD.alpha_end, show_default=True, help="Syntax weight at the end.")
-@click.option("--total-steps", type=int, default=_REWARD.total_steps, show_default=True, help="Steps of the schedule.")
-@click.option(
-    "--max-body-mb",
-    type=POSITIVE,
-    default=_SERVE.max_body_bytes / MB,
-    show_default=True,
-    help="Largest request body, in MiB (413 beyond, before it is read).",
-)
-@click.option(
-    "--max-items",
-    type=click.IntRange(min=1),
-    default=_SERVE.max_items,
-    show_default=True,
-    help="Completions one request may hold (413 beyond).",
-)
-@click.option(
-    "--max-connections",
-    type=click.IntRange(min=1),
-    default=_SERVE.max_connections,
-    show_default=True,
-    help="Open connections at once; past it new ones are answered 503 with Retry-After (health checks still 200).",
-)
-@click.option(
-    "--header-timeout",
-    type=POSITIVE,
-    default=_SERVE.header_timeout_s,
-    show_default=True,
-    help="Seconds a request's head may take to arrive; idle kept-alive connections are closed after it.",
-)
-@click.option(
-    "--body-timeout",
-    type=POSITIVE,
-    default=_SERVE.body_timeout_s,
-    show_default=True,
-    help="Seconds a request's whole body may take to arrive, whatever the pace (408 past it).",
-)
-@click.option(
-    "--allow-privileged-login",
-    is_flag=True,
-    help="Serve with a --db login that may do more than read (see rose run --allow-privileged-login), warned; "
-    "without it such a login is refused (a URL with {db_id} is not checked: it names no database yet).",
-)
-@click.option("--verbose", is_flag=True, help="Log every request to stderr.")
+
+@click.command("serve-reward", params=PARAMS)
 def serve_reward_cmd(
-    db_root: str,
-    host: str,
-    port: int,
-    max_steps: int,
-    timeout: float,
-    deadline: float,
-    workers: int,
-    query_threads: int,
-    schedule: str,
-    alpha_start: float,
-    alpha_end: float,
-    total_steps: int,
-    max_body_mb: float,
-    max_items: int,
-    max_connections: int,
-    header_timeout: float,
-    body_timeout: float,
-    allow_privileged_login: bool,
-    verbose: bool,
+    db_root: str, max_body_mb: float, allow_privileged_login: bool, verbose: bool, **values: Any
 ) -> None:
     """Serve the RL reward over HTTP in OpenRLHF's remote reward shape.
 
@@ -166,29 +79,13 @@ def serve_reward_cmd(
     except RoseError as e:
         fail(e)
     try:
-        reward = replace(
-            _REWARD,
-            max_steps=max_steps,
-            timeout_s=timeout,
-            schedule=schedule,  # type: ignore[arg-type]
-            alpha_start=alpha_start,
-            alpha_end=alpha_end,
-            total_steps=total_steps,
-            processes=workers,
-            workers=query_threads,
-        )
+        reward = replace(_REWARD, **values_of(RewardConfig, values))
         served = replace(
             _SERVE,
+            **values_of(ServeConfig, values),
             db_root=root,
-            host=host,
-            port=port,
-            deadline_s=deadline,
-            header_timeout_s=header_timeout,
-            body_timeout_s=body_timeout,
             max_body_bytes=int(max_body_mb * MB),
             max_pending_bytes=max(_SERVE.max_pending_bytes, int(max_body_mb * MB)),
-            max_items=max_items,
-            max_connections=max_connections,
             reward=reward,
         )
         server = RewardServer(served, verbose=verbose)

@@ -6,9 +6,9 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from click.core import ParameterSource
@@ -16,20 +16,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from rose_sql.batch_run import BatchBackend
+from rose_sql.checks import check_batch, check_budget, check_votes, require_questions
 from rose_sql.cli.main import console, err, fail
-from rose_sql.config import (
-    BATCH_MAX_REQUESTS,
-    BATCH_POLL_S,
-    MAX_INPUT_BYTES,
-    Aggregate,
-    Config,
-    JudgeConfig,
-    MatchedRefuter,
-    Policy,
-    ReasoningEffort,
-    Structured,
-    Subset,
-)
+from rose_sql.cli.options import DB_HELP, field_options, ordered, out_option, run_options, values_of
+from rose_sql.config import BATCH_MAX_REQUESTS, BATCH_POLL_S, MAX_INPUT_BYTES, Config, JudgeConfig, Subset, option
 from rose_sql.distributed import INSTALL_RAY, ray_address
 from rose_sql.distributed.shard import Shard
 from rose_sql.engines import Source
@@ -43,393 +33,137 @@ if TYPE_CHECKING:
     from rose_sql.estimate import Estimate
     from rose_sql.judges.llm import Ledger
 
-DEFAULTS = Config()
-JUDGE = JudgeConfig(model="")
-POSITIVE = click.FloatRange(min=0, min_open=True)
 
-
-def _parse_judge_options(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if not values:
-        return options  # the judges' modules (pydantic, openai) are imported only when a judge is configured
-    from rose_sql.judges.llm import parse_option
-
-    for text in values:
-        try:
-            key, value = parse_option(text)
-        except UsageError as e:
-            raise click.BadParameter(str(e)) from None
-        options[key] = value
-    return options
-
-
-def _check_scratch(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """``--evidence-scratch``'s URL, checked as it is read (a SQLite run would otherwise never look at it)."""
-    if value is None:
-        return None
-    from rose_sql.engines.spaces.scratch import check_url
-
-    try:
-        return check_url(value)
-    except UsageError as e:
-        raise click.BadParameter(str(e), ctx, param) from None
-
-
-def _check_panel(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+def check_panel(text: str) -> str:
     """``--panel``'s list, refused when an entry names no model (``a,,b``, ``=URL``)."""
-    if value is not None and any(not m.strip().partition("=")[0].strip() for m in value.split(",")):
-        raise click.BadParameter(f"{value!r}: name a model in each comma-separated entry (MODEL or MODEL=URL)")
-    return value
+    if any(not m.strip().partition("=")[0].strip() for m in text.split(",")):
+        raise UsageError(f"{text!r}: name a model in each comma-separated entry (MODEL or MODEL=URL)")
+    return text
 
 
-def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+def check_ray(text: str) -> str:
     """``--ray``'s value, checked as it is read (before a missing argument is: ``--ray preds.txt`` took the file)."""
-    if value is not None:
-        try:
-            ray_address(value)
-        except UsageError as e:
-            raise click.BadParameter(str(e), ctx, param) from None
-    return value
+    ray_address(text)
+    return text
 
 
-@click.command("run")
-@click.argument("preds", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--gold", type=click.Path(path_type=Path), help="Gold file: BIRD/Spider dev.json or dev_gold.sql.")
-@click.option(
-    "--db",
-    "--db-root",
-    "db_root",
-    required=True,
-    help="Folder holding <db_id>/<db_id>.sqlite, or a URL: postgresql://..., mysql://... (MySQL, MariaDB), "
-    "duckdb:///file-or-folder; {db_id} in a URL names one database per db_id, else all share it.",
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """What ``rose run`` is asked beside the config: its inputs, where it writes, how it resumes and exits,
+    where it runs. Each field declares its option as the config's fields do."""
+
+    gold: Path | None = option(None, flags="--gold", help="Gold file: BIRD/Spider dev.json or dev_gold.sql.")
+    db_root: str = option(flags=("--db", "--db-root", "db_root"), required=True, help=DB_HELP)
+    out: Path = option(flags="--out", required=True, help="Output folder; each prediction file gets OUT/<file name>/.")
+    fmt: str | None = option(
+        None, flags=("--format", "fmt"), choices=tuple(FORMATS), help="Input format (default: detected)."
+    )
+    max_input_mb: float = option(
+        MAX_INPUT_BYTES / 2**20,
+        flags="--max-input-mb",
+        min=0,
+        min_open=True,
+        help="Largest prediction or gold file read, in MiB; a larger one is refused before anything runs.",
+    )
+    resume: bool = option(
+        False,
+        flags="--resume",
+        help=(
+            "Continue an earlier run in OUT: keep its records (refused if its inputs or options differ) and "
+            "evaluate again the items it left unscored for a transient reason."
+        ),
+    )
+    strict: bool = option(
+        False,
+        flags="--strict",
+        help=(
+            "Exit 3 when any item is unscored (db_missing, gold_error... too), for CI jobs; without it only "
+            "transient and infrastructure reasons do (judge_error, budget_exhausted, wall_guard, "
+            "db_unreadable...). Items awaiting a judge in a run without one are what such a run is for: "
+            "never counted."
+        ),
+    )
+    keep_unscored: bool = option(
+        False,
+        flags="--keep-unscored",
+        help="With --resume: keep items left unscored for a transient reason as they are (no retry).",
+    )
+    allow_privileged_login: bool = option(
+        False,
+        flags="--allow-privileged-login",
+        help=(
+            "Run with a --db login that may do more than read (a superuser, a write grant, PostgreSQL's "
+            "pg_read_server_files / pg_read_all_settings / pg_monitor, MySQL's FILE, PROCESS, SUPER), with a "
+            "warning; without it such a login is refused (make a reader with rose db reader)."
+        ),
+    )
+    no_cache: bool = option(False, flags="--no-cache", help="Do not read or write the LLM cache.")
+    dry_run: bool = option(
+        False, flags="--dry-run", help="Build every prompt, estimate calls and cost; call nothing, write nothing."
+    )
+    shard: str | None = option(
+        None,
+        flags="--shard",
+        metavar="I/N",
+        help=(
+            "Evaluate only shard I of N (0 <= I < N): the items whose id hashes to I, the same share on "
+            "every machine. Run each shard into its own --out, then join them with 'rose merge'."
+        ),
+    )
+    ray: str | None = option(
+        None,
+        flags=("--ray", "ray"),
+        metavar="[ADDRESS]",
+        check="rose_sql.cli.run:check_ray",
+        flag_value="local",
+        unset=None,
+        help="Evaluate on a Ray cluster: ADDRESS 'auto', HOST:PORT or ray://HOST:PORT; alone, a local Ray instance "
+        "(put it after the prediction files). --workers is then the number of Ray workers (default: one per CPU of "
+        f"the cluster). Needs the optional extra: {INSTALL_RAY}.",
+    )
+    batch: bool = option(
+        False,
+        flags="--batch",
+        help=(
+            "Send the judges' calls through the provider's Batch API (OpenAI's files and batches endpoints), "
+            "in rounds as the cascade needs them, at the batch price (OpenAI: half). Replies can take up to "
+            "24 hours; the batches are kept in OUT/batches.jsonl, so an interrupted run continues them with "
+            "--resume without sending them again. Needs the LLM cache."
+        ),
+    )
+    batch_poll: float = option(
+        BATCH_POLL_S,
+        flags="--batch-poll",
+        min=0,
+        min_open=True,
+        help="With --batch: seconds between two polls of a batch.",
+    )
+    batch_max_requests: int = option(
+        BATCH_MAX_REQUESTS,
+        flags="--batch-max-requests",
+        min=1,
+        help="With --batch: requests per batch at most (the provider's limit; lower it to stay under a queue limit).",
+    )
+
+
+ORDER = (
+    *("gold", "db_root", "out", "fmt", "max_input_mb", "resume", "strict", "keep_unscored", "max_steps", "timeout"),
+    *("workers", "max_rows", "evidence", "evidence_steps", "evidence_budget", "evidence_scratch"),
+    *("allow_privileged_login", "judge_model", "panel", "samples", "samples_temperature", "escalate_to"),
+    *("escalate_below", "aggregate", "judge_base_url", "concurrency", "policy", "matched_refuter", "budget"),
+    *("prices", "no_cache", "cache_dir", "judge_timeout", "judge_max_tokens", "retry_invalid", "max_retries"),
+    *("judge_structured", "judge_options", "reasoning_effort", "dry_run", "shard", "limit", "ids_file", "ray"),
+    *("batch", "batch_poll", "batch_max_requests"),
 )
-@click.option(
-    "--out",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Output folder; each prediction file gets OUT/<file name>/.",
-)
-@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Input format (default: detected).")
-@click.option(
-    "--max-input-mb",
-    type=POSITIVE,
-    default=MAX_INPUT_BYTES / 2**20,
-    show_default=True,
-    help="Largest prediction or gold file read, in MiB; a larger one is refused before anything runs.",
-)
-@click.option(
-    "--resume",
-    is_flag=True,
-    help="Continue an earlier run in OUT: keep its records (refused if its inputs or options differ) and "
-    "evaluate again the items it left unscored for a transient reason.",
-)
-@click.option(
-    "--strict",
-    is_flag=True,
-    help="Exit 3 when any item is unscored (db_missing, gold_error... too), for CI jobs; without it only "
-    "transient and infrastructure reasons do (judge_error, budget_exhausted, wall_guard, db_unreadable...). "
-    "Items awaiting a judge in a run without one are what such a run is for: never counted.",
-)
-@click.option(
-    "--keep-unscored",
-    is_flag=True,
-    help="With --resume: keep items left unscored for a transient reason as they are (no retry).",
-)
-@click.option(
-    "--max-steps",
-    type=click.IntRange(min=1000),
-    default=DEFAULTS.max_steps,
-    show_default=True,
-    help="SQLite steps one query may take; past them it is a timeout (a prediction scores 0). The same on every "
-    "machine: about 4-50 s of one core on a typical machine.",
-)
-@click.option(
-    "--timeout",
-    type=POSITIVE,
-    default=DEFAULTS.timeout_s,
-    show_default=True,
-    help="Wall-clock guard, in seconds, for one query: past it the query is stopped and the item left unscored "
-    "(wall_guard, retried by --resume), never scored. On PostgreSQL, MySQL and DuckDB (no step counter) it is "
-    "the engine's own time limit.",
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Worker processes for the deterministic stages (default: one per core).",
-)
-@click.option(
-    "--max-rows",
-    type=click.IntRange(min=1),
-    default=DEFAULTS.max_rows,
-    show_default=True,
-    help="Rows kept per result; larger results are marked truncated.",
-)
-@click.option(
-    "--evidence/--no-evidence",
-    default=None,
-    help="Search witness databases, distinguishing rows and gold smells "
-    "(default: on when a judge is configured, since the judges read it).",
-)
-@click.option(
-    "--evidence-steps",
-    type=click.IntRange(min=1000),
-    default=DEFAULTS.evidence_max_steps,
-    show_default=True,
-    help="SQLite steps of evidence search per item (deterministic; about 1-10 s of one core).",
-)
-@click.option(
-    "--evidence-budget",
-    type=POSITIVE,
-    default=DEFAULTS.evidence_budget_s,
-    show_default=True,
-    help="Wall-clock guard, in seconds, of one item's evidence search (past it a judged item is left unscored).",
-)
-@click.option(
-    "--evidence-scratch",
-    metavar="URL",
-    callback=_check_scratch,
-    help="PostgreSQL or MySQL/MariaDB server (and a role that may create databases) where the witness search "
-    "makes, and drops, a scratch database per worker holding copies of the tables the queries read; never "
-    "the --db database. Without it there is no witness search on those servers (the evidence says so).",
-)
-@click.option(
-    "--allow-privileged-login",
-    is_flag=True,
-    help="Run with a --db login that may do more than read (a superuser, a write grant, PostgreSQL's "
-    "pg_read_server_files / pg_read_all_settings / pg_monitor, MySQL's FILE, PROCESS, SUPER), with a warning; "
-    "without it such a login is refused (make a reader with rose db reader).",
-)
-@click.option("--judge-model", help="Model of the LLM judges; without it only the deterministic stages run.")
-@click.option(
-    "--panel",
-    metavar="M1,M2,...",
-    callback=_check_panel,
-    help="Judge models that vote together at each stage (their majority decides), after --judge-model when it is "
-    "given; MODEL=URL gives one model its own endpoint. Each model's verdict is on the record.",
-)
-@click.option(
-    "--samples",
-    type=click.IntRange(min=1),
-    default=JUDGE.samples,
-    show_default=True,
-    help="Replies per judge model and stage, at --samples-temperature with seeds seed+0..K-1 (each its own "
-    "cache entry); the stage's verdict is their majority, a tie failing the prediction, and the share of votes "
-    "agreeing with it is recorded as the stage's confidence. 1: one reply at temperature 0, as without it.",
-)
-@click.option(
-    "--samples-temperature",
-    type=click.FloatRange(min=0),
-    default=JUDGE.samples_temperature,
-    show_default=True,
-    help="Sampling temperature of the replies when --samples is above 1.",
-)
-@click.option(
-    "--escalate-to",
-    metavar="STRONG_MODEL",
-    help="Cheap first: --judge-model (the cheap one) judges every stage; STRONG_MODEL is asked, and decides, only "
-    "where the cheap votes split or are unsure (--escalate-below), fail a matching result, pass a match a witness "
-    "separates, or flag GoldX/AmbQ. Why an item escalated is on its record.",
-)
-@click.option(
-    "--escalate-below",
-    type=click.FloatRange(min=0, max=1),
-    default=JUDGE.escalate_below,
-    show_default=True,
-    help="Escalate a stage whose confidence (share of agreeing votes, or the confidence a reply states) is below this.",
-)
-@click.option(
-    "--aggregate",
-    type=click.Choice([a for a in get_args(Aggregate) if a != "strong-only"]),
-    default=JUDGE.aggregate,
-    show_default=True,
-    help="How a stage's votes decide: majority (a tie fails the prediction), unanimous (a split is unscored "
-    "judges_split), any-fail. An escalated stage counts the --escalate-to model's votes. rose replay --aggregate "
-    "re-decides stored votes under another rule (strong-only too).",
-)
-@click.option("--judge-base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI).")
-@click.option(
-    "--concurrency",
-    type=click.IntRange(min=1),
-    default=JUDGE.concurrency,
-    show_default=True,
-    help="LLM calls in flight.",
-)
-@click.option(
-    "--policy",
-    type=click.Choice(get_args(Policy)),
-    default=JUDGE.policy,
-    show_default=True,
-    help="'paper' reproduces the ROSE paper's flow exactly (Refuter on every matching result).",
-)
-@click.option(
-    "--matched-refuter",
-    type=click.Choice(get_args(MatchedRefuter)),
-    default=JUDGE.matched_refuter,
-    show_default=True,
-    help="When results match: ask the Refuter always, only on doubtful evidence, never.",
-)
-@click.option(
-    "--budget",
-    type=POSITIVE,
-    help="USD the LLM calls may cost at most: each call's worst case is reserved before it is sent, and a call "
-    "that no longer fits is not made (its item: budget_exhausted). Needs a price for the model.",
-)
-@click.option("--prices", type=click.Path(path_type=Path), help="JSON price table to extend the bundled one.")
-@click.option("--no-cache", is_flag=True, help="Do not read or write the LLM cache.")
-@click.option("--cache-dir", type=click.Path(path_type=Path), help="LLM cache folder (default: ~/.cache/rose-sql).")
-@click.option(
-    "--judge-timeout",
-    type=POSITIVE,
-    default=JUDGE.timeout_s,
-    show_default=True,
-    help="Seconds one LLM request may take, the whole reply included, before it is retried.",
-)
-@click.option(
-    "--judge-max-tokens",
-    type=click.IntRange(min=1),
-    default=JUDGE.max_tokens,
-    show_default=True,
-    help="Completion tokens (reasoning included) a judge may use per call: what bounds each call's cost.",
-)
-@click.option(
-    "--retry-invalid",
-    is_flag=True,
-    help="Ask again, with a fresh call, wherever the LLM cache holds a reply that fails validation (the new "
-    "reply replaces it). With --resume, this is how items unscored judge_invalid get new replies.",
-)
-@click.option(
-    "--max-retries", type=click.IntRange(min=0), default=JUDGE.max_retries, show_default=True, help="Retries per call."
-)
-@click.option(
-    "--judge-structured",
-    type=click.Choice(get_args(Structured)),
-    default=JUDGE.structured,
-    show_default=True,
-    help="Ask for the judges' replies as a JSON schema (response_format): auto tries it and falls back to "
-    "plain replies where the endpoint refuses it; on insists; off never sends it.",
-)
-@click.option(
-    "--judge-option",
-    "judge_options",
-    metavar="KEY=VALUE",
-    multiple=True,
-    callback=_parse_judge_options,
-    help="A provider parameter sent as it is in each request body (repeatable; VALUE is JSON when it parses, "
-    "else a string; the string $schema stands for the reply's JSON schema): top_k=20, guided_json=$schema, "
-    "'chat_template_kwargs={\"enable_thinking\": false}'. Part of the cache key and the manifest.",
-)
-@click.option(
-    "--reasoning-effort",
-    type=click.Choice(get_args(ReasoningEffort)),
-    help="reasoning_effort sent to reasoning models (OpenAI's o-series and gpt-5, and endpoints that take it).",
-)
-@click.option(
-    "--dry-run", is_flag=True, help="Build every prompt, estimate calls and cost; call nothing, write nothing."
-)
-@click.option(
-    "--shard",
-    metavar="I/N",
-    help="Evaluate only shard I of N (0 <= I < N): the items whose id hashes to I, the same share on every machine. "
-    "Run each shard into its own --out, then join them with 'rose merge'.",
-)
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    help="Evaluate only the first N items of each prediction file, in input order (a subset: its headline and "
-    "summary.json say so, and the items outside it are not counted, not even as missing predictions).",
-)
-@click.option(
-    "--ids",
-    "ids_file",
-    type=click.Path(path_type=Path),
-    help="Evaluate only the items whose ids FILE lists, one per line, in its order (blank lines and # comments "
-    "skipped; an unknown or repeated id is refused). A subset, as with --limit (with both: the first N of them).",
-)
-@click.option(
-    "--ray",
-    "ray",
-    metavar="[ADDRESS]",
-    callback=_check_ray,
-    is_flag=False,
-    flag_value="local",
-    default=None,
-    help="Evaluate on a Ray cluster: ADDRESS 'auto', HOST:PORT or ray://HOST:PORT; alone, a local Ray instance "
-    "(put it after the prediction files). --workers is then the number of Ray workers (default: one per CPU of "
-    f"the cluster). Needs the optional extra: {INSTALL_RAY}.",
-)
-@click.option(
-    "--batch",
-    is_flag=True,
-    help="Send the judges' calls through the provider's Batch API (OpenAI's files and batches endpoints), in "
-    "rounds as the cascade needs them, at the batch price (OpenAI: half). Replies can take up to 24 hours; the "
-    "batches are kept in OUT/batches.jsonl, so an interrupted run continues them with --resume without sending "
-    "them again. Needs the LLM cache.",
-)
-@click.option(
-    "--batch-poll",
-    type=POSITIVE,
-    default=BATCH_POLL_S,
-    show_default=True,
-    help="With --batch: seconds between two polls of a batch.",
-)
-@click.option(
-    "--batch-max-requests",
-    type=click.IntRange(min=1),
-    default=BATCH_MAX_REQUESTS,
-    show_default=True,
-    help="With --batch: requests per batch at most (the provider's limit; lower it to stay under a queue limit).",
-)
-def run_cmd(
-    preds: tuple[Path, ...],
-    gold: Path | None,
-    db_root: str,
-    out: Path,
-    fmt: str | None,
-    max_input_mb: float,
-    resume: bool,
-    strict: bool,
-    keep_unscored: bool,
-    max_steps: int,
-    timeout: float,
-    workers: int | None,
-    max_rows: int,
-    evidence: bool | None,
-    evidence_steps: int,
-    evidence_budget: float,
-    evidence_scratch: str | None,
-    allow_privileged_login: bool,
-    judge_model: str | None,
-    panel: str | None,
-    samples: int,
-    samples_temperature: float,
-    escalate_to: str | None,
-    escalate_below: float,
-    aggregate: str,
-    judge_base_url: str | None,
-    concurrency: int,
-    policy: str,
-    matched_refuter: str,
-    budget: float | None,
-    prices: Path | None,
-    no_cache: bool,
-    cache_dir: Path | None,
-    judge_timeout: float,
-    judge_max_tokens: int,
-    retry_invalid: bool,
-    max_retries: int,
-    judge_structured: str,
-    judge_options: dict[str, Any],
-    reasoning_effort: str | None,
-    dry_run: bool,
-    shard: str | None,
-    limit: int | None,
-    ids_file: Path | None,
-    ray: str | None,
-    batch: bool,
-    batch_poll: float,
-    batch_max_requests: int,
-) -> None:
+"""The order ``rose run --help`` lists its options in; an option not named here comes after them."""
+PARAMS: list[click.Parameter] = [
+    click.Argument(["preds"], nargs=-1, required=True, type=click.Path(path_type=Path)),
+    *ordered(run_options(Job, Config, JudgeConfig, Subset), ORDER),
+]
+
+
+@click.command("run", params=PARAMS)
+def run_cmd(preds: tuple[Path, ...], **values: Any) -> None:
     """Evaluate one or more prediction files against the gold and the databases.
 
     Writes OUT/<name>/records.jsonl (one line per item, appended as items finish), manifest.json and
@@ -452,104 +186,117 @@ def run_cmd(
       rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o-mini --samples 3 \\
           --escalate-to o3
     """
-    first = [judge_model] if judge_model else []
-    models = list(dict.fromkeys([*first, *(m.strip() for m in (panel or "").split(",") if m.strip())]))
-    judge_model = models[0].partition("=")[0] if models else None
-    if evidence is None:
-        evidence = judge_model is not None
-    config = Config(
-        max_steps=max_steps,
-        timeout_s=timeout,
-        max_rows=max_rows,
-        evidence=evidence,
-        evidence_max_steps=evidence_steps,
-        evidence_budget_s=evidence_budget,
-        evidence_scratch=evidence_scratch,
-    )
-    if workers:
-        config = config.with_(workers=workers)
-    if not judge_model and (judge_options or reasoning_effort):
-        fail(UsageError("--judge-option and --reasoning-effort configure the judges: give --judge-model too"))
-    if judge_model:
-        judge = JudgeConfig(
-            model=judge_model,
-            base_url=judge_base_url,
-            concurrency=concurrency,
-            policy=policy,  # type: ignore[arg-type]
-            matched_refuter=matched_refuter,  # type: ignore[arg-type]
-            budget_usd=budget,
-            prices_path=prices,
-            timeout_s=judge_timeout,
-            max_tokens=judge_max_tokens,
-            retry_invalid=retry_invalid,
-            max_retries=max_retries,
-            structured=judge_structured,  # type: ignore[arg-type]
-            options=judge_options,
-            reasoning_effort=reasoning_effort,  # type: ignore[arg-type]
-            samples=samples,
-            samples_temperature=samples_temperature,
-            panel=tuple(models) if len(models) > 1 else (),
-            escalate_to=escalate_to,
-            escalate_below=escalate_below,
-            aggregate=aggregate,  # type: ignore[arg-type]
-        )
-        if models and "=" in models[0]:
-            judge = replace(judge, base_url=models[0].partition("=")[2] or judge_base_url)
-        if no_cache:
-            judge = replace(judge, cache_dir=None)
-        elif cache_dir is not None:
-            judge = replace(judge, cache_dir=cache_dir)
-        config = config.with_(judge=judge)
+    job = Job(**values_of(Job, values))
     try:
-        _check_votes(config.judge, judge_model, escalate_to, ray)
-        root = databases(db_root, config, option="--db")
-        _refuse_idle_options(click.get_current_context(), config, root, resume=resume)
-        if ray is not None and root.folder_path is None:
-            raise UsageError("--ray evaluates folders of SQLite files; with a URL, run rose run --shard on each node")
-        if batch and config.judge is not None and config.judge.votes:
-            raise UsageError("--batch asks one reply per judge stage: drop --samples, --panel and --escalate-to")
-        if batch and ray is not None:
-            raise UsageError("--batch and --ray cannot be combined: the batches are sent from this machine")
-        if dry_run and config.judge is None:
-            raise UsageError("--dry-run estimates LLM calls and needs --judge-model")
-        share = Shard.parse(shard) if shard is not None else None
-        subset = Subset(limit, ids_file) if limit is not None or ids_file is not None else None
-        address = ray_address(ray) if ray is not None else None
-        if config.judge is not None:
-            _check_budget(config.judge)
-        loaded = [load_items(p, gold, fmt, max_bytes=int(max_input_mb * 2**20)) for p in preds]
-        if config.judge is not None:
-            _require_questions(loaded, gold)
-        some_db = next((it.db_id for lf in loaded for it in lf.items), None)
-        check_login(root, some_db, config, allow_privileged=allow_privileged_login)
-        if dry_run and config.judge is not None:
-            from rose_sql.estimate import estimate
-
-            if subset is not None:  # the estimate of the subset's items
-                from rose_sql.subset import restrict, select
-
-                loaded = [restrict(lf, select(lf, subset)) for lf in loaded]
-            if share is not None:  # the estimate of this shard's items
-                loaded = [replace(lf, items=[it for it in lf.items if share.holds(it.id)]) for lf in loaded]
-            print_estimate(estimate(loaded, root, config), config.judge)
-            return
-        _writable(out)
-        systems = plan(
-            loaded,
-            out,
-            db_root=root,
-            config=config,
-            gold=gold,
-            resume=resume,
-            retry_unscored=not keep_unscored,
-            shard=share,
-            subset=subset,
-        )
-        backend = _ray_backend(config, address, workers, systems) if ray is not None else None
-        if batch:
-            backend = _batch_backend(config, out, batch_poll, batch_max_requests)
+        config = run_config(values, no_cache=job.no_cache)
+        prepared = _prepare(job, config, preds, Subset(**values_of(Subset, values)), ray_workers=values["workers"])
     except RoseError as e:
         fail(e)
+    if prepared is None:
+        return  # a dry run: the estimate is printed
+    root, systems, backend = prepared
+    _announce(systems, config)
+    try:
+        summaries = _run_with_progress(systems, root, config, backend)
+    except RoseError as e:
+        err.print(
+            f"records written so far are kept under {job.out}; to continue:\n  {resume_command()}", highlight=False
+        )
+        fail(e)
+    except KeyboardInterrupt:
+        _interrupted(systems, job.out)
+    print_summaries(summaries)
+    if isinstance(backend, BatchBackend):
+        console.print(backend.report(), highlight=False)
+    console.print(f"records: {', '.join(str(s.out_dir / 'records.jsonl') for s in systems)}", highlight=False)
+    _exit_if_nothing_could_run(systems, summaries, root)
+    _exit_if_unscored(summaries, strict=job.strict)
+
+
+def run_config(values: dict[str, Any], *, no_cache: bool = False) -> Config:
+    """The config of a ``rose run`` from its parameters: every declared field by name; the judge's models from
+    --judge-model and --panel (``MODEL=URL`` gives one its endpoint), evidence on with a judge unless told."""
+    judge_values = values_of(JudgeConfig, values)
+    first = [m] if (m := judge_values.pop("model", None)) else []
+    panel = judge_values.pop("panel", "")
+    models = list(dict.fromkeys([*first, *(m.strip() for m in panel.split(",") if m.strip())]))
+    judge_model = models[0].partition("=")[0] if models else None
+    config_values = values_of(Config, values)
+    config_values.setdefault("evidence", judge_model is not None)
+    config = Config(**config_values)
+    if not judge_model and (values["judge_options"] or values["reasoning_effort"]):
+        raise UsageError("--judge-option and --reasoning-effort configure the judges: give --judge-model too")
+    if not judge_model:
+        if judge_model is None and values["escalate_to"] is not None:
+            raise UsageError("--escalate-to needs --judge-model: the cheap model that judges first")
+        return config
+    judge = JudgeConfig(model=judge_model, **judge_values, panel=tuple(models) if len(models) > 1 else ())
+    if "=" in models[0]:
+        judge = replace(judge, base_url=models[0].partition("=")[2] or judge.base_url)
+    return config.with_(judge=replace(judge, cache_dir=None) if no_cache else judge)
+
+
+def _prepare(
+    job: Job, config: Config, preds: Sequence[Path], subset: Subset, *, ray_workers: int | None
+) -> tuple[Source, list[SystemRun], Backend | None] | None:
+    """Every refusal before anything runs, the inputs read, and the plan of the run (None after a dry run's
+    estimate): the databases, each file's system, the backend (Ray, the Batch API, or None: this machine)."""
+    check_votes(config.judge, ray=job.ray is not None)
+    root = databases(job.db_root, config, option="--db")
+    _refuse_idle_options(click.get_current_context(), config, root, resume=job.resume)
+    if job.ray is not None and root.folder_path is None:
+        raise UsageError("--ray evaluates folders of SQLite files; with a URL, run rose run --shard on each node")
+    if job.batch:
+        check_batch(config.judge, ray=job.ray is not None)
+    if job.dry_run and config.judge is None:
+        raise UsageError("--dry-run estimates LLM calls and needs --judge-model")
+    share = Shard.parse(job.shard) if job.shard is not None else None
+    chosen = subset if subset.limit is not None or subset.ids is not None else None
+    address = ray_address(job.ray) if job.ray is not None else None
+    if config.judge is not None:
+        check_budget(config.judge)
+    loaded = [load_items(p, job.gold, job.fmt, max_bytes=int(job.max_input_mb * 2**20)) for p in preds]
+    if config.judge is not None:
+        require_questions(loaded, job.gold)
+    some_db = next((it.db_id for lf in loaded for it in lf.items), None)
+    check_login(root, some_db, config, allow_privileged=job.allow_privileged_login)
+    if job.dry_run and config.judge is not None:
+        _dry_run(loaded, root, config, chosen, share)
+        return None
+    _writable(job.out)
+    systems = plan(
+        loaded,
+        job.out,
+        db_root=root,
+        config=config,
+        gold=job.gold,
+        resume=job.resume,
+        retry_unscored=not job.keep_unscored,
+        shard=share,
+        subset=chosen,
+    )
+    backend = _ray_backend(config, address, ray_workers, systems) if job.ray is not None else None
+    if job.batch:
+        backend = _batch_backend(config, job.out, job.batch_poll, job.batch_max_requests)
+    return root, systems, backend
+
+
+def _dry_run(loaded: list[Loaded], root: Source, config: Config, subset: Subset | None, share: Shard | None) -> None:
+    """Print the estimate of the LLM calls of the run's items (of its subset, of its shard)."""
+    from rose_sql.estimate import estimate
+
+    assert config.judge is not None
+    if subset is not None:  # the estimate of the subset's items
+        from rose_sql.subset import restrict, select
+
+        loaded = [restrict(lf, select(lf, subset)) for lf in loaded]
+    if share is not None:  # the estimate of this shard's items
+        loaded = [replace(lf, items=[it for it in lf.items if share.holds(it.id)]) for lf in loaded]
+    print_estimate(estimate(loaded, root, config), config.judge)
+
+
+def _announce(systems: Sequence[SystemRun], config: Config) -> None:
+    """Before the first item: each file's warnings, the note on matches without evidence, what a resumption keeps."""
     for s in systems:  # each file's warnings, with those the plan added (a database of another release)
         for w in s.loaded.warnings:
             err.print(f"[yellow]warning:[/] {w}", highlight=False)
@@ -561,26 +308,18 @@ def run_cmd(
         if s.resumed or s.retried:
             again = f", {s.retried} left unscored for a transient reason evaluated again" if s.retried else ""
             console.print(f"{s.name}: resuming: {s.resumed} items kept{again}, {len(s.todo)} to go", highlight=False)
-    try:
-        summaries = _run_with_progress(systems, root, config, backend)
-    except RoseError as e:
-        err.print(f"records written so far are kept under {out}; to continue:\n  {resume_command()}", highlight=False)
-        fail(e)
-    except KeyboardInterrupt:
-        saved = sum(len(s.briefs) for s in systems)
-        total = sum(len(s.loaded.items) for s in systems)
-        err.print(
-            f"\n[bold]interrupted:[/] {saved} of {total} items are recorded under {out} (summary.json marked "
-            f"incomplete); nothing recorded is lost. To continue:\n  {resume_command()}",
-            highlight=False,
-        )
-        sys.exit(130)
-    print_summaries(summaries)
-    if isinstance(backend, BatchBackend):
-        console.print(backend.report(), highlight=False)
-    console.print(f"records: {', '.join(str(s.out_dir / 'records.jsonl') for s in systems)}", highlight=False)
-    _exit_if_nothing_could_run(systems, summaries, root)
-    _exit_if_unscored(summaries, strict=strict)
+
+
+def _interrupted(systems: Sequence[SystemRun], out: Path) -> NoReturn:
+    """Exit 130 after Ctrl-C, saying what is kept and what continues."""
+    saved = sum(len(s.briefs) for s in systems)
+    total = sum(len(s.loaded.items) for s in systems)
+    err.print(
+        f"\n[bold]interrupted:[/] {saved} of {total} items are recorded under {out} (summary.json marked "
+        f"incomplete); nothing recorded is lost. To continue:\n  {resume_command()}",
+        highlight=False,
+    )
+    sys.exit(130)
 
 
 def databases(text: str, config: Config, *, option: str) -> Source:
@@ -642,30 +381,11 @@ def _batch_backend(config: Config, out: Path, poll_s: float, max_requests: int) 
     return BatchBackend(config, out, BatchOptions(poll_s=poll_s, max_requests=max_requests))
 
 
-_JUDGE_ONLY = (
-    "samples",
-    "samples_temperature",
-    "escalate_to",
-    "escalate_below",
-    "aggregate",
-    "judge_base_url",
-    "concurrency",
-    "policy",
-    "matched_refuter",
-    "budget",
-    "prices",
-    "no_cache",
-    "cache_dir",
-    "judge_timeout",
-    "judge_max_tokens",
-    "retry_invalid",
-    "max_retries",
-    "judge_structured",
-    "judge_options",
-    "reasoning_effort",
-    "batch",
-    "batch_poll",
-    "batch_max_requests",
+_JUDGE_ONLY = tuple(
+    p.name
+    for p in PARAMS
+    if p.name in set(field_options(JudgeConfig)) - {"judge_model", "panel"}
+    or p.name in ("no_cache", "batch", "batch_poll", "batch_max_requests")
 )
 """Options that configure the judges: given without a judge, they would change nothing."""
 
@@ -731,42 +451,6 @@ def evidence_note(config: Config) -> str | None:
         "matching result only when a cheap doubt questions it (both results empty, other tables read): every "
         "other match passes without a judge. Give --matched-refuter always to have each one checked"
     )
-
-
-def _check_votes(judge: JudgeConfig | None, model: str | None, escalate_to: str | None, ray: str | None) -> None:
-    """Refuse vote options that cannot work together."""
-    if model is None and escalate_to is not None:
-        raise UsageError("--escalate-to needs --judge-model: the cheap model that judges first")
-    if judge is None:
-        return
-    if judge.votes and ray is not None:
-        raise UsageError("--ray runs one judge model with one reply per stage: drop --samples, --panel, --escalate-to")
-    for spec in [*judge.panel, *([judge.escalate_to] if judge.escalate_to else [])]:
-        _check_budget(replace(judge, model=spec.partition("=")[0]))
-
-
-def _check_budget(judge: JudgeConfig) -> None:
-    """Refuse a --budget that could not be kept: the model has no price, so no call has a known cost."""
-    from rose_sql.judges.budget import load_prices, price_of
-
-    if judge.budget_usd is not None and price_of(judge.model, load_prices(judge.prices_path)) is None:
-        raise UsageError(
-            f"--budget needs the price of {judge.model!r}, which the price table lacks: give it with --prices FILE "
-            f'(a JSON object such as {{"{judge.model}": {{"input": 0.5, "output": 1.5}}}}, USD per million tokens)'
-        )
-
-
-def _require_questions(loaded: Sequence[Loaded], gold: Path | None) -> None:
-    """Refuse to judge a prediction file none of whose items has a question: the judges would guess it."""
-    for lf in loaded:
-        if lf.items and not any((it.question or "").strip() for it in lf.items):
-            where = f"--gold {gold}" if gold is not None else str(lf.path)
-            raise UsageError(
-                f"the judges decide whether SQL answers the question, and no item of {lf.path} has one "
-                f"({where} gives SQL only). Give the questions: --gold dev.json for Spider and BIRD (it holds "
-                "question and SQL), or a question field in the input; or drop --judge-model to run the "
-                "deterministic stages alone"
-            )
 
 
 def _writable(out: Path) -> None:
@@ -949,12 +633,8 @@ def print_summaries(summaries: Sequence[Summary]) -> None:
 
 
 @click.command("demo")
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=Path("rose-demo-out"),
-    show_default=True,
-    help="Where the demo database, items and results go.",
+@out_option(
+    "Where the demo database, items and results go.", required=False, default=Path("rose-demo-out"), show_default=True
 )
 def demo_cmd(out: Path) -> None:
     """Build the bundled demo database and run ROSE-SQL on its questions.
