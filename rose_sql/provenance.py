@@ -67,6 +67,7 @@ JUDGE_OPTIONS = (
     "options",
     "reasoning_effort",
     "votes",
+    "local",
     "replies",
 )
 """Judge settings that can change a score (what the judges are asked, and how): a resume with other
@@ -113,6 +114,9 @@ class JudgeInfo:
     votes: str | None = None
     """How stages vote (samples, panel, the model escalated to, the rule), when they do; None: one reply
     decides each stage."""
+    local: dict[str, Any] | None = None
+    """The pinned local judge (``--judge-gguf``): the GGUF file's ``sha256``, the ``runtime`` and its
+    version, and every server setting that decides a reply (``sampling``); None for a remote endpoint."""
     replies: str | None = None
     """How verdicts are read from the replies (:data:`rose_sql.judges.replies.READING`); None: by the
     rule before it (any verdict-shaped object, fences first), so such a run cannot be resumed now."""
@@ -145,8 +149,15 @@ def judge_info(config: Config | None) -> JudgeInfo | None:
         reasoning_effort=j.reasoning_effort,
         structured=j.structured,
         votes=_votes(j),
+        local=_local(j),
         replies=READING,
     )
+
+
+def _local(j: JudgeConfig) -> dict[str, Any] | None:
+    if j.local is None:
+        return None
+    return {"sha256": j.local.sha256, "runtime": j.local.runtime, "sampling": j.local.sampling()}
 
 
 def _votes(j: JudgeConfig) -> str | None:

@@ -20,6 +20,7 @@ from rose_sql.cli.main import console, err, fail
 from rose_sql.config import (
     BATCH_MAX_REQUESTS,
     BATCH_POLL_S,
+    LOCAL_CTX,
     MAX_INPUT_BYTES,
     Aggregate,
     Config,
@@ -249,6 +250,22 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
 )
 @click.option("--judge-base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI).")
 @click.option(
+    "--judge-gguf",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The pinned local judge: serve this GGUF file with llama.cpp's server (the local extra: xllamacpp) in a "
+    "child process on 127.0.0.1, started at the first call the cache cannot answer and stopped at the end; "
+    "temperature 0, a fixed seed, one slot, no prompt cache, one thread. The manifest records the file's "
+    "SHA-256, the runtime's version and these settings. --judge-model defaults to the file's name.",
+)
+@click.option(
+    "--judge-gguf-ctx",
+    type=click.IntRange(min=512),
+    default=LOCAL_CTX,
+    show_default=True,
+    help="Context window of --judge-gguf's server, prompt and reply together (ROSE's prompts take about 3.7k "
+    "tokens); a request past it is judge_error.",
+)
+@click.option(
     "--concurrency",
     type=click.IntRange(min=1),
     default=JUDGE.concurrency,
@@ -407,6 +424,8 @@ def run_cmd(
     escalate_below: float,
     aggregate: str,
     judge_base_url: str | None,
+    judge_gguf: Path | None,
+    judge_gguf_ctx: int,
     concurrency: int,
     policy: str,
     matched_refuter: str,
@@ -452,6 +471,15 @@ def run_cmd(
       rose run preds.json --gold dev.json --db-root dbs --out runs --judge-model gpt-4o-mini --samples 3 \\
           --escalate-to o3
     """
+    if judge_gguf is not None:
+        if judge_base_url or panel or escalate_to or batch or ray:
+            fail(
+                UsageError(
+                    "--judge-gguf is the judges' endpoint and model: drop --judge-base-url, --panel, "
+                    "--escalate-to, --batch and --ray"
+                )
+            )
+        judge_model = judge_model or judge_gguf.name.removesuffix(".gguf")
     first = [judge_model] if judge_model else []
     models = list(dict.fromkeys([*first, *(m.strip() for m in (panel or "").split(",") if m.strip())]))
     judge_model = models[0].partition("=")[0] if models else None
@@ -493,6 +521,14 @@ def run_cmd(
             escalate_below=escalate_below,
             aggregate=aggregate,  # type: ignore[arg-type]
         )
+        if judge_gguf is not None:
+            from rose_sql.judges.local import local_model
+
+            try:
+                # one call at a time: the server has one slot, and a call queued there would spend its timeout
+                judge = replace(judge, local=local_model(judge_gguf, n_ctx=judge_gguf_ctx), concurrency=1)
+            except RoseError as e:
+                fail(e)
         if models and "=" in models[0]:
             judge = replace(judge, base_url=models[0].partition("=")[2] or judge_base_url)
         if no_cache:
@@ -649,6 +685,7 @@ _JUDGE_ONLY = (
     "escalate_below",
     "aggregate",
     "judge_base_url",
+    "judge_gguf_ctx",
     "concurrency",
     "policy",
     "matched_refuter",
@@ -695,6 +732,10 @@ def _refuse_idle_options(ctx: click.Context, config: Config, root: Source, *, re
             idle.append("--escalate-below says when to escalate: give --escalate-to too")
         if "aggregate" in given and not j.votes:
             idle.append("--aggregate decides between votes: give --samples, --panel or --escalate-to too")
+        if "judge_gguf_ctx" in given and j.local is None:
+            idle.append("--judge-gguf-ctx is the context of --judge-gguf's server: give --judge-gguf too")
+        if "concurrency" in given and j.local is not None:
+            idle.append("--concurrency: --judge-gguf's server has one slot and is asked one call at a time")
         if "matched_refuter" in given and j.policy == "paper":
             idle.append("--matched-refuter is set by --policy paper (the Refuter on every match): drop one")
         if ("batch_poll" in given or "batch_max_requests" in given) and "batch" not in given:
