@@ -53,7 +53,7 @@ def test_options_that_cannot_work_with_judge_gguf_are_refused(tmp_path: Path) ->
     res = CliRunner().invoke(main, [*args, "--judge-gguf", str(gguf), "--judge-base-url", "http://x/v1"])
     assert res.exit_code == 2 and "--judge-gguf is the judges' endpoint and model" in res.output
     res = CliRunner().invoke(main, [*args, "--judge-model", "m", "--judge-gguf-ctx", "4096"])
-    assert res.exit_code == 2 and "--judge-gguf-ctx is the context of --judge-gguf's server" in res.output
+    assert res.exit_code == 2 and "--judge-gguf-ctx configures --judge-gguf's server" in res.output
 
 
 def test_a_server_that_cannot_start_stops_the_run_and_scores_nothing(shared: Path, tmp_path: Path) -> None:

@@ -266,6 +266,14 @@ def _check_ray(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "tokens); a request past it is judge_error.",
 )
 @click.option(
+    "--judge-gguf-threads",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="CPU threads of --judge-gguf's server (recorded: the arithmetic's order may depend on it). More than the "
+    "free cores makes llama.cpp far slower, not faster.",
+)
+@click.option(
     "--concurrency",
     type=click.IntRange(min=1),
     default=JUDGE.concurrency,
@@ -426,6 +434,7 @@ def run_cmd(
     judge_base_url: str | None,
     judge_gguf: Path | None,
     judge_gguf_ctx: int,
+    judge_gguf_threads: int,
     concurrency: int,
     policy: str,
     matched_refuter: str,
@@ -526,7 +535,8 @@ def run_cmd(
 
             try:
                 # one call at a time: the server has one slot, and a call queued there would spend its timeout
-                judge = replace(judge, local=local_model(judge_gguf, n_ctx=judge_gguf_ctx), concurrency=1)
+                local = local_model(judge_gguf, n_ctx=judge_gguf_ctx, threads=judge_gguf_threads)
+                judge = replace(judge, local=local, concurrency=1)
             except RoseError as e:
                 fail(e)
         if models and "=" in models[0]:
@@ -686,6 +696,7 @@ _JUDGE_ONLY = (
     "aggregate",
     "judge_base_url",
     "judge_gguf_ctx",
+    "judge_gguf_threads",
     "concurrency",
     "policy",
     "matched_refuter",
@@ -732,8 +743,9 @@ def _refuse_idle_options(ctx: click.Context, config: Config, root: Source, *, re
             idle.append("--escalate-below says when to escalate: give --escalate-to too")
         if "aggregate" in given and not j.votes:
             idle.append("--aggregate decides between votes: give --samples, --panel or --escalate-to too")
-        if "judge_gguf_ctx" in given and j.local is None:
-            idle.append("--judge-gguf-ctx is the context of --judge-gguf's server: give --judge-gguf too")
+        for name in ("judge_gguf_ctx", "judge_gguf_threads"):
+            if name in given and j.local is None:
+                idle.append(f"{given[name]} configures --judge-gguf's server: give --judge-gguf too")
         if "concurrency" in given and j.local is not None:
             idle.append("--concurrency: --judge-gguf's server has one slot and is asked one call at a time")
         if "matched_refuter" in given and j.policy == "paper":
