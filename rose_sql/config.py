@@ -109,6 +109,48 @@ def default_cache_dir() -> Path:
     return base / "rose-sql"
 
 
+LOCAL_CTX = 8192
+"""The pinned local judge's context window (``--judge-gguf-ctx``): ROSE's prompts take about 3.7k tokens."""
+LOCAL_SEED = 20260101
+"""The seed of the pinned local judge's server (``--judge-gguf``), the same as the requests'."""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalModel:
+    """A GGUF file served by llama.cpp's server (xllamacpp) in a child process: the pinned local judge
+    (``rose run --judge-gguf FILE``, :mod:`rose_sql.judges.local`). Every field is in the manifest."""
+
+    path: Path
+    """The GGUF file (not recorded: only its hash identifies it)."""
+    sha256: str
+    """The file's SHA-256: the judge's identity in the cache key, the manifest and a judge card."""
+    runtime: str
+    """The server's runtime and version (``xllamacpp 2026.10.11549``)."""
+    n_ctx: int = LOCAL_CTX
+    """Context window of the server's one slot, prompt and reply together: a request past it fails
+    (``judge_error``), it is never shifted or cut."""
+    threads: int = 1
+    """CPU threads for prompt processing and generation (1: llama.cpp under OpenMP oversubscription on
+    small machines generates 40 times slower with 2 threads on 2 cores)."""
+    seed: int = LOCAL_SEED
+    """The server's sampling seed (the requests send theirs too)."""
+    startup_s: float = 300.0
+    """Seconds the server may take to load the file and answer ``/v1/models``."""
+
+    def sampling(self) -> dict[str, object]:
+        """Every setting of the server that decides a reply, as the manifest records it."""
+        return {
+            "temperature": 0.0,
+            "seed": self.seed,
+            "n_parallel": 1,
+            "n_ctx": self.n_ctx,
+            "threads": self.threads,
+            "cache_prompt": False,
+            "cache_ram_mib": 0,
+            "ctx_shift": False,
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class JudgeConfig:
     """How the LLM judges are reached and how the cascade uses them."""
@@ -309,6 +351,9 @@ class JudgeConfig:
     )
     """How a stage's votes become its verdict: ``majority`` (ties fail the prediction), ``unanimous``
     (a split leaves the item unscored ``judges_split``), ``any-fail``, ``strong-only``."""
+    local: LocalModel | None = None
+    """A GGUF file that rose serves itself on loopback for the judges (``--judge-gguf``); None: the
+    endpoint is ``base_url``'s."""
 
     def __post_init__(self) -> None:
         if any(not m.strip().partition("=")[0].strip() for m in self.panel):

@@ -81,6 +81,9 @@ class JudgeInfo:
     votes: str | None = scores(None)
     """How stages vote (samples, panel, the model escalated to, the rule), when they do; None: one reply
     decides each stage."""
+    local: dict[str, Any] | None = scores(None)
+    """The pinned local judge (``--judge-gguf``): the GGUF file's ``sha256``, the ``runtime`` and its
+    version, and every server setting that decides a reply (``sampling``); None for a remote endpoint."""
     replies: str | None = scores(None)
     """How verdicts are read from the replies (:data:`rose_sql.judges.replies.READING`); None: by the
     rule before it (any verdict-shaped object, fences first), so such a run cannot be resumed now."""
@@ -118,8 +121,15 @@ def judge_info(config: Config | None) -> JudgeInfo | None:
         reasoning_effort=j.reasoning_effort,
         structured=j.structured,
         votes=_votes(j),
+        local=_local(j),
         replies=READING,
     )
+
+
+def _local(j: JudgeConfig) -> dict[str, Any] | None:
+    if j.local is None:
+        return None
+    return {"sha256": j.local.sha256, "runtime": j.local.runtime, "sampling": j.local.sampling()}
 
 
 def _votes(j: JudgeConfig) -> str | None:

@@ -161,3 +161,25 @@ def test_card_shows_reply_format_reasoning_effort_and_options_when_recorded() ->
     shown = _parameters(judge)
     assert (shown["structured"], shown["reasoning_effort"], shown["options"]) == ("auto", "high", {"top_k": 20})
     assert "options" not in _parameters(JudgeInfo(model="m"))
+
+
+def test_card_names_a_local_judge_by_its_gguf_hash() -> None:
+    """A run of --judge-gguf: the card's provider is the file's SHA-256 and runtime, its parameters the server's
+    pinned settings; runs of two files under one model name are refused."""
+    from rose_sql.analysis.judge_card import _judge, _local_provider, _parameters
+    from rose_sql.provenance import JudgeInfo
+
+    local = {"sha256": "b179" * 16, "runtime": "xllamacpp 2026.10.11549", "sampling": {"temperature": 0.0}}
+    judge = JudgeInfo(model="smol", local=local)
+    assert _local_provider(local) == f"gguf sha256:{'b179' * 16} (xllamacpp 2026.10.11549)"
+    assert _parameters(judge)["local"] == local
+    assert "local" not in _parameters(JudgeInfo(model="m"))
+
+    class R:
+        def __init__(self, j: JudgeInfo) -> None:
+            self.path, self.summary = Path("r"), type("S", (), {"judge": j})()
+
+    other = JudgeInfo(model="smol", local={**local, "sha256": "0" * 64})
+    assert _judge([R(judge), R(judge)]) == judge  # type: ignore[list-item]
+    with pytest.raises(UsageError, match="different GGUF files"):
+        _judge([R(judge), R(other)])  # type: ignore[list-item]

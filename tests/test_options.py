@@ -252,6 +252,7 @@ def test_the_options_that_need_a_judge_are_the_judges_fields_in_help_order() -> 
     from the fields): a new JudgeConfig field joins them with no list to edit."""
     before = (
         *("samples", "samples_temperature", "escalate_to", "escalate_below", "aggregate", "judge_base_url"),
+        *("judge_gguf_ctx", "judge_gguf_threads"),  # --judge-gguf's server; --judge-gguf itself names the judge
         *("concurrency", "policy", "matched_refuter", "budget", "prices", "no_cache", "cache_dir", "judge_timeout"),
         *("judge_max_tokens", "retry_invalid", "max_retries", "judge_structured", "judge_options"),
         *("reasoning_effort", "batch", "batch_poll", "batch_max_requests"),

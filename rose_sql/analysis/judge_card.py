@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 CARD_VERSION = 1
 UPGRADE_METRICS = ("kappa", "accuracy", "mcc", "f1")
 _PARAMETERS = ("temperature", "seed", "max_tokens", "policy", "matched_refuter", "reask")
-_WHEN_SET = ("structured", "reasoning_effort", "options", "replies")
+_WHEN_SET = ("structured", "reasoning_effort", "options", "replies", "local")
 """Parameters shown only where the run recorded them (runs before them, and imports, did not)."""
 
 
@@ -58,7 +58,16 @@ def _judge(runs: Sequence[Run]) -> JudgeInfo:
     models = {j.model for j in found}
     if len(models) > 1:
         raise UsageError(f"the runs were judged by different models ({', '.join(sorted(models))}): one card each")
+    files = {(j.local or {}).get("sha256") for j in found}
+    if len(files) > 1:
+        named = ", ".join(sorted(str(f) if f else "a remote endpoint" for f in files))
+        raise UsageError(f"the runs were judged by different GGUF files under one name ({named}): one card each")
     return found[0]
+
+
+def _local_provider(local: dict[str, Any]) -> str:
+    """A pinned local judge (``--judge-gguf``) is named by its file's hash and its runtime."""
+    return f"gguf sha256:{local.get('sha256')} ({local.get('runtime')})"
 
 
 def _provider(base_url: str | None) -> str:
@@ -184,7 +193,7 @@ def build_card(
     return JudgeCard(
         name=card_name(judge.model, month),
         model=judge.model,
-        provider=judge.provider or _provider(judge.base_url),
+        provider=judge.provider or (_local_provider(judge.local) if judge.local else _provider(judge.base_url)),
         base_url=judge.base_url,
         date=month,
         created=datetime.now(UTC).strftime("%Y-%m-%d"),

@@ -19,7 +19,16 @@ from rose_sql.batch_run import BatchBackend
 from rose_sql.checks import check_batch, check_budget, check_votes, require_questions
 from rose_sql.cli.main import console, err, fail
 from rose_sql.cli.options import DB_HELP, field_options, ordered, out_option, run_options, values_of
-from rose_sql.config import BATCH_MAX_REQUESTS, BATCH_POLL_S, MAX_INPUT_BYTES, Config, JudgeConfig, Subset, option
+from rose_sql.config import (
+    BATCH_MAX_REQUESTS,
+    BATCH_POLL_S,
+    LOCAL_CTX,
+    MAX_INPUT_BYTES,
+    Config,
+    JudgeConfig,
+    Subset,
+    option,
+)
 from rose_sql.distributed import INSTALL_RAY, ray_address
 from rose_sql.distributed.shard import Shard
 from rose_sql.engines import Source
@@ -138,6 +147,29 @@ class Job:
         min_open=True,
         help="With --batch: seconds between two polls of a batch.",
     )
+    judge_gguf: Path | None = option(
+        None,
+        flags="--judge-gguf",
+        metavar="FILE",
+        help="The pinned local judge: serve this GGUF file with llama.cpp's server (the local extra: xllamacpp) in a "
+        "child process on 127.0.0.1, started at the first call the cache cannot answer and stopped at the end; "
+        "temperature 0, a fixed seed, one slot, no prompt cache, one thread. The manifest records the file's "
+        "SHA-256, the runtime's version and these settings. --judge-model defaults to the file's name.",
+    )
+    judge_gguf_ctx: int = option(
+        LOCAL_CTX,
+        flags="--judge-gguf-ctx",
+        min=512,
+        help="Context window of --judge-gguf's server, prompt and reply together (ROSE's prompts take about 3.7k "
+        "tokens); a request past it is judge_error.",
+    )
+    judge_gguf_threads: int = option(
+        1,
+        flags="--judge-gguf-threads",
+        min=1,
+        help="CPU threads of --judge-gguf's server (recorded: the arithmetic's order may depend on it). More than the "
+        "free cores makes llama.cpp far slower, not faster.",
+    )
     batch_max_requests: int = option(
         BATCH_MAX_REQUESTS,
         flags="--batch-max-requests",
@@ -150,7 +182,8 @@ ORDER = (
     *("gold", "db_root", "out", "fmt", "max_input_mb", "resume", "strict", "keep_unscored", "max_steps", "timeout"),
     *("workers", "max_rows", "evidence", "evidence_steps", "evidence_budget", "evidence_scratch"),
     *("allow_privileged_login", "judge_model", "panel", "samples", "samples_temperature", "escalate_to"),
-    *("escalate_below", "aggregate", "judge_base_url", "concurrency", "policy", "matched_refuter", "budget"),
+    *("escalate_below", "aggregate", "judge_base_url", "judge_gguf", "judge_gguf_ctx", "judge_gguf_threads"),
+    *("concurrency", "policy", "matched_refuter", "budget"),
     *("prices", "no_cache", "cache_dir", "judge_timeout", "judge_max_tokens", "retry_invalid", "max_retries"),
     *("judge_structured", "judge_options", "reasoning_effort", "dry_run", "shard", "limit", "ids_file", "ray"),
     *("batch", "batch_poll", "batch_max_requests"),
@@ -217,6 +250,14 @@ def run_config(values: dict[str, Any], *, no_cache: bool = False) -> Config:
     """The config of a ``rose run`` from its parameters: every declared field by name; the judge's models from
     --judge-model and --panel (``MODEL=URL`` gives one its endpoint), evidence on with a judge unless told."""
     judge_values = values_of(JudgeConfig, values)
+    gguf: Path | None = values.get("judge_gguf")
+    if gguf is not None:
+        if values["judge_base_url"] or values["panel"] or values["escalate_to"] or values["batch"] or values["ray"]:
+            raise UsageError(
+                "--judge-gguf is the judges' endpoint and model: drop --judge-base-url, --panel, "
+                "--escalate-to, --batch and --ray"
+            )
+        judge_values["model"] = judge_values.get("model") or gguf.name.removesuffix(".gguf")
     first = [m] if (m := judge_values.pop("model", None)) else []
     panel = judge_values.pop("panel", "")
     models = list(dict.fromkeys([*first, *(m.strip() for m in panel.split(",") if m.strip())]))
@@ -233,6 +274,12 @@ def run_config(values: dict[str, Any], *, no_cache: bool = False) -> Config:
     judge = JudgeConfig(model=judge_model, **judge_values, panel=tuple(models) if len(models) > 1 else ())
     if "=" in models[0]:
         judge = replace(judge, base_url=models[0].partition("=")[2] or judge.base_url)
+    if gguf is not None:
+        from rose_sql.judges.local import local_model
+
+        # one call at a time: the server has one slot, and a call queued there would spend its timeout
+        local = local_model(gguf, n_ctx=values["judge_gguf_ctx"], threads=values["judge_gguf_threads"])
+        judge = replace(judge, local=local, concurrency=1)
     return config.with_(judge=replace(judge, cache_dir=None) if no_cache else judge)
 
 
@@ -385,7 +432,7 @@ _JUDGE_ONLY = tuple(
     p.name
     for p in PARAMS
     if p.name in set(field_options(JudgeConfig)) - {"judge_model", "panel"}
-    or p.name in ("no_cache", "batch", "batch_poll", "batch_max_requests")
+    or p.name in ("no_cache", "batch", "batch_poll", "batch_max_requests", "judge_gguf_ctx", "judge_gguf_threads")
 )
 """Options that configure the judges: given without a judge, they would change nothing."""
 
@@ -415,6 +462,11 @@ def _refuse_idle_options(ctx: click.Context, config: Config, root: Source, *, re
             idle.append("--escalate-below says when to escalate: give --escalate-to too")
         if "aggregate" in given and not j.votes:
             idle.append("--aggregate decides between votes: give --samples, --panel or --escalate-to too")
+        for name in ("judge_gguf_ctx", "judge_gguf_threads"):
+            if name in given and j.local is None:
+                idle.append(f"{given[name]} configures --judge-gguf's server: give --judge-gguf too")
+        if "concurrency" in given and j.local is not None:
+            idle.append("--concurrency: --judge-gguf's server has one slot and is asked one call at a time")
         if "matched_refuter" in given and j.policy == "paper":
             idle.append("--matched-refuter is set by --policy paper (the Refuter on every match): drop one")
         if ("batch_poll" in given or "batch_max_requests" in given) and "batch" not in given:

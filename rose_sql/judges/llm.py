@@ -32,7 +32,7 @@ import random
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rose_sql.config import JudgeConfig
 from rose_sql.errors import EndpointError, EndpointUnreachable, UsageError
@@ -41,6 +41,9 @@ from rose_sql.judges.cache import Cache, fence_key
 from rose_sql.judges.context import Fences
 from rose_sql.judges.replies import ReplyFormat
 from rose_sql.judges.wire import Completion, read_completion
+
+if TYPE_CHECKING:
+    from rose_sql.judges.local import LocalServer
 
 __all__ = ["LLM", "ChatReply", "Ledger", "Message", "ReplySchema", "parse_option"]
 
@@ -127,6 +130,13 @@ class LLM:
             timeout=cfg.timeout_s,
         )
         self.endpoint = str(self.client.base_url).rstrip("/")
+        self.local: LocalServer | None = None
+        """The server of a pinned local judge (``--judge-gguf``), started before the first uncached call."""
+        if cfg.local is not None:
+            from rose_sql.judges.local import LocalServer, endpoint_of
+
+            self.local = LocalServer(cfg.local, cfg.model)
+            self.endpoint = endpoint_of(cfg.local)  # the file's hash keys the cache, not the port of the day
         self.price = price_of(cfg.model, load_prices(cfg.prices_path))
         if cfg.budget_usd is not None and self.price is None:
             raise UsageError(
@@ -231,6 +241,11 @@ class LLM:
             if self._probed is None:
                 self._probed = asyncio.Lock()
             async with self._probed:
+                if self._reachable is None and self.local is not None:
+                    try:
+                        self.client.base_url = await asyncio.to_thread(self.local.start)
+                    except EndpointUnreachable as e:  # said once; the run stops before any item is judged
+                        self._reachable, self._unreachable = False, f"could not be started: {e}"
                 if self._reachable is None:
                     problem = await self._probe()
                     self._reachable, self._unreachable = problem is None, problem or ""
@@ -393,6 +408,8 @@ class LLM:
 
     async def aclose(self) -> None:
         await self.client.close()
+        if self.local is not None:
+            self.local.stop()
 
 
 _FORMAT = re.compile(r"response_format|json_schema|structured output", re.IGNORECASE)

