@@ -237,9 +237,12 @@ def leaderboard(runs: Sequence[Run], reading: str = "bird_ex") -> list[SystemRow
     return sorted((system_row(r, reading) for r in runs), key=rank)
 
 
-def to_json(rows: Sequence[SystemRow], reading: str = "bird_ex") -> str:
-    """The table as JSON (percent values, two decimals; an undefined number is null)."""
-    data = {"reading": reading, "systems": [_row_dict(r) for r in rows]}
+def to_json(rows: Sequence[SystemRow], reading: str = "bird_ex", pairs: Sequence[Any] = ()) -> str:
+    """The table as JSON (percent values, two decimals; an undefined number is null); ``pairs``: the paired
+    comparisons of :mod:`rose_sql.analysis.paired` (each with a ``to_dict``), under ``pairs``."""
+    data: dict[str, Any] = {"reading": reading, "systems": [_row_dict(r) for r in rows]}
+    if pairs:
+        data["pairs"] = [p.to_dict() for p in pairs]
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 

@@ -10,7 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from rose_sql.__version__ import __version__
-from rose_sql.accounting import UNDEFINED, left_out_lines
+from rose_sql.accounting import NAMES, UNDEFINED, left_out_lines
+from rose_sql.analysis.paired import RESAMPLES, SEED, PairedComparison, interval_cell, p_cell
 from rose_sql.analysis.runs import PARTIAL_HELP, Run, load_runs
 from rose_sql.analysis.systems import READING_NAMES, SUBSETS, Headline, SystemRow, ordered_difficulties
 from rose_sql.cli.main import PATH, console, err, fail
@@ -123,8 +124,18 @@ def notes(rows: Sequence[SystemRow]) -> list[str]:
 @click.argument("runs", nargs=-1, required=True, type=PATH)
 @click.option("--reading", type=click.Choice(READINGS), default="bird_ex", show_default=True, help="Which EX.")
 @click.option("--csv", "csv_out", type=PATH, help="Also write the table as CSV here.")
-@click.option("--json", "json_out", type=PATH, help="Also write the table as JSON here.")
-def compare_cmd(runs: tuple[Path, ...], reading: str, csv_out: Path | None, json_out: Path | None) -> None:
+@click.option("--json", "json_out", type=PATH, help="Also write the table (and the paired tests) as JSON here.")
+@click.option(
+    "--bootstrap",
+    type=click.IntRange(min=0),
+    default=RESAMPLES,
+    show_default=True,
+    help="Resamples of the paired bootstrap interval (0: no interval).",
+)
+@click.option("--seed", type=int, default=SEED, show_default=True, help="Seed of the paired bootstrap.")
+def compare_cmd(
+    runs: tuple[Path, ...], reading: str, csv_out: Path | None, json_out: Path | None, bootstrap: int, seed: int
+) -> None:
     """Re-evaluation table across systems: the official readings and ROSE, then EX vs ROSE.
 
     RUNS are the --out folder of `rose run` (every system in it), system folders, records.jsonl or
@@ -135,26 +146,72 @@ def compare_cmd(runs: tuple[Path, ...], reading: str, csv_out: Path | None, json
     exists, EX and ROSE are compared on the items where both are defined: the gap by difficulty, and
     the discordance overall and inside the GoldX and AmbQ subsets flagged by the judges.
 
+    With several systems, each pair (in the table's order, A above B) is compared on the items both
+    were evaluated on, for every binary figure (ROSE, BIRD EX, the test-suite readings): the difference
+    A - B in points with its 95 % paired bootstrap interval (seeded: the same runs and seed give the
+    same interval), the discordant items each way, and McNemar's exact p-value.
+
     \b
     Examples:
       rose compare runs/                     every system rose run wrote into runs/
       rose compare runs/a runs/b --reading ts_ex --csv table.csv
     """
+    from rose_sql.analysis.paired import all_pairs
     from rose_sql.analysis.systems import leaderboard, to_csv, to_json
 
     try:
-        rows = leaderboard(_runs(runs), reading)
+        loaded = _runs(runs)
+        rows = leaderboard(loaded, reading)
+        by_name = {r.name: r for r in loaded}
+        named = len(by_name) == len(loaded)  # pairs are told apart by name
+        pairs = all_pairs([by_name[r.system] for r in rows], resamples=bootstrap, seed=seed) if named else []
     except RoseError as e:
         fail(e)
     for table in rich_tables(rows, reading):
         show(table)
+    if pairs:
+        show(paired_table(pairs, bootstrap, seed))
     for line in notes(rows):
         (err if line.startswith("warning") else console).print(line, highlight=False)
-    for path, text in ((csv_out, to_csv(rows)), (json_out, to_json(rows, reading))):
+    if not named:
+        err.print("warning: two runs share a name: no paired tests (give the systems distinct folder names)")
+    for path, text in ((csv_out, to_csv(rows)), (json_out, to_json(rows, reading, pairs))):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             console.print(f"wrote {path}", highlight=False)
+
+
+def paired_table(pairs: Sequence[PairedComparison], resamples: int, seed: int) -> Table:
+    """One line per pair of systems and binary figure: n, both means, A - B with its interval, the
+    discordant items each way, McNemar's exact p-value; and the items each run has alone."""
+    title = (
+        f"Does A beat B? On the shared items where both define the figure: A - B in points, 95% paired bootstrap "
+        f"interval ({resamples} resamples, seed {seed}), McNemar's exact test on the discordant items"
+    )
+    table = Table(title=title, title_justify="left")
+    name_column(table, "A")
+    name_column(table, "B")
+    table.add_column("figure", no_wrap=True)
+    number_columns(table, "n", "A", "B", "A - B [95% CI]", "A✓B✗", "A✗B✓", "McNemar p", "left out", "A only", "B only")
+    for pair in pairs:
+        for t in pair.tests:
+            table.add_row(
+                escape(pair.a),
+                escape(pair.b),
+                NAMES.get(t.reading, t.reading),
+                str(t.n),
+                _fmt(t.a_percent),
+                _fmt(t.b_percent),
+                interval_cell(t),
+                str(t.a_only),
+                str(t.b_only),
+                p_cell(t.p_value),
+                str(t.left_out),
+                str(pair.only_a),
+                str(pair.only_b),
+            )
+    return table
 
 
 def _runs(paths: Sequence[Path]) -> list[Run]:
