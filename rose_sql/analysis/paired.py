@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from itertools import combinations
-from typing import Any
 
 from rose_sql.accounting import NAMES, READINGS
 from rose_sql.analysis.runs import Run
@@ -154,7 +153,7 @@ class PairedTest:
     def discordant(self) -> int:
         return self.a_only + self.b_only
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         data = asdict(self)
         data["interval"] = list(self.interval) if self.interval is not None else None
         data["discordant"] = self.discordant
@@ -174,7 +173,7 @@ class PairedComparison:
     """Items in B's run and not in A's."""
     tests: list[PairedTest]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "a": self.a,
             "b": self.b,

@@ -1,4 +1,4 @@
-"""``rose compare``, ``rose report`` and ``rose audit``: views of finished runs across systems."""
+"""``rose compare``, ``rose diff``, ``rose report`` and ``rose audit``: views of finished runs across systems."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rich.table import Table
 
 from rose_sql.__version__ import __version__
 from rose_sql.accounting import NAMES, UNDEFINED, left_out_lines
+from rose_sql.analysis.diff import RunDiff, change_cell, side_cell, summary_lines
 from rose_sql.analysis.paired import RESAMPLES, SEED, PairedComparison, interval_cell, p_cell
 from rose_sql.analysis.runs import PARTIAL_HELP, Run, load_runs
 from rose_sql.analysis.systems import READING_NAMES, SUBSETS, Headline, SystemRow, ordered_difficulties
@@ -279,3 +280,78 @@ def audit_cmd(runs: tuple[Path, ...], out: Path) -> None:
         fail(e)
     jsonl, csv_path = write_audit(rows, out)
     console.print(f"{len(rows)} flagged items -> {jsonl}, {csv_path}", highlight=False)
+
+
+@click.command("diff")
+@click.argument("run_a", type=PATH)
+@click.argument("run_b", type=PATH)
+@click.option("--json", "json_out", type=PATH, help="Also write the items as JSON here ('-': standard output only).")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="Show at most this many items in the table.")
+def diff_cmd(run_a: Path, run_b: Path, json_out: Path | None, limit: int | None) -> None:
+    """The items whose outcome differs between two runs: two systems, or two runs of one (another judge,
+    another rose-sql, another database).
+
+    RUN_A and RUN_B are system folders of `rose run`, records.jsonl files or id -> score files; items
+    are matched by id. An item differs when its ROSE score or any binary reading (BIRD EX, test-suite
+    EX...) differs. Each line shows what changed (A→B), each side's score, deciding stage and reason,
+    and both predicted SQL side by side; under the table, how many of the shared items differ, by
+    figure, and the items only one run has.
+
+    \b
+    Examples:
+      rose diff runs/c3sql runs/dail-sql-gpt4
+      rose diff old/c3sql new/c3sql --json changes.json
+    """
+    from rose_sql.analysis.diff import diff_runs
+
+    try:
+        a, b = (_one_run(p) for p in (run_a, run_b))
+        d = diff_runs(a, b)
+    except RoseError as e:
+        fail(e)
+    if json_out is not None and str(json_out) == "-":
+        console.print_json(d.to_json()) if console.is_terminal else print(d.to_json(), end="")
+        return
+    show(diff_table(d, limit))
+    for line in summary_lines(d):
+        console.print(line, highlight=False)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(d.to_json(), encoding="utf-8")
+        console.print(f"wrote {json_out}", highlight=False)
+
+
+def _one_run(path: Path) -> Run:
+    found = load_runs(path)
+    if len(found) != 1:
+        names = ", ".join(r.name for r in found)
+        raise UsageError(f"{path} holds {len(found)} systems ({names}): pass one system folder")
+    return found[0]
+
+
+def diff_table(d: RunDiff, limit: int | None = None) -> Table:
+    """One line per differing item: what changed, each side's score · stage · reason, both SQL."""
+    shown = d.items if limit is None else d.items[:limit]
+    more = f" (the first {len(shown)})" if len(shown) < len(d.items) else ""
+    title = f"Items whose outcome differs: A = {d.a}, B = {d.b}{more}"
+    table = Table(title=title, title_justify="left", show_lines=True)
+    name_column(table, "id")
+    table.add_column("db", no_wrap=True)
+    table.add_column("changed (A→B)")
+    table.add_column("A: score · stage · reason")
+    table.add_column("B: score · stage · reason")
+    table.add_column("A SQL", overflow="fold")
+    table.add_column("B SQL", overflow="fold")
+    for item in shown:
+        same = item.a.pred_sql == item.b.pred_sql
+        b_sql = "(the same)" if same else (item.b.pred_sql or "(no prediction)")
+        table.add_row(
+            escape(item.id),
+            escape(item.db_id),
+            change_cell(item),
+            escape(side_cell(item.a)),
+            escape(side_cell(item.b)),
+            escape(item.a.pred_sql or "(no prediction)"),
+            escape(b_sql),
+        )
+    return table
