@@ -25,7 +25,7 @@ def _rec(i: int, ex: int | None, score: int | None, sql: str, **more: Any) -> Re
             "unscored_reason": reason,
             "decided_by": "execution" if score == 0 else ("prover" if score else None),
             "why": f"why {i}",
-            "readings": {"bird_ex": ex, "ts_ex": ex, "soft_f1": 0.25 if ex else 0.75},
+            "readings": {"bird_ex": ex, "spider_ex": ex, "soft_f1": 0.25 if ex else 0.75},
             "comparison": {"equal": bool(ex), "reason": "same" if ex else "values", "detail": ""},
             "pred_sql": sql,
             "gold_sql": "SELECT 1",
@@ -54,13 +54,13 @@ B = [
 def test_diff_lists_what_changed_and_nothing_else() -> None:
     d = diff_runs(Run("a", Path("x/a"), A), Run("b", Path("x/b"), B))
     assert (d.a, d.b, d.shared) == ("a", "b", 4)
-    assert [(i.id, i.changed) for i in d.items] == [("2", ["rose", "bird_ex", "ts_ex"]), ("4", ["rose"])]
+    assert [(i.id, i.changed) for i in d.items] == [("2", ["rose", "bird_ex", "spider_ex"]), ("4", ["rose"])]
     two = d.items[0]
     assert (two.a.score, two.a.decided_by, two.a.reason, two.a.pred_sql) == (0, "execution", "values", "SELECT 2")
     assert (two.b.score, two.b.decided_by, two.b.reason, two.b.pred_sql) == (1, "prover", "same", "SELECT 1")
     assert d.items[1].a.reason == "judge_error"  # an unscored item's own reason, not the comparator's
     assert (d.only_a, d.only_b) == (["5"], ["6", "7"])
-    assert d.counts() == {"rose": 2, "bird_ex": 1, "ts_ex": 1}  # Soft-F1 is not a binary outcome
+    assert d.counts() == {"rose": 2, "bird_ex": 1, "spider_ex": 1}  # Soft-F1 is not a binary outcome
 
 
 def test_two_runs_of_one_system_are_named_by_path() -> None:
@@ -73,7 +73,7 @@ def test_cli_table_and_json(tmp_path: Path) -> None:
     out = tmp_path / "d.json"
     res = CliRunner().invoke(main, ["diff", str(a), str(b), "--json", str(out)])
     assert res.exit_code == 0, res.output
-    assert "ROSE 0→1, BIRD EX 0→1, TS EX 0→1" in res.output and "ROSE –→0" in res.output
+    assert "ROSE 0→1, BIRD EX 0→1, Spider EX 0→1" in res.output and "ROSE –→0" in res.output
     assert "0 · execution · values" in res.output and "1 · prover · same" in res.output
     assert "SELECT 2" in res.output
     assert "2 of the 4 shared items differ between a and b" in res.output

@@ -26,13 +26,13 @@ from rose_sql.cli import main
 from rose_sql.record import Record
 
 
-def _rec(i: int, ex: int | None, score: int | None = None, ts: int | None = None, **more: Any) -> Record:
+def _rec(i: int, ex: int | None, score: int | None = None, sx: int | None = None, **more: Any) -> Record:
     return make_record(
         {
             "id": i,
             "score": score,
             "unscored_reason": None if score is not None else more.pop("reason", "judge_error"),
-            "readings": {"bird_ex": ex, "ts_ex": ts, "soft_f1": 0.5},
+            "readings": {"bird_ex": ex, "spider_ex": sx, "soft_f1": 0.5},
             **more,
         }
     )
@@ -122,10 +122,10 @@ def test_bootstrap_is_seeded_and_degenerate_cases() -> None:
 
 
 def _runs() -> tuple[Run, Run]:
-    a = [_rec(i, 1 if i % 3 else 0, 1 if i % 2 else 0, ts=1) for i in range(40)]
+    a = [_rec(i, 1 if i % 3 else 0, 1 if i % 2 else 0, sx=1) for i in range(40)]
     a.append(_rec(100, 1, 1))  # only in A
     a.append(_rec(101, None, 1))  # in both, EX undefined in A
-    b = [_rec(i, 1 if i % 5 else 0, 1 if i % 4 else 0, ts=1) for i in range(40)]
+    b = [_rec(i, 1 if i % 5 else 0, 1 if i % 4 else 0, sx=1) for i in range(40)]
     b.append(_rec(101, 1, 0))
     b.append(_rec(200, 0, 0))  # only in B
     b.append(_rec(201, 0, 0))
@@ -144,7 +144,7 @@ def test_paired_test_counts_shared_items_only() -> None:
     assert t.p_value == mcnemar_exact(t.a_only, t.b_only)
     pair = compare_pair(a, b, resamples=500, seed=3)
     assert (pair.only_a, pair.only_b) == (1, 2)
-    assert [x.reading for x in pair.tests] == ["rose", "bird_ex", "ts_ex"]  # keep-distinct never recorded here
+    assert [x.reading for x in pair.tests] == ["rose", "bird_ex", "spider_ex"]  # keep-distinct never recorded here
     assert "soft_f1" not in BINARY
     ts = pair.tests[2]
     assert (ts.n, ts.discordant, ts.p_value, ts.interval) == (40, 0, 1.0, (0.0, 0.0))

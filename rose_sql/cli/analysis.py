@@ -19,7 +19,7 @@ from rose_sql.cli.main import PATH, console, err, fail
 from rose_sql.cli.tables import name_column, number_columns, show
 from rose_sql.errors import RoseError, UsageError
 
-READINGS = ("bird_ex", "ts_ex", "ts_ex_keep_distinct")
+READINGS = ("bird_ex", "spider_ex", "spider_ex_keep_distinct", "ts_ex", "ts_ex_keep_distinct")
 
 
 def _fmt(x: float | None, signed: bool = False) -> str:
@@ -155,7 +155,7 @@ def compare_cmd(
     \b
     Examples:
       rose compare runs/                     every system rose run wrote into runs/
-      rose compare runs/a runs/b --reading ts_ex --csv table.csv
+      rose compare runs/a runs/b --reading spider_ex --csv table.csv
     """
     from rose_sql.analysis.paired import all_pairs
     from rose_sql.analysis.systems import leaderboard, to_csv, to_json
