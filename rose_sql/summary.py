@@ -218,7 +218,7 @@ class Summary:
         return summary
 
 
-def _rename(data: dict[str, Any]) -> dict[str, Any]:
+def _rename(data: Any) -> Any:
     """A summary of layout 4 or before under layout 5's names (see :func:`rose_sql.record.rename_ts`): the
     means, the counts, the figures (a ``ts_ex`` figure over no item, ``not_recorded``) and by difficulty."""
     out = {**rename_ts(data), "ts_ex": None, "ts_ex_keep_distinct": None}
