@@ -37,16 +37,19 @@ from rose_sql.readings import Readings
 if TYPE_CHECKING:
     from rose_sql.record import Record
 
-READINGS = ("bird_ex", "ts_ex", "ts_ex_keep_distinct", "soft_f1")
+READINGS = ("bird_ex", "spider_ex", "spider_ex_keep_distinct", "ts_ex", "ts_ex_keep_distinct", "soft_f1")
 """The official readings, in the order every view shows them."""
 FIGURES = ("rose", *READINGS)
 """Every figure of a run: ROSE, then the official readings."""
 NAMES = {
     "rose": "ROSE",
     "bird_ex": "BIRD EX",
+    "spider_ex": "Spider EX",
+    "spider_ex_keep_distinct": "Spider EX keep-distinct",
     "ts_ex": "TS EX",
     "ts_ex_keep_distinct": "TS EX keep-distinct",
     "soft_f1": "Soft-F1",
+    "spider_em": "Spider EM",
 }
 """How the views name the figures."""
 AWAITING, UNDEFINED = "awaiting judge", "undefined"
@@ -58,6 +61,8 @@ GAPS: dict[str, str] = {
     "ts_undefined": "the test suite's version of the gold (DISTINCT removed, or kept) does not execute or is cut "
     "at the row cap, or its column matching gave up (too many columns look alike)",
     "not_on_engine": "the Spider test suite runs on SQLite only: its readings are not defined on this engine",
+    "no_variants": "test-suite accuracy needs the test suite's variant databases in the db_id's folder, and it "
+    "holds one database: the reading on that one is spider_ex",
     "not_recorded": "the record holds no such reading (an imported run, or a scores file)",
 }
 """Why a reading is undefined on an item whose gold ran, beside the unscored reasons of
@@ -172,6 +177,8 @@ class Figures:
     """Items of the group."""
     rose: Figure
     bird_ex: Figure
+    spider_ex: Figure
+    spider_ex_keep_distinct: Figure
     ts_ex: Figure
     ts_ex_keep_distinct: Figure
     soft_f1: Figure
@@ -182,7 +189,15 @@ class Figures:
 
     def all(self) -> tuple[Figure, ...]:
         """Every figure, in the order of :data:`FIGURES`."""
-        return (self.rose, self.bird_ex, self.ts_ex, self.ts_ex_keep_distinct, self.soft_f1)
+        return (
+            self.rose,
+            self.bird_ex,
+            self.spider_ex,
+            self.spider_ex_keep_distinct,
+            self.ts_ex,
+            self.ts_ex_keep_distinct,
+            self.soft_f1,
+        )
 
     def reading(self, name: str) -> Figure:
         """A figure by name (``rose`` or a reading of :data:`READINGS`)."""
@@ -249,11 +264,13 @@ def _gap(r: Record, name: str) -> str:
         return "gold_error"
     if pred.status == "unreadable":
         return "db_unreadable"
-    if name.startswith("ts_") and r.dialect is not None:
+    if name.startswith(("ts_", "spider_")) and r.dialect is not None:
         return "not_on_engine"
+    if name.startswith("ts_") and r.readings.ts_databases is None:
+        return "no_variants"
     if gold.truncated or pred.truncated:
         return "truncated"
-    return "ts_undefined" if name.startswith("ts_") else "not_recorded"
+    return "ts_undefined" if name.startswith(("ts_", "spider_")) else "not_recorded"
 
 
 def left_out_lines(figs: Figures) -> list[str]:

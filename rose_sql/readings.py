@@ -5,8 +5,9 @@
     ``set(pred_rows) == set(gold_rows)`` on ``fetchall()`` tuples. Row order and duplicates are
     ignored, column order matters, Python equality (``507 == 507.0``). Text that is not valid
     UTF-8 makes its query fail there (default ``text_factory``), so it scores 0 here too.
-``ts_ex`` / ``ts_ex_keep_distinct``
-    Spider test-suite execution match (taoyds/test-suite-sql-eval ``evaluation.py --etype exec``):
+``spider_ex`` / ``spider_ex_keep_distinct``
+    Spider's execution accuracy as the test-suite script computes it on the one database of a db_id
+    (taoyds/test-suite-sql-eval ``evaluation.py --etype exec`` with only the original in the folder):
     the prediction is cut at its first tab and ``value`` is replaced by ``1`` everywhere in it;
     ``> =`` / ``< =`` / ``! =`` are glued; by default every ``DISTINCT`` token (sqlparse's
     tokenization, also inside ``COUNT(DISTINCT x)``) is deleted from both queries
@@ -18,6 +19,15 @@
     prediction, parsed by the official grammar, has the gold's components (see
     :mod:`rose_sql.spider_match`; a prediction the grammar rejects is 0). Defined where Spider's
     ``tables.json`` is beside the database folder (its release layout) and names the db_id.
+``ts_ex`` / ``ts_ex_keep_distinct``
+    Test-suite accuracy as defined: the same rules, and the prediction must match the gold on *every*
+    database of the db_id's folder, as ``exec_eval.eval_exec_match`` takes them: every file whose name
+    contains ``.sqlite`` (the original and the distilled variants of the test-suite release). Defined
+    only when the folder holds more than one such file (``ts_databases`` says how many); with the
+    original alone it would be ``spider_ex`` under another name. A gold that fails on any of them makes
+    it undefined (the official script aborts the run there); a prediction that fails on any, or
+    differs, is 0. Records of layout 4 and before called ``spider_ex`` ``ts_ex``
+    (:func:`rose_sql.record.migrate` renames it).
 ``soft_f1``
     BIRD mini-dev's Soft-F1 (``evaluation_f1.py``): rows de-duplicated in order, gold row *i*
     compared with predicted row *i* by cell membership, precision/recall over the summed
@@ -48,14 +58,21 @@ class Readings:
 
     bird_ex: int | None = None
     """BIRD EX: 1 or 0."""
+    spider_ex: int | None = None
+    """Spider EX by the test-suite script's rules on the db_id's one database (DISTINCT removed): 1 or 0."""
+    spider_ex_keep_distinct: int | None = None
+    """The same with ``--keep_distinct``: 1 or 0."""
     ts_ex: int | None = None
-    """Spider test-suite EX with its defaults (DISTINCT removed): 1 or 0."""
+    """Test-suite accuracy on every database of the db_id's folder (DISTINCT removed): 1 or 0; None
+    without variants."""
     ts_ex_keep_distinct: int | None = None
-    """Spider test-suite EX with ``--keep_distinct``: 1 or 0."""
+    """Test-suite accuracy with ``--keep_distinct``: 1 or 0; None without variants."""
     soft_f1: float | None = None
     """BIRD mini-dev Soft-F1 in [0, 1]."""
     spider_em: int | None = None
     """Spider exact-set match (``evaluation.py --etype match``): 1 or 0."""
+    ts_databases: int | None = None
+    """The databases ``ts_ex`` compared on (the original and its variants); None when the folder holds one."""
 
 
 # --------------------------------------------------------------------------- BIRD

@@ -31,6 +31,11 @@ Layout versions (``schema``):
   the data has no difficulty, the gold's official hardness as ``difficulty``; ``summary.json`` then has
   ``spider_match``. Written only when set, so other records are unchanged and earlier readers of this
   layout ignore them.
+- 5: the reading ``ts_ex`` (and ``ts_ex_keep_distinct``), computed on the db_id's one database, is renamed
+  ``spider_ex`` (``spider_ex_keep_distinct``): that is what it is. ``ts_ex`` now names test-suite accuracy
+  over the original and its variant databases, with ``ts_databases``, defined only where the db_id's
+  folder holds variants. A record of layout 4 or before reads with its ``ts_ex`` as ``spider_ex`` and no
+  ``ts_ex`` (no earlier rose-sql read the variants); a summary likewise (its means, counts and figures).
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ if TYPE_CHECKING:  # pydantic models: imported by the judges and by readers, nev
 
     from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The layout this version writes; :func:`migrate` reads every earlier one."""
 PREVIEW_ROWS = 5
 """Rows of each result a record keeps."""
@@ -396,7 +401,21 @@ def migrate(data: Any) -> Any:
     # 1 -> 2: new fields take their defaults (labels' three Refuter fields, doubts); nothing was renamed
     # 2 -> 3: a new status value and an optional note; nothing was renamed
     # 3 -> 4: pred_sql may be null (no prediction); nothing was renamed
+    # 4 -> 5: the one-database reading ts_ex is spider_ex; ts_ex (over the variants) did not exist
+    readings = data.get("readings")
+    if isinstance(readings, dict):
+        data = {**data, "readings": rename_ts(readings)}
     return {**data, "schema": SCHEMA_VERSION}
+
+
+def rename_ts(readings: dict[str, Any]) -> dict[str, Any]:
+    """Readings (or per-reading values) of layout 4 or before under layout 5's names: ``ts_ex`` ->
+    ``spider_ex``, ``ts_ex_keep_distinct`` -> ``spider_ex_keep_distinct``."""
+    out = {k: v for k, v in readings.items() if k not in ("ts_ex", "ts_ex_keep_distinct")}
+    for old in ("ts_ex", "ts_ex_keep_distinct"):
+        if old in readings:
+            out["spider" + old[2:]] = readings[old]
+    return out
 
 
 @cache

@@ -59,7 +59,7 @@ _LIKE = WHERE_OPS.index("like")
 _IN = WHERE_OPS.index("in")
 
 
-class Rejected(Exception):
+class _Rejected(Exception):
     """The official parser would raise on this query."""
 
 
@@ -155,11 +155,11 @@ def _sentences(text: str) -> list[str]:
 
 @lru_cache(maxsize=65536)
 def tokenize(sql: str) -> tuple[str, ...]:
-    """The official tokens of ``sql`` (raises :class:`Rejected` on an odd number of quotes)."""
+    """The official tokens of ``sql`` (raises :class:`_Rejected` on an odd number of quotes)."""
     text = sql.replace("'", '"')
     quotes = [i for i, c in enumerate(text) if c == '"']
     if len(quotes) % 2:
-        raise Rejected("odd number of quotes")
+        raise _Rejected("odd number of quotes")
     values: dict[str, str] = {}
     for k in range(len(quotes) - 1, 0, -2):
         a, b = quotes[k - 1], quotes[k]
@@ -257,7 +257,7 @@ class _Parser:
                 aliases[_at(toks, i + 1)] = toks[i - 1]
         for t in schema.tables:
             if t in aliases:
-                raise Rejected(f"alias {t} is a table name")
+                raise _Rejected(f"alias {t} is a table name")
             aliases[t] = t
         self.aliases = aliases
 
@@ -268,24 +268,24 @@ class _Parser:
         if "." in t:
             parts = t.split(".")
             if len(parts) != 2:
-                raise Rejected(f"column {t}")
+                raise _Rejected(f"column {t}")
             return i + 1, self._id(self._alias(parts[0]) + "." + parts[1])
         if not tables:
-            raise Rejected("a column before any table")
+            raise _Rejected("a column before any table")
         for alias in tables:
             table = self._alias(alias)
             if t in self.schema.tables[table]:
                 return i + 1, self.ids[table + "." + t]
-        raise Rejected(f"unknown column {t}")
+        raise _Rejected(f"unknown column {t}")
 
     def _alias(self, name: str) -> str:
         if name not in self.aliases:
-            raise Rejected(f"unknown table or alias {name}")
+            raise _Rejected(f"unknown table or alias {name}")
         return self.aliases[name]
 
     def _id(self, key: str) -> str:
         if key not in self.ids:
-            raise Rejected(f"unknown name {key}")
+            raise _Rejected(f"unknown name {key}")
         return self.ids[key]
 
     def col_unit(self, toks: Sequence[str], i: int, tables: list[str] | None) -> tuple[int, tuple[Any, ...]]:
@@ -404,7 +404,7 @@ class _Parser:
     def from_(self, toks: Sequence[str], start: int) -> tuple[int, list[Any], list[Any], list[str]]:
         n = len(toks)
         if "from" not in toks[start:]:
-            raise Rejected("no from")
+            raise _Rejected("no from")
         i = list(toks).index("from", start) + 1
         tables: list[str] = []
         units: list[Any] = []
@@ -505,13 +505,13 @@ class _Parser:
 
 def _at(toks: Sequence[str], i: int) -> str:
     if i >= len(toks):
-        raise Rejected("ran past the last token")
+        raise _Rejected("ran past the last token")
     return toks[i]
 
 
 def _expect(ok: bool, what: str) -> None:
     if not ok:
-        raise Rejected(f"expected {what}")
+        raise _Rejected(f"expected {what}")
 
 
 def _skip_semicolons(toks: Sequence[str], i: int) -> int:
@@ -521,12 +521,12 @@ def _skip_semicolons(toks: Sequence[str], i: int) -> int:
 
 
 def parse(sql: str, schema: Schema) -> Sql:
-    """The official sql dict of ``sql`` (raises :class:`Rejected` where the official parser raises)."""
+    """The official sql dict of ``sql`` (raises :class:`_Rejected` where the official parser raises)."""
     toks = tokenize(sql)
     try:
         return _Parser(toks, schema).sql(toks, 0)[1]
     except RecursionError as exc:  # pragma: no cover - the official parser would recurse as deep
-        raise Rejected("nesting too deep") from exc
+        raise _Rejected("nesting too deep") from exc
 
 
 def empty_sql() -> Sql:
@@ -755,23 +755,23 @@ def pred_line(pred: str) -> str:
 def _parse(sql: str, schema: Schema) -> Sql:
     try:
         return parse(sql, schema)
-    except Rejected:
+    except _Rejected:
         raise
     except Exception as exc:  # a name looked up and absent (KeyError...): the official code raises too
-        raise Rejected(f"{type(exc).__name__}: {exc}") from exc
+        raise _Rejected(f"{type(exc).__name__}: {exc}") from exc
 
 
 def spider_match(pred: str, gold: str, schema: Schema, fk: Mapping[str, str]) -> Match:
     """Hardness of ``gold`` and exact-set match of ``pred`` (the raw prediction line) against it."""
     try:
         g = _parse(gold.strip(), schema)
-    except Rejected:
+    except _Rejected:
         return Match(None, None)
     level = hardness(g)
     rejected = None
     try:
         p = _parse(pred_line(pred), schema)
-    except Rejected as exc:
+    except _Rejected as exc:
         rejected = str(exc) or "rejected"
         p = empty_sql()
     try:

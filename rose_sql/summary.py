@@ -22,7 +22,7 @@ from rose_sql.config import Config
 from rose_sql.items import ItemId, Loaded
 from rose_sql.provenance import JudgeInfo, Manifest, SubsetInfo, judge_info
 from rose_sql.readings import Readings
-from rose_sql.record import SCHEMA_VERSION, Record, id_key, read_records
+from rose_sql.record import SCHEMA_VERSION, Record, id_key, read_records, rename_ts
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -148,10 +148,14 @@ class Summary:
     """Mean score over scored items; None while any item awaits a judge, and when nothing is scored."""
     bird_ex: float | None
     """Mean BIRD EX over items where it is defined (None over no item)."""
+    spider_ex: float | None
+    """Mean Spider EX: the test-suite script's execution match on the one database of each db_id."""
+    spider_ex_keep_distinct: float | None
+    """The same with --keep_distinct."""
     ts_ex: float | None
-    """Mean Spider test-suite EX (DISTINCT removed, its default)."""
+    """Mean test-suite accuracy (every database of the db_id's folder; DISTINCT removed, its default)."""
     ts_ex_keep_distinct: float | None
-    """Mean Spider test-suite EX with --keep_distinct."""
+    """Mean test-suite accuracy with --keep_distinct."""
     soft_f1: float | None
     """Mean BIRD Soft-F1."""
     unscored: dict[str, int]
@@ -206,6 +210,8 @@ class Summary:
         version = data.get("schema", 1)
         if not isinstance(version, int) or version > SCHEMA_VERSION:
             raise ValueError(f"summary layout {version!r} is newer than this rose-sql reads; upgrade")
+        if version < 5:
+            data = _rename(data)
         if version < 4:
             data = _lift(data)
         try:
@@ -214,6 +220,32 @@ class Summary:
             err = e.errors()[0]
             raise ValueError(f"not a valid summary: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
         return summary
+
+
+def _rename(data: Any) -> Any:
+    """A summary of layout 4 or before under layout 5's names (see :func:`rose_sql.record.rename_ts`): the
+    means, the counts, the figures (a ``ts_ex`` figure over no item, ``not_recorded``) and by difficulty."""
+    out = {**rename_ts(data), "ts_ex": None, "ts_ex_keep_distinct": None}
+    if isinstance(data.get("readings_n"), dict):
+        out["readings_n"] = rename_ts(data["readings_n"])
+
+    def figs(f: Any) -> Any:
+        if not isinstance(f, dict):
+            return f
+        g = rename_ts(f)
+        for name in ("spider_ex", "spider_ex_keep_distinct"):
+            if isinstance(g.get(name), dict):
+                g[name] = {**g[name], "name": name}
+        items = int(f.get("items", 0) or 0)
+        for name in ("ts_ex", "ts_ex_keep_distinct"):
+            g[name] = Figure(name, 0.0, 0, items, {"not_recorded": items} if items else {}).to_dict()
+        return g
+
+    if "figures" in data:
+        out["figures"] = figs(data["figures"])
+    if isinstance(data.get("by_difficulty"), dict):
+        out["by_difficulty"] = {d: figs(f) for d, f in data["by_difficulty"].items()}
+    return out
 
 
 def _lift(data: dict[str, Any]) -> dict[str, object]:
@@ -324,6 +356,8 @@ def summarize_briefs(
         coverage=round(main.rose.n / n, 6) if n else 0.0,
         rose=main.rose.value,
         bird_ex=main.bird_ex.value,
+        spider_ex=main.spider_ex.value,
+        spider_ex_keep_distinct=main.spider_ex_keep_distinct.value,
         ts_ex=main.ts_ex.value,
         ts_ex_keep_distinct=main.ts_ex_keep_distinct.value,
         soft_f1=main.soft_f1.value,

@@ -136,6 +136,8 @@ def make_summary(system: str, data: dict[str, Any]) -> Summary:
         "coverage": 0.0,
         "rose": None,
         "bird_ex": None,
+        "spider_ex": None,
+        "spider_ex_keep_distinct": None,
         "ts_ex": None,
         "ts_ex_keep_distinct": None,
         "soft_f1": None,

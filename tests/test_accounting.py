@@ -159,7 +159,9 @@ def test_strict_counts_every_unscored_reason(make_db: Any, tmp_path: Path) -> No
     items.write_text("\n".join(lines) + "\n")
     plain = _invoke("run", items, "--db", root, "--out", tmp_path / "a")
     assert plain.exit_code == 0, plain.output  # db_missing is the data's, not the run's: named, not an error
-    assert "every figure leaves out 1 db_missing" in plain.output
+    assert "ROSE, BIRD EX, Spider EX, Spider EX keep-distinct and Soft-F1 leave out 1 db_missing" in plain.output
+    # no variant databases: test-suite accuracy is not defined, and says why
+    assert "TS EX and TS EX keep-distinct leave out 1 db_missing and 8 no_variants" in plain.output
     strict = _invoke("run", items, "--db", root, "--out", tmp_path / "b", "--strict")
     assert strict.exit_code == 3 and "1 of 9 items are unscored (1 db_missing)" in strict.output
     assert "--strict counts every unscored reason" in strict.output
@@ -336,4 +338,5 @@ def test_left_out_reasons_are_the_records_reasons() -> None:
         "50.00 over 2 of 4 (1 db_missing, 1 judge_error)"
     )
     assert figs.bird_ex.left_out == {"db_missing": 1, "truncated": 1}
-    assert figs.ts_ex.left_out == {"db_missing": 1, "truncated": 1, "ts_undefined": 2}
+    assert figs.spider_ex.left_out == {"db_missing": 1, "truncated": 1, "ts_undefined": 2}
+    assert figs.ts_ex.left_out == {"db_missing": 1, "no_variants": 3}  # no variant databases: not test-suite accuracy

@@ -269,7 +269,10 @@ def test_rose_run_without_a_judge_leaves_an_undecided_item_unscored_undecided(
     hard = recorded["1"]
     assert (hard.score, hard.unscored_reason) == (None, "undecided") and "column search gave up" in hard.why
     assert hard.comparison is not None and (hard.comparison.equal, hard.comparison.reason) == (None, "undecided")
-    assert (hard.readings.bird_ex, hard.readings.ts_ex) == (0, 0)  # each reading as its script: no column search here
+    assert (hard.readings.bird_ex, hard.readings.spider_ex) == (
+        0,
+        0,
+    )  # each reading as its script: no column search here
     assert recorded["2"].unscored_reason == "awaiting_judge"
     summary = json.loads((tmp_path / "out" / "items" / "summary.json").read_text())
     assert summary["unscored"] == {"awaiting_judge": 1, "undecided": 1}

@@ -30,7 +30,7 @@ def _rec(i: int, ex: int | None, score: int | None, difficulty: str | None = Non
             "id": i,
             "score": score,
             "unscored_reason": None if score is not None else "judge_error",
-            "readings": {"bird_ex": ex, "ts_ex": score},
+            "readings": {"bird_ex": ex, "spider_ex": score},
             "difficulty": difficulty,
             "labels": labels,
         }
@@ -80,7 +80,7 @@ def test_no_discordance_has_no_share() -> None:
 def test_other_readings_and_ranking() -> None:
     runs = [Run("b", Path("b"), B), Run("a", Path("a"), A)]
     assert [r.system for r in leaderboard(runs)] == ["b", "a"]  # ROSE 66.67 > 60
-    assert system_row(runs[1], "ts_ex").discordant == 0  # ts_ex equals the score in these records
+    assert system_row(runs[1], "spider_ex").discordant == 0  # spider_ex equals the score in these records
 
 
 def test_difficulty_order() -> None:

@@ -133,12 +133,21 @@ def test_records_of_the_first_layout_are_migrated(name: str) -> None:
     for o, n in zip(old, new, strict=True):
         data = n.to_dict()
         assert data["doubts"] is None  # not recorded then
-        # nothing else changed meaning: every old field reads back as it was written (new fields may join)
-        for key, value in o.items():
+        # nothing else changed meaning: every old field reads back as it was written (new fields may join),
+        # but for layout 5's one rename: the one-database reading ts_ex is spider_ex, and ts_ex undefined
+        readings = dict(o["readings"])
+        assert {"ts_ex", "ts_ex_keep_distinct"} <= set(readings)
+        assert data["readings"]["spider_ex"] == readings.pop("ts_ex")
+        assert data["readings"]["spider_ex_keep_distinct"] == readings.pop("ts_ex_keep_distinct")
+        assert data["readings"]["ts_ex"] is None and data["readings"]["ts_databases"] is None
+        for key, value in {**o, "readings": readings}.items():
             if key != "schema":
                 assert _old_keys(data[key], value) == value, (o["id"], key)
-    summary = Summary.from_dict(json.loads((V1 / f"{name}-summary.json").read_text()))
+    raw = json.loads((V1 / f"{name}-summary.json").read_text())
+    summary = Summary.from_dict(raw)
     assert summary.n == len(old) and summary.schema == SCHEMA_VERSION
+    assert summary.spider_ex == raw["ts_ex"] and summary.ts_ex is None
+    assert summary.figures.spider_ex.n == raw["readings_n"]["ts_ex"] and summary.figures.ts_ex.n == 0
 
 
 def _old_keys(new: Any, old: Any) -> Any:

@@ -136,7 +136,7 @@ def test_merged_shards_are_the_local_run(league: tuple[Path, Path], tmp_path: Pa
     assert all(m.complete and m.command[m.command.index("--shard") + 1] == f"{m.index}/4" for m in manifest.merged)
     local = Summary.from_dict(json.loads((tmp_path / "local/items/summary.json").read_text()))
     joined = Summary.from_dict(json.loads((merged / "summary.json").read_text()))
-    assert (joined.n, joined.bird_ex, joined.ts_ex, joined.unscored) == (local.n, local.bird_ex, local.ts_ex,
+    assert (joined.n, joined.bird_ex, joined.spider_ex, joined.unscored) == (local.n, local.bird_ex, local.spider_ex,
                                                                           local.unscored)  # fmt: skip
     view = rose("compare", tmp_path / "merged")  # every command reads it as a run
     assert view.exit_code == 0 and "complete" in view.output

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from rose_sql.accounting import AWAITING, NAMES, READINGS, UNDEFINED, Figure, Figures, figures
+from rose_sql.analysis.paired import PairedComparison
 from rose_sql.analysis.runs import Completeness, Run, completeness
 from rose_sql.provenance import SubsetInfo
 from rose_sql.record import Record
@@ -237,9 +238,12 @@ def leaderboard(runs: Sequence[Run], reading: str = "bird_ex") -> list[SystemRow
     return sorted((system_row(r, reading) for r in runs), key=rank)
 
 
-def to_json(rows: Sequence[SystemRow], reading: str = "bird_ex") -> str:
-    """The table as JSON (percent values, two decimals; an undefined number is null)."""
-    data = {"reading": reading, "systems": [_row_dict(r) for r in rows]}
+def to_json(rows: Sequence[SystemRow], reading: str = "bird_ex", pairs: Sequence[PairedComparison] = ()) -> str:
+    """The table as JSON (percent values, two decimals; an undefined number is null); ``pairs``: the paired
+    comparisons of :mod:`rose_sql.analysis.paired`, under ``pairs``."""
+    data: dict[str, object] = {"reading": reading, "systems": [_row_dict(r) for r in rows]}
+    if pairs:
+        data["pairs"] = [p.to_dict() for p in pairs]
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 

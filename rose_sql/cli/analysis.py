@@ -1,4 +1,4 @@
-"""``rose compare``, ``rose report`` and ``rose audit``: views of finished runs across systems."""
+"""``rose compare``, ``rose diff``, ``rose report`` and ``rose audit``: views of finished runs across systems."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from rose_sql.__version__ import __version__
-from rose_sql.accounting import UNDEFINED, left_out_lines
-from rose_sql.analysis.runs import PARTIAL_HELP
+from rose_sql.accounting import NAMES, UNDEFINED, left_out_lines
+from rose_sql.analysis.diff import RunDiff, change_cell, side_cell, summary_lines
+from rose_sql.analysis.paired import RESAMPLES, SEED, PairedComparison, interval_cell, p_cell
+from rose_sql.analysis.runs import PARTIAL_HELP, Run, load_runs
 from rose_sql.analysis.systems import READING_NAMES, SUBSETS, Headline, SystemRow, ordered_difficulties
 from rose_sql.cli.common import all_runs
 from rose_sql.cli.main import PATH, console, err, fail
@@ -19,7 +21,7 @@ from rose_sql.cli.options import json_file_option, out_option
 from rose_sql.cli.tables import name_column, number_columns, show
 from rose_sql.errors import RoseError, UsageError
 
-READINGS = ("bird_ex", "ts_ex", "ts_ex_keep_distinct")
+READINGS = ("bird_ex", "spider_ex", "spider_ex_keep_distinct", "ts_ex", "ts_ex_keep_distinct")
 
 
 def _fmt(x: float | None, signed: bool = False) -> str:
@@ -125,8 +127,18 @@ def notes(rows: Sequence[SystemRow]) -> list[str]:
 @click.argument("runs", nargs=-1, required=True, type=PATH)
 @click.option("--reading", type=click.Choice(READINGS), default="bird_ex", show_default=True, help="Which EX.")
 @click.option("--csv", "csv_out", type=PATH, help="Also write the table as CSV here.")
-@json_file_option("Also write the table as JSON here.")
-def compare_cmd(runs: tuple[Path, ...], reading: str, csv_out: Path | None, json_out: Path | None) -> None:
+@json_file_option("Also write the table (and the paired tests) as JSON here.")
+@click.option(
+    "--bootstrap",
+    type=click.IntRange(min=0),
+    default=RESAMPLES,
+    show_default=True,
+    help="Resamples of the paired bootstrap interval (0: no interval).",
+)
+@click.option("--seed", type=int, default=SEED, show_default=True, help="Seed of the paired bootstrap.")
+def compare_cmd(
+    runs: tuple[Path, ...], reading: str, csv_out: Path | None, json_out: Path | None, bootstrap: int, seed: int
+) -> None:
     """Re-evaluation table across systems: the official readings and ROSE, then EX vs ROSE.
 
     RUNS are the --out folder of `rose run` (every system in it), system folders, records.jsonl or
@@ -137,26 +149,72 @@ def compare_cmd(runs: tuple[Path, ...], reading: str, csv_out: Path | None, json
     exists, EX and ROSE are compared on the items where both are defined: the gap by difficulty, and
     the discordance overall and inside the GoldX and AmbQ subsets flagged by the judges.
 
+    With several systems, each pair (in the table's order, A above B) is compared on the items both
+    were evaluated on, for every binary figure (ROSE, BIRD EX, the test-suite readings): the difference
+    A - B in points with its 95 % paired bootstrap interval (seeded: the same runs and seed give the
+    same interval), the discordant items each way, and McNemar's exact p-value.
+
     \b
     Examples:
       rose compare runs/                     every system rose run wrote into runs/
-      rose compare runs/a runs/b --reading ts_ex --csv table.csv
+      rose compare runs/a runs/b --reading spider_ex --csv table.csv
     """
+    from rose_sql.analysis.paired import all_pairs
     from rose_sql.analysis.systems import leaderboard, to_csv, to_json
 
     try:
-        rows = leaderboard(all_runs(runs), reading)
+        loaded = all_runs(runs)
+        rows = leaderboard(loaded, reading)
+        by_name = {r.name: r for r in loaded}
+        named = len(by_name) == len(loaded)  # pairs are told apart by name
+        pairs = all_pairs([by_name[r.system] for r in rows], resamples=bootstrap, seed=seed) if named else []
     except RoseError as e:
         fail(e)
     for table in rich_tables(rows, reading):
         show(table)
+    if pairs:
+        show(paired_table(pairs, bootstrap, seed))
     for line in notes(rows):
         (err if line.startswith("warning") else console).print(line, highlight=False)
-    for path, text in ((csv_out, to_csv(rows)), (json_out, to_json(rows, reading))):
+    if not named:
+        err.print("warning: two runs share a name: no paired tests (give the systems distinct folder names)")
+    for path, text in ((csv_out, to_csv(rows)), (json_out, to_json(rows, reading, pairs))):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             console.print(f"wrote {path}", highlight=False)
+
+
+def paired_table(pairs: Sequence[PairedComparison], resamples: int, seed: int) -> Table:
+    """One line per pair of systems and binary figure: n, both means, A - B with its interval, the
+    discordant items each way, McNemar's exact p-value; and the items each run has alone."""
+    title = (
+        f"Does A beat B? On the shared items where both define the figure: A - B in points, 95% paired bootstrap "
+        f"interval ({resamples} resamples, seed {seed}), McNemar's exact test on the discordant items"
+    )
+    table = Table(title=title, title_justify="left")
+    name_column(table, "A")
+    name_column(table, "B")
+    table.add_column("figure", no_wrap=True)
+    number_columns(table, "n", "A", "B", "A - B [95% CI]", "A✓B✗", "A✗B✓", "McNemar p", "left out", "A only", "B only")
+    for pair in pairs:
+        for t in pair.tests:
+            table.add_row(
+                escape(pair.a),
+                escape(pair.b),
+                NAMES.get(t.reading, t.reading),
+                str(t.n),
+                _fmt(t.a_percent),
+                _fmt(t.b_percent),
+                interval_cell(t),
+                str(t.a_only),
+                str(t.b_only),
+                p_cell(t.p_value),
+                str(t.left_out),
+                str(pair.only_a),
+                str(pair.only_b),
+            )
+    return table
 
 
 @click.command("report")
@@ -219,3 +277,78 @@ def audit_cmd(runs: tuple[Path, ...], out: Path) -> None:
         fail(e)
     jsonl, csv_path = write_audit(rows, out)
     console.print(f"{len(rows)} flagged items -> {jsonl}, {csv_path}", highlight=False)
+
+
+@click.command("diff")
+@click.argument("run_a", type=PATH)
+@click.argument("run_b", type=PATH)
+@click.option("--json", "json_out", type=PATH, help="Also write the items as JSON here ('-': standard output only).")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="Show at most this many items in the table.")
+def diff_cmd(run_a: Path, run_b: Path, json_out: Path | None, limit: int | None) -> None:
+    """The items whose outcome differs between two runs: two systems, or two runs of one (another judge,
+    another rose-sql, another database).
+
+    RUN_A and RUN_B are system folders of `rose run`, records.jsonl files or id -> score files; items
+    are matched by id. An item differs when its ROSE score or any binary reading (BIRD EX, test-suite
+    EX...) differs. Each line shows what changed (A→B), each side's score, deciding stage and reason,
+    and both predicted SQL side by side; under the table, how many of the shared items differ, by
+    figure, and the items only one run has.
+
+    \b
+    Examples:
+      rose diff runs/c3sql runs/dail-sql-gpt4
+      rose diff old/c3sql new/c3sql --json changes.json
+    """
+    from rose_sql.analysis.diff import diff_runs
+
+    try:
+        a, b = (_one_run(p) for p in (run_a, run_b))
+        d = diff_runs(a, b)
+    except RoseError as e:
+        fail(e)
+    if json_out is not None and str(json_out) == "-":
+        console.print_json(d.to_json()) if console.is_terminal else print(d.to_json(), end="")
+        return
+    show(diff_table(d, limit))
+    for line in summary_lines(d):
+        console.print(line, highlight=False)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(d.to_json(), encoding="utf-8")
+        console.print(f"wrote {json_out}", highlight=False)
+
+
+def _one_run(path: Path) -> Run:
+    found = load_runs(path)
+    if len(found) != 1:
+        names = ", ".join(r.name for r in found)
+        raise UsageError(f"{path} holds {len(found)} systems ({names}): pass one system folder")
+    return found[0]
+
+
+def diff_table(d: RunDiff, limit: int | None = None) -> Table:
+    """One line per differing item: what changed, each side's score · stage · reason, both SQL."""
+    shown = d.items if limit is None else d.items[:limit]
+    more = f" (the first {len(shown)})" if len(shown) < len(d.items) else ""
+    title = f"Items whose outcome differs: A = {d.a}, B = {d.b}{more}"
+    table = Table(title=title, title_justify="left", show_lines=True)
+    name_column(table, "id")
+    table.add_column("db", no_wrap=True)
+    table.add_column("changed (A→B)")
+    table.add_column("A: score · stage · reason")
+    table.add_column("B: score · stage · reason")
+    table.add_column("A SQL", overflow="fold")
+    table.add_column("B SQL", overflow="fold")
+    for item in shown:
+        same = item.a.pred_sql == item.b.pred_sql
+        b_sql = "(the same)" if same else (item.b.pred_sql or "(no prediction)")
+        table.add_row(
+            escape(item.id),
+            escape(item.db_id),
+            change_cell(item),
+            escape(side_cell(item.a)),
+            escape(side_cell(item.b)),
+            escape(item.a.pred_sql or "(no prediction)"),
+            escape(b_sql),
+        )
+    return table

@@ -2,8 +2,8 @@
 so ``rose run`` starts fast; the consoles and the one way errors become messages live here.
 
 Modules, one per command group: :mod:`~rose_sql.cli.run` (run, demo), :mod:`~rose_sql.cli.calibration`
-(agree, import-rose, replay, judge-card, judge-compare), :mod:`~rose_sql.cli.analysis` (compare, report,
-audit), :mod:`~rose_sql.cli.reward` (serve-reward), :mod:`~rose_sql.cli.review` (review),
+(agree, import-rose, replay, judge-card, judge-compare), :mod:`~rose_sql.cli.analysis` (compare, diff,
+report, audit), :mod:`~rose_sql.cli.reward` (serve-reward), :mod:`~rose_sql.cli.review` (review),
 :mod:`~rose_sql.cli.merge` (merge), :mod:`~rose_sql.cli.db` (db copy, db reader).
 :mod:`~rose_sql.cli.calibrate` (calibrate) runs a judge on a labelled set through ``rose run``.
 """
@@ -41,6 +41,7 @@ COMMANDS = {
     "judge-compare": "rose_sql.cli.calibration:judge_compare_cmd",
     "calibrate": "rose_sql.cli.calibrate:calibrate_cmd",
     "compare": "rose_sql.cli.analysis:compare_cmd",
+    "diff": "rose_sql.cli.analysis:diff_cmd",
     "report": "rose_sql.cli.analysis:report_cmd",
     "audit": "rose_sql.cli.analysis:audit_cmd",
     "serve-reward": "rose_sql.cli.reward:serve_reward_cmd",

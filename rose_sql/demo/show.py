@@ -228,7 +228,7 @@ def _ex_lines(t: Tally, s: Summary) -> list[RenderableType]:
     lines.append(
         _point(
             f"official readings on this run: BIRD EX {_share(s.bird_ex)}, "
-            f"Spider TS EX {_share(s.ts_ex)}, Soft-F1 {_share(s.soft_f1)}"
+            f"Spider EX {_share(s.spider_ex)}, Soft-F1 {_share(s.soft_f1)}"
         )
     )
     return lines

@@ -24,6 +24,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import SqlLexer
 
+from rose_sql.accounting import READINGS
 from rose_sql.compare import json_value
 from rose_sql.config import Config
 from rose_sql.engines import Database, Source
@@ -260,7 +261,7 @@ def machine_view(record: Record | None) -> dict[str, Any] | None:
         "unscored_reason": record.unscored_reason,
         "decided_by": record.decided_by,
         "why": record.why,
-        "readings": [(n, getattr(record.readings, n)) for n in ("bird_ex", "ts_ex", "ts_ex_keep_distinct", "soft_f1")],
+        "readings": [(n, getattr(record.readings, n)) for n in READINGS],
         "calls": [call_view(c.stage, c.model, c.reply, c.error, c.raw) for c in record.judges],
         "labels": record.labels,
     }

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""R-VES and VES of finished `rose run` systems, per difficulty, on two time bases.
+
+For every record whose BIRD EX is defined (its database exists, its gold ran), on SQLite:
+
+- **steps** (deterministic): gold VM steps / predicted VM steps for an item with BIRD EX 1, counted in a
+  pass of their own at progress-handler grain 1 (:func:`rose_sql.efficiency.vm_steps`); 0 otherwise;
+- **timed** (``--timed``, as published): the mean of ``--iterations`` wall-time ratios (each iteration
+  opens a connection, runs and fetches the prediction then the gold, as mini-dev's script does), values
+  beyond 3 sigma removed. Machine- and load-dependent: printed with the load average, never used to decide.
+
+Then mini-dev's R-VES and BIRD's VES over those ratios, for ``all`` and each difficulty, each with its n.
+
+Usage::
+
+    python bench/bench_efficiency.py runs/bird/predict_mini_dev_gpt-4_sqlite --db-root ../shared/data/bird \\
+        [--timed --iterations 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+from rose_sql.analysis.runs import load_run
+from rose_sql.config import Config
+from rose_sql.efficiency import by_difficulty, published_ratio, r_ves, step_ratio, ves, vm_steps
+
+
+def _timed(db: Path, sql: str) -> float:
+    start = time.perf_counter()
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    conn.execute(sql).fetchall()
+    conn.close()
+    return time.perf_counter() - start
+
+
+def _timed_ratio(db: Path, gold: str, pred: str, iterations: int) -> float:
+    ratios = []
+    for _ in range(iterations):
+        p = _timed(db, pred)
+        g = _timed(db, gold)
+        ratios.append(g / p)
+    return published_ratio(ratios)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", type=Path, help="system folders of rose run")
+    ap.add_argument("--db-root", required=True, type=Path)
+    ap.add_argument("--timed", action="store_true", help="also the published wall-time ratio")
+    ap.add_argument("--iterations", type=int, default=100)
+    args = ap.parse_args()
+    bound = Config().max_steps
+    print(f"load average at start: {os.getloadavg()}", file=sys.stderr)
+    for path in args.runs:
+        run = load_run(path)
+        steps: list[tuple[str | None, float | None]] = []
+        timed: list[tuple[str | None, float | None]] = []
+        started = time.monotonic()
+        for r in run.records:
+            if r.readings.bird_ex is None or r.gold_sql is None or r.dialect is not None:
+                continue
+            db = args.db_root / r.db_id / f"{r.db_id}.sqlite"
+            correct = r.readings.bird_ex == 1 and r.pred_sql is not None
+            g = vm_steps(db, r.gold_sql, bound) if correct else None
+            p = vm_steps(db, r.pred_sql or "", bound) if correct else None
+            steps.append((r.difficulty, step_ratio(g, p, correct)))
+            if args.timed:
+                ratio = _timed_ratio(db, r.gold_sql, r.pred_sql or "", args.iterations) if correct else 0.0
+                timed.append((r.difficulty, ratio))
+        seconds = time.monotonic() - started
+        print(f"{run.name}: {len(steps)} items with BIRD EX defined, of {len(run.records)}; {seconds:.1f} s")
+        bases = [("steps", steps)] + ([(f"timed x{args.iterations}", timed)] if args.timed else [])
+        for base, items in bases:
+            for name, formula in (("R-VES", r_ves), ("VES", ves)):
+                cells = [
+                    f"{label} {value:.2f} (n {n}{f', {left} no count' if left else ''})"
+                    if value is not None
+                    else f"{label} undefined"
+                    for label, (value, n, left) in by_difficulty(items, formula).items()
+                ]
+                print(f"  {base:>10} {name:>5}: " + "; ".join(cells))
+    print(f"load average at end: {os.getloadavg()}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
