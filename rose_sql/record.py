@@ -27,6 +27,10 @@ Layout versions (``schema``):
   (scored 0 by execution: ``no_prediction``); ``summary.json`` carries ``figures`` (each figure with its
   denominator and what it left out) and ``by_difficulty`` holds figures too. A record of layout 3 reads as
   it was; a summary of layout 3 gets its figures rebuilt from its means (see ``rose_sql.summary``).
+- 5: a witness carries its grade, ``plausible`` and ``plausibility`` (:mod:`rose_sql.evidence.plausibility`:
+  only a plausible witness doubts a match); ``evidence.search`` carries ``implausible`` and ``distinct``.
+  A witness of layout 4 had no grade and counted as doubt: it reads as plausible, with the
+  ``plausibility`` :data:`UNGRADED`, so that replaying an old run decides as the run did.
 """
 
 from __future__ import annotations
@@ -52,8 +56,10 @@ if TYPE_CHECKING:  # pydantic models: imported by the judges and by readers, nev
 
     from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The layout this version writes; :func:`migrate` reads every earlier one."""
+UNGRADED = "[ungraded] recorded before witnesses were graded (record layout 4): counted as doubt, as it was"
+"""The ``plausibility`` a witness of layout 4 reads with."""
 PREVIEW_ROWS = 5
 """Rows of each result a record keeps."""
 
@@ -389,6 +395,13 @@ def migrate(data: Any) -> Any:
     # 1 -> 2: new fields take their defaults (labels' three Refuter fields, doubts); nothing was renamed
     # 2 -> 3: a new status value and an optional note; nothing was renamed
     # 3 -> 4: pred_sql may be null (no prediction); nothing was renamed
+    # 4 -> 5: a witness gets its grade; one recorded without it counted as doubt, and still does
+    evidence = data.get("evidence")
+    if isinstance(evidence, dict) and isinstance(evidence.get("witness"), dict):
+        witness = evidence["witness"]
+        if "plausible" not in witness:
+            witness = {**witness, "plausible": True, "plausibility": UNGRADED}
+            data = {**data, "evidence": {**evidence, "witness": witness}}
     return {**data, "schema": SCHEMA_VERSION}
 
 
