@@ -30,6 +30,9 @@ CLOSED = 12
 closed set: a value outside it is implausible."""
 MARKERS = ("", "-", "--", "N/A", "n/a", "NA", "None", "none", "null", "NULL", "unknown", "Unknown", "?")
 """Text a column may hold for a missing value: a column that holds one records missing data."""
+CAP = 3
+"""A column whose values each occur at most this many times caps them (a bond named by its two directions):
+a change that makes a value occur more often than any does is implausible."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,12 @@ RULES: tuple[Rule, ...] = (
     Rule("value_seen", "set a cell to a value", True, "the value occurs in the column"),
     Rule(
         "value_key", "set a cell to a value", False, "the value repeats one in a column whose values are all distinct"
+    ),
+    Rule(
+        "value_capped",
+        "set a cell to a value",
+        False,
+        f"no value of the column occurs more than {CAP} times, and the value then would",
     ),
     Rule(
         "value_format",
@@ -166,7 +175,19 @@ def grade_value(ws: Copy, t: Table, c: Column, v: Any) -> Grade:
         unique, n = _all_distinct(ws, t, c)
         if unique:
             return Grade(False, "value_key", f"{v!r} repeats a value of {where}, whose {n} values are all distinct")
-        return Grade(True, "value_seen", f"{v!r} occurs in {where}")
+        col, tab = _q(c.name), _q(t.name)
+        top = _ask(
+            ws, f"SELECT MAX(n) FROM (SELECT COUNT(*) AS n FROM {tab} WHERE {col} IS NOT NULL GROUP BY {col}) AS g"
+        )
+        uses = _ask(ws, f"SELECT COUNT(*) FROM {tab} WHERE {col} = ?", (v,))[0][0] or 0
+        most = top[0][0] or 0
+        if most <= CAP and uses + 1 > most:
+            return Grade(
+                False,
+                "value_capped",
+                f"{v!r} would occur {uses + 1} times in {where}, where no value occurs more than {most}",
+            )
+        return Grade(True, "value_seen", f"{v!r} occurs in {where} ({uses} rows)")
     _, values, distinct = _counts(ws, t, c)
     if 0 < distinct <= CLOSED and values >= 3 * distinct:
         some = [r[0] for r in _ask(ws, f"SELECT DISTINCT {_q(c.name)} FROM {_q(t.name)} LIMIT 5")]
