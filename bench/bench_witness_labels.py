@@ -14,6 +14,7 @@ witnesses, cheap doubts, gold smells) and without it (every witness). Every plau
 accepted match is listed with its reason, so each can be explained.
 
     .venv/bin/python bench/bench_witness_labels.py [--shared ../shared/data] [--workers 1] [--minidev]
+        [--out DIR [--reuse]]
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ DBS = ("superhero", "student_club", "toxicology")
 DEVELOPED_ON = ("superhero", "student_club")
 
 
-def rose(files: list[Path], shared: Path, out: Path, workers: int) -> float:
+def rose(files: list[Path], shared: Path, out: Path, workers: int, reuse: bool = False) -> float:
+    if reuse and all((out / f.stem / "records.jsonl").exists() for f in files):
+        return 0.0  # --reuse: the records of an earlier run in --out
     start = time.monotonic()
     cmd = [sys.executable, "-m", "rose_sql", "run", *map(str, files), "--db-root", str(shared / "bird")]
     cmd += ["--out", str(out), "--evidence", "--workers", str(workers), "--format", "sqlexam"]
@@ -102,6 +105,22 @@ def witness(r: dict[str, Any]) -> dict[str, Any] | None:
 
 def plausible(w: dict[str, Any] | None) -> bool:
     return w is not None and w.get("plausible", True) is not False  # ungraded (older runs) counts as doubt
+
+
+def _rows(result: dict[str, Any]) -> tuple[int, list[str]]:
+    rows = result.get("rows", result.get("preview")) or []
+    return result.get("row_count", 0), sorted(json.dumps(x) for x in rows[:5])
+
+
+def moved(r: dict[str, Any], w: dict[str, Any]) -> str:
+    """Which result the witness changes (first rows and row count, against the real database's)."""
+    gold = _rows(w["gold_result"]) != _rows(r.get("gold") or {})
+    pred = _rows(w["pred_result"]) != _rows(r.get("pred") or {})
+    if gold and not pred:
+        return "explained: only the reference's result moves: the witness exposes the gold, not the prediction"
+    if pred and not gold:
+        return "explained: only the prediction's result moves: data the prediction would answer differently"
+    return "explained: both results move, differently: the two readings of the question part on such data"
 
 
 def refuter_calls(recs: list[dict[str, Any]], graded: bool) -> int:
@@ -179,6 +198,7 @@ def labelled(name: str, recs: list[dict[str, Any]], labels: dict[Any, bool]) -> 
         print(f"-- {name}: each plausible witness on an accepted match, and why it is plausible")
         for group, r, w in listing:
             print(f"  [{group}] {r['db_id']} #{r['id']} {w['kind']}: {w['label']}\n      {w.get('plausibility')}")
+            print(f"      {moved(r, w)}")
     rej_listing = [(r, witness(r)) for r in recs if labels.get(r["id"]) is False and ex_credited(r)]
     for r, w in rej_listing:
         grade = (
@@ -221,6 +241,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--minidev", action="store_true", help="also the 19 mini-dev systems (the slowest part)")
     ap.add_argument("--out", type=Path, help="keep the runs here (default: a temporary folder)")
+    ap.add_argument("--reuse", action="store_true", help="analyse the records already in --out (no new run)")
     args = ap.parse_args()
     if not args.shared.is_dir():
         sys.exit(f"shared data not found at {args.shared}")
@@ -228,12 +249,12 @@ def main() -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     sets = (("rose-vec", rose_vec(args.shared, tmp)), ("nl2sql-bugs", nl2sql_bugs(args.shared, tmp)))
     for name, (path, labels) in sets:
-        secs = rose([path], args.shared, tmp / "runs", args.workers)
+        secs = rose([path], args.shared, tmp / "runs", args.workers, args.reuse)
         print(f"\n{name}: rose run --evidence, {secs:.0f} s with {args.workers} worker(s)")
         labelled(name, records(tmp / "runs" / path.stem / "records.jsonl"), labels)
     if args.minidev:
         files = minidev(args.shared, tmp)
-        secs = rose(files, args.shared, tmp / "minidev-runs", args.workers)
+        secs = rose(files, args.shared, tmp / "minidev-runs", args.workers, args.reuse)
         print(f"\nmini-dev: rose run --evidence, {secs:.0f} s with {args.workers} worker(s)")
         unlabelled(files, tmp / "minidev-runs")
 

@@ -74,12 +74,17 @@ RULES: tuple[Rule, ...] = (
     Rule("value_foreign", "set a cell to a value", False, "a new value outside the column's range, type or forms"),
     Rule("copy_dup", "insert a copy of a row", True, "the table has rows repeating another's non-key values"),
     Rule("copy_key", "insert a row", False, "it repeats a value of a column whose values are all distinct"),
-    Rule("copy_unique", "insert a copy of a row", False, "no two rows of the table agree on every non-key column"),
+    Rule(
+        "copy_unique",
+        "insert a copy of a row",
+        False,
+        "no two rows of the table agree on every non-key column (but the copy's changed cells)",
+    ),
     Rule(
         "row_new",
         "insert a row with changed cells",
         True,
-        "every changed cell is plausible, no all-distinct column repeated",
+        "every changed cell is plausible, no all-distinct column repeated, rows agreeing on the other cells occur",
     ),
     Rule("delete_kind", "delete a row", True, "another row has the same values in the columns the queries read"),
     Rule("delete_only", "delete a row", False, "it is the only row of its kind (the columns the queries read)"),
@@ -240,20 +245,21 @@ def grade_insert(ws: Copy, t: Table, ch: Change) -> Grade:
             return Grade(
                 False, "copy_key", f"the new row repeats {v!r} in {_where(t, c)}, whose {n} values are all distinct"
             )
+    rest = [c for c in t.columns.values() if not _fresh(t, c) and c.name not in changed]
+    names = ", ".join(c.name for c in rest)
+    cells = ", ".join(f"{k} = {row.get(k)!r}" for k in sorted(changed))
+    if rest:  # a copy repeats its original's other cells: plausible where the data has such near-copies
+        cols = ", ".join(_q(c.name) for c in rest)
+        if not _ask(ws, f"SELECT 1 FROM {_q(t.name)} GROUP BY {cols} HAVING COUNT(*) > 1 LIMIT 1"):
+            but = f" (the copy differs only in {cells})" if changed else ""
+            return Grade(
+                False, "copy_unique", f"no two rows of {t.name} agree on all of {names}: a key the data respects{but}"
+            )
     if changed:
-        cells = ", ".join(f"{k} = {row.get(k)!r}" for k in sorted(changed))
-        return Grade(True, "row_new", f"a new {t.name} row with {cells}: values its columns hold or could")
-    rest = [c for c in t.columns.values() if not _fresh(t, c)]
+        return Grade(True, "row_new", f"a new {t.name} row with {cells}; other {t.name} rows repeat another's {names}")
     if not rest:
         return Grade(True, "copy_dup", f"{t.name} has no columns but its keys")
-    cols = ", ".join(_q(c.name) for c in rest)
-    if _ask(ws, f"SELECT 1 FROM {_q(t.name)} GROUP BY {cols} HAVING COUNT(*) > 1 LIMIT 1"):
-        return Grade(True, "copy_dup", f"{t.name} holds rows that repeat another's {', '.join(c.name for c in rest)}")
-    return Grade(
-        False,
-        "copy_unique",
-        f"no two rows of {t.name} agree on all of {', '.join(c.name for c in rest)}: a key the data respects",
-    )
+    return Grade(True, "copy_dup", f"{t.name} holds rows that repeat another's {names}")
 
 
 def grade_delete(ws: Copy, t: Table, ch: Change, feats: Features, cascaded: int) -> Grade:
