@@ -341,7 +341,8 @@ async def judge_item(
                 msgs = prover_messages(case, schema, llm.cfg, llm.fences)
             else:
                 msgs = refuter_messages(case, schema, passed, llm.cfg, llm.fences, matched=step == "refuter_matched")
-            witness = ex.evidence is not None and ex.evidence.witness is not None
+            # only a plausible witness doubts a match (an implausible one is a fragility note)
+            witness = ex.evidence is not None and ex.evidence.witness is not None and ex.evidence.witness.plausible
             kind = ProverReply if step == "prover" else RefuterReply
             got, made, tally = await votes.stage(step, msgs, kind, witness=witness)
             calls.extend(made)

@@ -36,6 +36,10 @@ Layout versions (``schema``):
   over the original and its variant databases, with ``ts_databases``, defined only where the db_id's
   folder holds variants. A record of layout 4 or before reads with its ``ts_ex`` as ``spider_ex`` and no
   ``ts_ex`` (no earlier rose-sql read the variants); a summary likewise (its means, counts and figures).
+- 6: a witness carries its grade, ``plausible`` and ``plausibility`` (:mod:`rose_sql.evidence.plausibility`:
+  only a plausible witness doubts a match); ``evidence.search`` carries ``implausible`` and ``distinct``.
+  A witness of layout 5 or before had no grade and counted as doubt: it reads as plausible, with the
+  ``plausibility`` :data:`UNGRADED`, so that replaying an old run decides as the run did.
 """
 
 from __future__ import annotations
@@ -61,8 +65,10 @@ if TYPE_CHECKING:  # pydantic models: imported by the judges and by readers, nev
 
     from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The layout this version writes; :func:`migrate` reads every earlier one."""
+UNGRADED = "[ungraded] recorded before witnesses were graded (record layout 5 or before): counted as doubt, as it was"
+"""The ``plausibility`` a witness of layout 5 or before reads with."""
 PREVIEW_ROWS = 5
 """Rows of each result a record keeps."""
 
@@ -401,10 +407,17 @@ def migrate(data: Any) -> Any:
     # 1 -> 2: new fields take their defaults (labels' three Refuter fields, doubts); nothing was renamed
     # 2 -> 3: a new status value and an optional note; nothing was renamed
     # 3 -> 4: pred_sql may be null (no prediction); nothing was renamed
-    # 4 -> 5: the one-database reading ts_ex is spider_ex; ts_ex (over the variants) did not exist
-    readings = data.get("readings")
-    if isinstance(readings, dict):
-        data = {**data, "readings": rename_ts(readings)}
+    if version <= 4:  # 4 -> 5: the one-database reading ts_ex is spider_ex; ts_ex (over the variants) did not exist
+        readings = data.get("readings")
+        if isinstance(readings, dict):
+            data = {**data, "readings": rename_ts(readings)}
+    # 5 -> 6: a witness gets its grade; one recorded without it counted as doubt, and still does
+    evidence = data.get("evidence")
+    if isinstance(evidence, dict) and isinstance(evidence.get("witness"), dict):
+        witness = evidence["witness"]
+        if "plausible" not in witness:
+            witness = {**witness, "plausible": True, "plausibility": UNGRADED}
+            data = {**data, "evidence": {**evidence, "witness": witness}}
     return {**data, "schema": SCHEMA_VERSION}
 
 

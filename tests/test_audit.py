@@ -13,7 +13,7 @@ from conftest import make_record, write_records
 from rose_sql.analysis.audit import CSV_COLUMNS, audit_rows, reasons
 from rose_sql.analysis.runs import load_run
 from rose_sql.cli import main
-from rose_sql.record import Record
+from rose_sql.record import UNGRADED, Record
 
 
 def _rec(i: int, labels: dict[str, Any] | None = None, smells: list[Any] | None = None) -> Record:
@@ -81,7 +81,8 @@ def test_cli_audit_writes_jsonl_and_csv(tmp_path: Path) -> None:
     assert rows[1]["reasons"] == "ambq" and rows[1]["ambiguity"] == "question"
     assert rows[2]["gold_smells"] == "limit_tie: LIMIT 1 cuts through 3 tied rows"
     assert rows[0]["question"] == "question 2, with a comma" and rows[0]["refuter_reasoning"].endswith("two lines")
-    assert json.loads(rows[2]["witness"]) == {**WITNESS, "caveats": []}
+    # a witness written without a grade (an older layout) reads as ungraded, and plausible as it counted
+    assert json.loads(rows[2]["witness"]) == {**WITNESS, "caveats": [], "plausible": True, "plausibility": UNGRADED}
 
 
 def test_several_runs(tmp_path: Path) -> None:

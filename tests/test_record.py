@@ -33,8 +33,11 @@ SCHEMA = """
 CREATE TABLE team (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT);
 CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, team_id INTEGER REFERENCES team(id), age INTEGER);
 INSERT INTO team VALUES (1, 'Owls', 'Lyon'), (2, 'Hawks', 'Nice'), (3, 'Crows', NULL);
-INSERT INTO player VALUES (1, 'Ana', 1, 23), (2, 'Ben', 1, 31), (3, 'Cleo', 2, 27), (4, 'Dan', NULL, 19);
+INSERT INTO player VALUES (1, 'Ana', 1, 23), (2, 'Ben', 1, 31), (3, 'Cleo', 2, 27), (4, 'Dan', NULL, 19),
+    (5, 'Eve', 3, NULL);
 """
+# Eve's NULL age (in a team the items do not count) makes a NULL age plausible here: only a plausible
+# witness questions a match (docs/witness-grades.md)
 
 ITEMS = [
     # the same SQL: nothing questions the match

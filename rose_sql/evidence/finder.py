@@ -104,13 +104,19 @@ class Finder:
         smells = gold_smells(space, gold_sql, g, feats.tables, ordered=ordered, digits=cfg.float_digits)
         if comparison is None or p is None:
             return Evidence(None, None, smells, None, 0.0)
+        diff = None
         if comparison.equal is False:
-            return Evidence(None, describe(p, g, comparison, cfg.float_digits), smells, None, 0.0)
-        if comparison.equal is not True:
+            diff = describe(p, g, comparison, cfg.float_digits)
+            if comparison.reason != "multiplicity":
+                return Evidence(None, diff, smells, None, 0.0)
+            # the same distinct rows, repeated differently (BIRD's set-based EX credits it): look for a
+            # witness on which the distinct rows differ too
+        elif comparison.equal is not True:
             return Evidence(None, None, smells, None, 0.0)
+        distinct = diff is not None
         copy = space.copy(feats.tables)
         if isinstance(copy, str):
-            return Evidence(None, None, smells, None, 0.0, skipped=f"on {db.kind}: no witness search: {copy}")
+            return Evidence(None, diff, smells, None, 0.0, skipped=f"on {db.kind}: no witness search: {copy}")
         s = search(
             copy,
             gold_sql,
@@ -122,11 +128,14 @@ class Finder:
             result_values=_result_values(g),
             result_rows=cfg.evidence_result_rows,
             column_work=cfg.evidence_column_work,
+            distinct=distinct,
         )
         if not copy.alive():  # what it found then is not the search's: the next item makes a new copy
-            return Evidence(None, None, smells, None, 0.0, skipped=f"on {db.kind}: the copy was lost during the search")
-        info = SearchInfo(s.tried, s.candidates, round(s.seconds, 4), s.stopped, s.order_dependent)
-        return Evidence(s.witness, None, smells, info, 0.0)
+            return Evidence(None, diff, smells, None, 0.0, skipped=f"on {db.kind}: the copy was lost during the search")
+        info = SearchInfo(
+            s.tried, s.candidates, round(s.seconds, 4), s.stopped, s.order_dependent, s.implausible, distinct
+        )
+        return Evidence(s.witness, diff, smells, info, 0.0)
 
     def _space(self, db: Database) -> Space | str:
         """This thread's space of ``db``, or why there is none (kept for the items that follow)."""

@@ -66,6 +66,13 @@ class Witness:
     """How our comparator found the two results to differ."""
     caveats: list[str] = field(default_factory=list)
     """Realism notes: what the change does that the real data never shows."""
+    plausible: bool = True
+    """Whether the database could hold the change, given what its data shows
+    (:mod:`rose_sql.evidence.plausibility`): only a plausible witness doubts a match; an implausible one is
+    a fragility note. A witness recorded before grades existed (layout 4) reads as plausible, as it counted."""
+    plausibility: str = ""
+    """The rule that graded it, in brackets, and what it saw (``[null_seen] member.position is NULL on 3 of
+    33 rows``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,6 +84,8 @@ class Witness:
             "gold_result": _sample_dict(self.gold_result),
             "comparison": self.comparison,
             "caveats": list(self.caveats),
+            "plausible": self.plausible,
+            "plausibility": self.plausibility,
         }
 
 
@@ -144,6 +153,11 @@ class SearchInfo:
     """Why it stopped: ``found``, ``budget`` or ``exhausted``."""
     order_dependent: int = 0
     """Candidates whose difference vanished when unordered rows came in reverse (not witnesses)."""
+    implausible: int = 0
+    """Witnesses found that the data makes implausible (set aside while a plausible one was looked for)."""
+    distinct: bool = False
+    """The search compared distinct rows: the results differed only in how often rows repeat (BIRD's
+    set-based EX credits that), and the witness shows the distinct rows can differ too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +182,9 @@ class Evidence:
 
     @property
     def questions_match(self) -> bool:
-        """Whether this evidence casts doubt on a match (a witness or a gold smell)."""
-        return self.witness is not None or bool(self.gold_smells)
+        """Whether this evidence casts doubt on a match (a plausible witness or a gold smell); an implausible
+        witness is a fragility note, never doubt."""
+        return (self.witness is not None and self.witness.plausible) or bool(self.gold_smells)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -200,11 +215,13 @@ def _search_dict(s: SearchInfo) -> dict[str, Any]:
         "seconds": round(s.seconds, 4),
         "stopped": s.stopped,
         "order_dependent": s.order_dependent,
+        "implausible": s.implausible,
+        "distinct": s.distinct,
     }
 
 
 def questions_match(doubts: list[str] | None, evidence: Evidence | None) -> bool:
-    """Whether deterministic evidence questions a match: a cheap doubt, a witness or a gold smell.
+    """Whether deterministic evidence questions a match: a cheap doubt, a plausible witness or a gold smell.
 
     The matched-results policy ``evidence`` asks the Refuter exactly when this is true; ``rose run``
     and ``rose replay`` both decide with it, from what the record keeps.
@@ -223,15 +240,23 @@ def render(doubts: list[str] | None, evidence: Evidence | None) -> str | None:
 def _render_evidence(ev: Evidence) -> list[str]:
     parts = []
     w = ev.witness
-    if w is not None:
+    if w is not None and w.plausible:
         parts.append(
             f"WITNESS DATABASE ({w.kind}): {w.reason}.\nChange to the real database: {w.label}.\n"
             f"On the changed database the predicted SQL returns {_dumps(_sample_dict(w.pred_result))}\n"
             f"and the reference SQL returns {_dumps(_sample_dict(w.gold_result))}\n"
             f"({w.comparison})."
             + (f"\nRealism caveats: {'; '.join(w.caveats)}." if w.caveats else "")
+            + (f"\nWhy such data is plausible here: {w.plausibility}." if w.plausibility else "")
             + "\nCould such data occur for this question, and if so which result answers it? The witness may "
             "expose the reference as well as the prediction."
+        )
+    elif w is not None:
+        # an implausible witness: a fragility note, never a reason to doubt the match
+        parts.append(
+            f"FRAGILITY NOTE ({w.kind}): the two queries would disagree after this change: {w.label}; but "
+            f"the database's data makes such a change implausible ({w.plausibility}). It shows how the "
+            "queries could differ, not that they do on data like this one's."
         )
     elif ev.search is not None:
         # fixed wording: how far a search got must not change the prompt (or its cache key)

@@ -23,6 +23,7 @@ from rose_sql.engines.spaces import Change, Copy
 from rose_sql.engines.sqlite import STEP_GRAIN
 from rose_sql.evidence.features import Features
 from rose_sql.evidence.findings import ResultSample, Witness, change_json
+from rose_sql.evidence.plausibility import grade, self_pairs
 from rose_sql.results import ResultSet
 from rose_sql.sql import quote_identifier as _q
 
@@ -41,6 +42,10 @@ REASONS = {
     "predicate": "a value at or next to a literal the queries compare with: the two filters disagree on it",
     "deletion": "a row removed (with the rows that reference it): an empty group or a missing join partner",
     "numeric": "a number changed so a division or a range boundary behaves differently",
+    "reverse_pair": "a pair of a relation between two entities of one kind stored the other way round: a query "
+    "that reads the pair in one direction only misses it",
+    "new_row": "a new row (a copy with one cell at or next to a literal the queries compare with): it meets "
+    "one query's conditions and not the other's",
     "random": "a random schema-valid edit",
 }
 
@@ -74,6 +79,8 @@ class Search:
     stopped: str = "exhausted"
     """Why it stopped: ``found``, ``budget`` (steps, candidates or the comparator's counted work; or
     time) or ``exhausted`` (no candidates left)."""
+    implausible: int = 0
+    """Witnesses found that the data makes implausible."""
 
 
 def _lineage(ws: Copy, table: str, cols: list[str], values: list[Any], limit: int = 4) -> list[int]:
@@ -105,6 +112,27 @@ def _variants(value: Any) -> list[Any]:
     return []
 
 
+def _pair_rows(ws: Copy, table: str, c1: str, c2: str, feats: Features, lineage: list[int]) -> list[int]:
+    """Rows of a relation whose pair the queries name (both ends among their literals), then lineage rows."""
+    lits = sorted(
+        {
+            v
+            for v in feats.literals.get(c1.lower(), set()) | feats.literals.get(c2.lower(), set())
+            if isinstance(v, str | int)
+        },
+        key=repr,
+    )[:8]
+    ids: list[int] = []
+    if lits:
+        marks = ",".join("?" * len(lits))
+        got = ws.query(
+            f"SELECT rowid FROM {_q(table)} WHERE {_q(c1)} IN ({marks}) AND {_q(c2)} IN ({marks}) LIMIT 2",
+            (*lits, *lits),
+        )
+        ids += [r[0] for r in got or []]
+    return list(dict.fromkeys(ids + lineage[:2]))[:3]
+
+
 def candidates(ws: Copy, feats: Features, result_values: list[Any], seed: int = 0) -> Iterator[Candidate]:
     """Mutations in rank order: guided by the queries' features first, random ones last."""
     tables = [t for t in (ws.table_of(n) for n in sorted(feats.tables)) if t is not None and t.rowid]
@@ -122,6 +150,38 @@ def candidates(ws: Copy, feats: Features, result_values: list[Any], seed: int = 
     def drop(table: str, rid: int) -> Apply:
         return lambda w: w.delete(table, rid)
 
+    def add_reverse(table: str, rid: int, c1: str, c2: str) -> Apply:
+        def apply(w: Copy) -> list[Change]:
+            row = w.row(table, rid)
+            return [w.insert_copy(table, rid, {c1: row.get(c2), c2: row.get(c1)})]  # a stored reverse: the key refuses
+
+        return apply
+
+    def only_reverse(table: str, rid: int, c1: str, c2: str) -> Apply:
+        def apply(w: Copy) -> list[Change]:
+            row = w.row(table, rid)
+            a, b = row.get(c1), row.get(c2)
+            stored = w.query(f"SELECT 1 FROM {_q(table)} WHERE {_q(c1)} = ? AND {_q(c2)} = ? LIMIT 1", (b, a))
+            if stored is None:
+                raise ValueError("the probe ran out")
+            added = [] if stored else [w.insert_copy(table, rid, {c1: b, c2: a})]
+            return added + w.delete(table, rid)
+
+        return apply
+
+    for t in tables:  # pairs of a relation between two entities of one kind, the other way round
+        for c1, c2 in self_pairs(t):
+            for rid in _pair_rows(ws, t.name, c1, c2, feats, rows[t.name]):
+                yield Candidate(
+                    "reverse_pair",
+                    f"also store {t.name} row {rid} reversed ({c2}, {c1})",
+                    add_reverse(t.name, rid, c1, c2),
+                )
+                yield Candidate(
+                    "reverse_pair",
+                    f"store {t.name} row {rid} only reversed ({c2}, {c1})",
+                    only_reverse(t.name, rid, c1, c2),
+                )
     for t in tables:  # NULLs where the schema allows them
         for c in read[t.name]:
             if not c.notnull and not c.pk:
@@ -172,6 +232,19 @@ def candidates(ws: Copy, feats: Features, result_values: list[Any], seed: int = 
                     yield Candidate(
                         "numeric", f"{t.name}.{c.name} = {v + 0.5} on row {rid}", upd(t.name, rid, c.name, v + 0.5)
                     )
+    for col_name, lits in sorted(feats.literals.items()):  # new rows that meet one query's filter only
+        for t in tables:
+            col = next((c for c in t.columns.values() if c.name.lower() == col_name), None)
+            if col is None or col.pk or col.unique:
+                continue
+            for lit in sorted(lits, key=repr):
+                for v in _variants(lit):
+                    for rid in rows[t.name][:1]:
+                        yield Candidate(
+                            "new_row",
+                            f"new {t.name} row: a copy of row {rid} with {col.name} = {v!r}",
+                            copy(t.name, rid, {col.name: v}),
+                        )
     rng = random.Random(seed)
     while tables:  # random fallback, until the budget stops it
         t = rng.choice(tables)
@@ -245,12 +318,15 @@ def search(
     result_rows: int = 10,
     seed: int = 0,
     column_work: int = COLUMN_WORK,
+    distinct: bool = False,
 ) -> Search:
     """Look for a witness within the candidate cap, the item's step budget (``ws.start``) and
     ``column_work`` units of the comparator's column search over all candidates.
 
-    After the first witness, a few more candidates are tried for a more realistic one (fewer
-    caveats), keeping at most one witness per kind; the most realistic is reported.
+    Each witness is graded on the real data (:func:`rose_sql.evidence.plausibility.grade`, under the same
+    step budget). After the first witness, a few more candidates are tried for a more realistic one (a
+    plausible one, then fewer caveats), keeping at most one witness per kind; the most realistic is
+    reported. ``distinct``: compare distinct rows (the results already differ in multiplicity only).
     """
     start = time.monotonic()
     tried: dict[str, int] = {}
@@ -266,7 +342,16 @@ def search(
 
     def attempt(cand: Candidate, reverse: bool, steps: int) -> Difference | None:
         return _try(
-            ws, cand, gold_sql, pred_sql, ordered=ordered, digits=digits, reverse=reverse, steps=steps, work=work
+            ws,
+            cand,
+            gold_sql,
+            pred_sql,
+            ordered=ordered,
+            digits=digits,
+            reverse=reverse,
+            steps=steps,
+            work=work,
+            distinct=distinct,
         )
 
     while True:
@@ -281,10 +366,16 @@ def search(
         except spent:  # a probe of ours ran out of steps (or time): the budget is spent
             stopped = "budget"
             break
-        if found and (extra >= EXTRA_AFTER_FIRST or len(found) >= MAX_WITNESSES or not found[0].caveats):
+        if found and (
+            extra >= EXTRA_AFTER_FIRST
+            or len(found) >= MAX_WITNESSES
+            or any(w.plausible and not w.caveats for w in found)
+        ):
             break
-        if found and any(w.kind == cand.kind for w in found):
-            continue
+        if found and any(w.kind == cand.kind and w.plausible for w in found):
+            continue  # an implausible witness of a kind leaves room for a plausible one of it
+        if found and cand.kind == "new_row" and any(w.plausible for w in found):
+            continue  # a new row only when no plausible edit of the data at hand tells them apart
         steps = max(STEP_GRAIN, ws.steps_left // 2)  # two queries per candidate
         n += 1
         extra += bool(found)
@@ -297,6 +388,7 @@ def search(
             continue
         changes, pred, gold, cmp = outcome
         comparison = f"{cmp.reason}: {cmp.detail}"
+        graded = grade(ws, cand.kind, changes, feats)  # on the real data: the candidate was rolled back
         witness = Witness(
             cand.kind,
             REASONS[cand.kind],
@@ -306,12 +398,21 @@ def search(
             sample(gold, result_rows),
             comparison,
             _caveats(ws, changes),
+            graded.plausible,
+            graded.text,
         )
         found.append(witness)
+    implausible = sum(not w.plausible for w in found)
     if found:
-        best = min(found, key=lambda w: len(w.caveats))  # stable: the first among the most realistic
-        return Search(best, tried, n, time.monotonic() - start, order_dependent, "found")
+        # stable: the first among the most realistic (plausible first, then fewer caveats)
+        best = min(found, key=lambda w: (not w.plausible, len(w.caveats)))
+        return Search(best, tried, n, time.monotonic() - start, order_dependent, "found", implausible)
     return Search(None, tried, n, time.monotonic() - start, order_dependent, stopped)
+
+
+def _distinct(r: ResultSet) -> ResultSet:
+    rows = tuple(dict.fromkeys(r.rows))
+    return ResultSet(r.columns, rows, len(rows))
 
 
 def _try(
@@ -325,6 +426,7 @@ def _try(
     reverse: bool,
     steps: int,
     work: Budget,
+    distinct: bool = False,
 ) -> Difference | None:
     invalid: tuple[type[BaseException], ...] = (*ws.errors, ValueError, OverflowError, KeyError, TimeoutError)
     ws.begin()
@@ -342,6 +444,8 @@ def _try(
                 ws.set_reverse_order(False)
         if gold is None or pred is None:
             return None  # a failure or a timeout is "unknown", never a difference
+        if distinct:
+            pred, gold = _distinct(pred), _distinct(gold)
         cmp = compare(pred, gold, ordered=ordered, digits=digits, budget=work)
         return (changes, pred, gold, cmp) if cmp.equal is False else None  # undecided is never a witness
     finally:
