@@ -247,3 +247,8 @@ def test_summary_lines_wrap_and_are_never_cut(tmp_path: Path, columns: int) -> N
         assert _words(sentence) in printed, f"cut at {columns} columns: {sentence}"
     too_long = [line for line in text.splitlines() if len(line) > min(columns, 100) and str(tmp_path) not in line]
     assert not too_long, too_long  # only lines naming a file (whole paths, on one line) may be longer
+    assert "…" not in text  # the questions too are wrapped in their column, never cut short
+    words = set(printed.split())
+    for item in load_demo_items():
+        missing = [w for w in item.question.split() if w not in words]
+        assert not missing, f"item {item.id}'s question lost {missing} at {columns} columns"

@@ -93,17 +93,14 @@ def ex_says(record: Record, item: DemoItem) -> Text:
 
 
 def _question(item: DemoItem) -> Text:
-    q = item.question
-    if len(q) > QUESTION_CHARS:
-        q = q[: QUESTION_CHARS - 1].rstrip() + "…"
-    return Text.assemble(q, "\n", (item.label, "dim italic"))
+    return Text.assemble(item.question, "\n", (item.label, "dim italic"))
 
 
 def item_table(items: Sequence[DemoItem], records: dict[int, Record]) -> Table:
     """One row per item: question, BIRD EX, ROSE-SQL's deterministic stage, the expert."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, expand=True)
     table.add_column("id", justify="right", width=2)
-    table.add_column("question / what it shows", width=QUESTION_CHARS, no_wrap=True, overflow="ellipsis")
+    table.add_column("question / what it shows", width=QUESTION_CHARS, overflow="fold")  # wrapped, never cut
     table.add_column("EX", justify="center", width=2)
     table.add_column("ROSE-SQL, deterministic stage", ratio=1)
     table.add_column("expert", width=9)
