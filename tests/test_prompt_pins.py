@@ -203,8 +203,8 @@ refactor of issue 24: a change here changes judge cards and misses the cache).""
 
 def messages_of(pin: Pin, db: Database, executor: Executor) -> Iterator[tuple[str, list[dict[str, str]], type[Any]]]:
     """Each judge's messages for ``pin``: the Prover, the Refuter on mismatch or on matched results."""
-    from rose_sql.judges.ask import Case, prover_messages, refuter_messages
-    from rose_sql.judges.context import Schemas
+    from rose_sql.judges.context import Case
+    from rose_sql.judges.judges import Judges
 
     it = pin.item
     assert it.pred_sql is not None and it.gold_sql is not None
@@ -213,18 +213,17 @@ def messages_of(pin: Pin, db: Database, executor: Executor) -> Iterator[tuple[st
     if gold.result is not None and pred.result is not None:
         comparison = compare(pred.result, gold.result, ordered=has_top_level_order_by(it.gold_sql))
     case = Case(it, db, gold, pred, comparison, evidence=pin.evidence)
-    schema = Schemas(executor).get(db)
-    fences = Fences(KEY)
-    yield "prover", prover_messages(case, schema, pin.judge, fences), ProverReply
-    matched = comparison is not None and comparison.equal
-    if matched:
-        yield "refuter_matched", refuter_messages(case, schema, None, pin.judge, fences, matched=True), RefuterReply
-    yield "refuter", refuter_messages(case, schema, PASSED, pin.judge, fences, matched=False), RefuterReply
+    judges = Judges(pin.judge, executor, fences=Fences(KEY), asks=False)
+    ctx = judges.context(case, judges.schema(db))  # gathered once, rendered for each judge
+    yield "prover", judges.messages("prover", ctx), ProverReply
+    if comparison is not None and comparison.equal:
+        yield "refuter_matched", judges.messages("refuter_matched", ctx), RefuterReply
+    yield "refuter", judges.messages("refuter", ctx, PASSED), RefuterReply
 
 
 def digests(pin: Pin, db: Database, executor: Executor) -> dict[str, str]:
     """sha256 of each judge's messages, and the cache key of its call with the reply's schema sent or not."""
-    from rose_sql.judges.llm import LLM as OpenAILLM
+    from rose_sql.judges.llm import OpenAILLM
 
     out: dict[str, str] = {}
     for stage, messages, kind in messages_of(pin, db, executor):
@@ -232,7 +231,7 @@ def digests(pin: Pin, db: Database, executor: Executor) -> dict[str, str]:
         out[f"{pin.name}/{stage}"] = hashlib.sha256(blob.encode()).hexdigest()
         for structured in ("auto", "off"):
             llm = OpenAILLM(replace(pin.judge, structured=structured))
-            out[f"{pin.name}/{stage}/key-{structured}"] = llm.key(messages, reply_schema(kind))  # type: ignore[arg-type]
+            out[f"{pin.name}/{stage}/key-{structured}"] = llm.key(messages, reply_schema(kind))
     return out
 
 

@@ -193,7 +193,7 @@ class Votes:
 
     def __init__(self, cfg: JudgeConfig, primary: LLM) -> None:
         from rose_sql.errors import UsageError
-        from rose_sql.judges.llm import LLM
+        from rose_sql.judges.llm import OpenAILLM
 
         if cfg.aggregate == "strong-only":  # a stage the strong model never saw would have no verdict
             raise UsageError("the aggregation rule strong-only is for replay: a run decides with another rule")
@@ -207,7 +207,7 @@ class Votes:
             c = replace(cfg, model=model, base_url=url or cfg.base_url, temperature=temperature)
             if (model, c.base_url) not in made:
                 same = c == primary.cfg
-                made[(model, c.base_url)] = primary if same else LLM(c, ledger=primary.ledger)
+                made[(model, c.base_url)] = primary if same else OpenAILLM(c, ledger=primary.ledger)
             return made[(model, c.base_url)]
 
         self.first = [client(m) for m in (cfg.panel or (cfg.model,))]
