@@ -178,3 +178,21 @@ def test_every_model_implements_the_protocol_and_inherits_no_other_s_state() -> 
         methods = {m for m in members if callable(getattr(cls, m, None))}
         assert methods == {"reply_format", "complete", "aclose"}, cls
         assert asyncio.iscoroutinefunction(cls.complete) and asyncio.iscoroutinefunction(cls.aclose)
+
+
+def test_nothing_outside_the_judges_builds_judge_parts() -> None:
+    """Evaluation, the run, the batch run, the dry run, inspect and the review page open a Judges; only the
+    Ray actor that owns the run's live client makes one (its Judges ask through it from the other actors)."""
+    root = Path(__file__).resolve().parent.parent / "rose_sql"
+    parts = re.compile(r"(?<![\w.])(?:Schemas|Votes|OpenAILLM|prover_messages|refuter_messages|gather)\(")
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(("judges/", "testing/")):
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.lstrip().startswith("def "):
+                continue
+            if parts.search(line) and not (rel == "distributed/cluster.py" and "OpenAILLM(judge)" in line):
+                found.append(f"{rel}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)
