@@ -24,16 +24,15 @@ from rose_sql.errors import EndpointUnreachable
 from rose_sql.evidence.findings import Evidence, questions_match, render
 from rose_sql.execute import Executor
 from rose_sql.items import Item
-from rose_sql.judges.context import Case
-from rose_sql.judges.judges import Judged
 from rose_sql.readings import Readings, bird_ex, soft_f1, ts_equal, ts_gold_sql, ts_order_matters, ts_pred_sql
-from rose_sql.record import ComparisonInfo, ExecutionInfo, Record
+from rose_sql.record import ComparisonInfo, ExecutionInfo, Judged, Record
 from rose_sql.results import Execution, ResultSet
 from rose_sql.sql import NO_STATEMENT, has_top_level_order_by
 from rose_sql.workers import Pool, Watch, limit_memory
 
 if TYPE_CHECKING:  # loaded when evidence or a judge is configured: a judge-free run starts faster
     from rose_sql.evidence.finder import Finder
+    from rose_sql.judges.context import Case
     from rose_sql.judges.judges import Judges
 
 
@@ -216,6 +215,8 @@ def _ts(item: Item, db: Database, gold: Execution, pred: Execution, executor: Ex
 
 def case_of(ex: Executed) -> Case:
     """What the judges may be shown of an executed item."""
+    from rose_sql.judges.context import Case
+
     assert ex.pred is not None  # the decision table asks no judge for an item without a prediction
     witness = ex.evidence is not None and ex.evidence.witness is not None
     return Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence=ex.evidence_text(), witness=witness)

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rose_sql.config import JudgeConfig, MatchedRefuter
-from rose_sql.decide import Decision, Facts, JudgeOutcome, Step, walk
-from rose_sql.record import JudgeCall, StageVotes
+from rose_sql.decide import Facts, JudgeOutcome, Step, walk
+from rose_sql.record import JudgeCall, Judged, StageVotes
 
 if TYPE_CHECKING:  # loaded when the judges are opened: a judge-free run, which only records Judged, starts faster
     from rose_sql.engines import Database
@@ -31,18 +30,6 @@ if TYPE_CHECKING:  # loaded when the judges are opened: a judge-free run, which 
     from rose_sql.judges.votes import Votes
 
 __all__ = ["Judged", "Judges"]
-
-
-@dataclass(frozen=True, slots=True)
-class Judged:
-    """The judges' part of a record: the decision, and the calls that led to it."""
-
-    decision: Decision
-    """The decision, with GoldX / AmbQ from the Refuter's reply."""
-    calls: list[JudgeCall] = field(default_factory=list)
-    """Every call made, in order (re-asks included)."""
-    votes: list[StageVotes] | None = None
-    """Each stage's tally, when stages voted (None: one reply decided each stage, or no judge was asked)."""
 
 
 class Judges:
