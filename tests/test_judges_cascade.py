@@ -196,3 +196,38 @@ def test_nothing_outside_the_judges_builds_judge_parts() -> None:
             if parts.search(line) and not (rel == "distributed/cluster.py" and "OpenAILLM(judge)" in line):
                 found.append(f"{rel}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_samples_a_panel_and_escalation_vote_on_fakes(league: Source) -> None:
+    """The votes' walk without HTTP: each model of the panel (and the strong one) is its own fake."""
+    from test_judges_votes import SEED
+    from test_judges_votes import judges as scripted
+
+    made: dict[str, FakeLLM] = {}
+
+    def connect(cfg: JudgeConfig) -> FakeLLM:
+        made[cfg.model] = FakeLLM(lambda a: scripted(a.user, cfg.model, SEED + a.sample), cfg)
+        return made[cfg.model]
+
+    cfg = replace(JUDGE, seed=SEED, samples=3, panel=("judge-a", "judge-c"), escalate_to="gpt-4o")
+    primary = FakeLLM(lambda a: scripted(a.user, "gpt-4o-mini", SEED + a.sample), cfg)
+    rows = [item(1, "SELECT name, age FROM player WHERE age > 25", question="Q1 [panel-split]")]
+
+    async def go() -> Record:
+        with Executor(Config(workers=1)) as executor:
+            j = Judges(cfg, executor, llm=primary, connect=connect)
+            try:
+                ex = execute_item(as_item(rows[0]), league, executor, doubts=True)
+                return to_record(ex, await judge_item(ex, j))
+            finally:
+                await j.aclose()
+
+    r = asyncio.run(go())
+    assert set(made) == {"judge-a", "judge-c", "gpt-4o"} and not primary.asked  # the panel, not the judge model
+    prover = r.votes[0] if r.votes else None
+    assert prover is not None and prover.models == {"judge-a": "pass", "judge-c": "fail", "gpt-4o": "pass"}
+    assert prover.escalated and any("split" in why for why in prover.escalation)  # the split calls the strong one
+    assert [a.sample for a in made["judge-a"].asked if a.stage == "prover"] == [0, 1, 2]
+    assert len([a for a in made["gpt-4o"].asked if a.stage == "prover"]) == 3
+    assert r.score == 1 and {c.tier for c in r.judges} == {"first", "escalated"}
+    assert all(f.closed for f in made.values()) and primary.closed  # the votes' clients, then the model

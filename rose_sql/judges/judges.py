@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rose_sql.config import JudgeConfig, MatchedRefuter
@@ -35,7 +36,9 @@ __all__ = ["Judged", "Judges"]
 class Judges:
     """A run's judges (see the module's text). ``llm``: the model to ask (default: the live client of
     ``cfg``); it is the judges' from now on, closed with them. ``fences``: the prompts' markers (default:
-    keyed by the secret of ``cfg``'s cache). ``asks``: False for the prompts alone (the dry run, the review
+    keyed by the secret of ``cfg``'s cache). ``connect``: the client of each other model a vote asks (the
+    panel's, the strong one's; default: live clients sharing the model's ledger).
+    ``asks``: False for the prompts alone (the dry run, the review
     page): no client is made and :meth:`judge` may not be called.
 
     Raises :class:`~rose_sql.errors.UsageError` for a budget on a model without a price, and for the
@@ -50,6 +53,7 @@ class Judges:
         llm: LLM | None = None,
         fences: Fences | None = None,
         asks: bool = True,
+        connect: Callable[[JudgeConfig], LLM] | None = None,
     ) -> None:
         from rose_sql.judges.cache import fence_key
         from rose_sql.judges.context import Fences, Schemas
@@ -66,7 +70,8 @@ class Judges:
             from rose_sql.judges.llm import OpenAILLM
 
             self.llm = OpenAILLM(cfg)
-        self.votes: Votes | None = Votes(cfg, self.llm) if asks and cfg.votes and self.llm is not None else None
+        voting = asks and cfg.votes and self.llm is not None
+        self.votes: Votes | None = Votes(cfg, self.llm, connect) if voting and self.llm is not None else None
         """The stages' votes (samples, panel, escalation), when configured."""
 
     def asking(self, llm: LLM) -> Judges:
