@@ -32,7 +32,7 @@ from rose_sql.summary import Brief
 
 if TYPE_CHECKING:
     from rose_sql.judges.batch import BatchLLM, BatchOptions, Status
-    from rose_sql.judges.context import Schemas
+    from rose_sql.judges.judges import Judges
     from rose_sql.judges.llm import Ledger
 
 STATE_FILE = "batches.jsonl"
@@ -51,6 +51,8 @@ class BatchBackend:
             raise UsageError("--batch sends the judges' calls as batches: it needs --judge-model")
         if config.judge.cache_dir is None:
             raise UsageError("--batch keeps the batches' replies in the LLM cache: drop --no-cache")
+        if config.judge.votes:
+            raise UsageError("--batch asks one reply per judge stage: drop --samples, --panel and --escalate-to")
         from rose_sql.judges.batch import BatchOptions
 
         self.config = config
@@ -62,7 +64,6 @@ class BatchBackend:
         self._llm: BatchLLM | None = None
         self._catalogue = Executor(config)
         """This process's engines, for the judges' schemas (the queries run in the workers)."""
-        self._schemas: Schemas | None = None
         self.rounds = 0
         """Rounds that sent at least one request."""
 
@@ -72,15 +73,17 @@ class BatchBackend:
 
     async def evaluate(self, queue: list[tuple[str, Item]], db_root: Source, write: Write, flush: Flush) -> None:
         from rose_sql.judges.batch import BatchLLM, Log
+        from rose_sql.judges.judges import Judges
 
         assert self.config.judge is not None
         llm = self._llm = BatchLLM(self.config.judge, Log(self.state), self.options)
+        judges = Judges(self.config.judge, self._catalogue, llm=llm)  # votes are refused with --batch
         try:
             waiting = await self._execute(queue, db_root, write, flush)
             await llm.recover()
             while True:
                 await llm.collect(self.status)
-                waiting = await self._walk(waiting, llm, write)
+                waiting = await self._walk(waiting, judges, write)
                 flush({name for name, _ in queue})
                 if not waiting:
                     break
@@ -92,7 +95,7 @@ class BatchBackend:
                         write(name, record.to_json(), Brief.of(record))
                     break
         finally:
-            await llm.aclose()
+            await judges.aclose()
 
     async def _execute(
         self, queue: list[tuple[str, Item]], db_root: Source, write: Write, flush: Flush
@@ -118,20 +121,15 @@ class BatchBackend:
         await asyncio.gather(*(one(b) for b in _batches(queue)))
         return [(n, it, done[(n, id_key(it.id))]) for n, it in queue if (n, id_key(it.id)) in done]
 
-    async def _walk(self, waiting: Sequence[Waiting], llm: BatchLLM, write: Write) -> list[Waiting]:
+    async def _walk(self, waiting: Sequence[Waiting], judges: Judges, write: Write) -> list[Waiting]:
         """Walk each item's decision table as far as the replies in hand go: record those that end."""
         from rose_sql.judges.batch import for_item
-        from rose_sql.judges.context import Schemas
-
-        schemas = self._schemas = self._schemas or Schemas(self._catalogue)
-        assert self.config.judge is not None
-        policy = self.config.judge.effective_matched_refuter
 
         async def one(entry: Waiting) -> Record | None:
             name, item, ex = entry
             for_item(f"{name}\0{id_key(item.id)}")
             try:
-                return to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy))
+                return to_record(ex, await judge_item(ex, judges))
             except Pending:
                 return None
             except Exception as e:  # a bug of ours: the item is unscored, the run goes on

@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rose_sql.config import Config, JudgeConfig
+from rose_sql.config import Config
 from rose_sql.decide import Facts, Step, walk
 from rose_sql.engines import Source
-from rose_sql.evaluate import Executed, execute_in_worker, init_worker
+from rose_sql.evaluate import Executed, case_of, execute_in_worker, init_worker
 from rose_sql.execute import Executor
 from rose_sql.items import Loaded
-from rose_sql.judges.ask import REASK_PROBLEM_CHARS, Case, prover_messages, reask_messages, refuter_messages
+from rose_sql.judges.ask import REASK_PROBLEM_CHARS, reask_messages
 from rose_sql.judges.budget import (
     Message,
     Price,
@@ -35,8 +35,8 @@ from rose_sql.judges.budget import (
     prompt_tokens_bound,
     prompt_tokens_estimate,
 )
-from rose_sql.judges.cache import fence_key
-from rose_sql.judges.context import Fences, Schema, Schemas
+from rose_sql.judges.context import Context
+from rose_sql.judges.judges import Judges
 from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.workers import Pool
 
@@ -146,11 +146,10 @@ def estimate(loaded: Sequence[Loaded], db_root: Source, config: Config) -> list[
         dearest = (
             None if p is None or dearest is None else Price(max(p.input, dearest.input), max(p.output, dearest.output))
         )
-    fences = Fences(fence_key(judge.cache_dir, create=False))  # markers of the same length as the run's
     out = []
     # the deterministic stages in guarded worker processes, as under rose run; the schemas read here
     with Executor(config) as catalogue, Pool(config.workers, init_worker, config) as pool:
-        schemas = Schemas(catalogue)
+        judges = Judges(judge, catalogue, asks=False)  # the prompts alone; markers of the run's length
         for lf in loaded:
             runs = [pool.submit(execute_in_worker, [(it, db_root, True)]) for it in lf.items]
             executed: list[Executed] = [ex for run in runs for ex in run.result()]
@@ -164,9 +163,7 @@ def estimate(loaded: Sequence[Loaded], db_root: Source, config: Config) -> list[
                     free += 1
                     unasked += not facts.question and judge_paths(replace(facts, question=True)) != [[]]
                     continue
-                assert ex.pred is not None
-                case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence=ex.evidence_text())
-                built = _Prompts(case, schemas.get(ex.db), judge, fences)
+                built = _Prompts(judges, judges.context(case_of(ex), judges.schema(ex.db)))
                 guesses = [built.path(p, bound=False).times(first) for p in paths]
                 bounds = [built.path(p, bound=True).times(most) for p in paths]
                 shortest = min(guesses, key=lambda u: (u.calls, u.usd(price), u.prompt_tokens))
@@ -202,11 +199,11 @@ def estimate(loaded: Sequence[Loaded], db_root: Source, config: Config) -> list[
 class _Prompts:
     """The prompts of one item's judges, and what the calls along a path take."""
 
-    def __init__(self, case: Case, schema: Schema, judge: JudgeConfig, fences: Fences) -> None:
-        self.judge = judge
-        self.prover = prover_messages(case, schema, judge, fences)
-        self.refuter = refuter_messages(case, schema, _PASS, judge, fences, matched=False)
-        self.matched = refuter_messages(case, schema, None, judge, fences, matched=True)
+    def __init__(self, judges: Judges, ctx: Context) -> None:
+        self.judge = judges.cfg
+        self.prover = judges.messages("prover", ctx)
+        self.refuter = judges.messages("refuter", ctx, _PASS)
+        self.matched = judges.messages("refuter_matched", ctx)
         # what a re-ask adds besides the invalid reply itself: the complaint, with the longest problem
         self.reask = reask_messages([], "", "\U0010ffff" * REASK_PROBLEM_CHARS)
 

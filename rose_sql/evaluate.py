@@ -1,9 +1,10 @@
 """One item, start to finish: execute, compare, read the official metrics, find evidence, judge, decide.
 
 :func:`execute_item` is the deterministic part (it runs in the worker processes); :func:`judge_item`
-drives the walk over the decision table (:func:`rose_sql.decide.walk`), asking the Prover and the
-Refuter as it requires; :func:`to_record` makes the record. :func:`evaluate_item` is the synchronous,
-judge-free path for scripts and tests, and :func:`evaluate_items` the whole path, judges included.
+hands the executed item to the run's :class:`~rose_sql.judges.judges.Judges`, which walk the decision
+table (:func:`rose_sql.decide.walk`), asking the Prover and the Refuter as it requires;
+:func:`to_record` makes the record. :func:`evaluate_item` is the synchronous, judge-free path for scripts
+and tests, and :func:`evaluate_items` the whole path, judges included.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rose_sql.checks import check_config
 from rose_sql.compare import Comparison, compare
 from rose_sql.config import Config, MatchedRefuter
-from rose_sql.decide import Decision, Facts, JudgeOutcome, Step, decide, walk
+from rose_sql.decide import Decision, Facts, decide
 from rose_sql.engines import Database, Source
 from rose_sql.engines.kinds import as_source
 from rose_sql.errors import EndpointUnreachable
@@ -27,16 +28,15 @@ from rose_sql.evidence.findings import Evidence, questions_match, render
 from rose_sql.execute import Executor
 from rose_sql.items import Item
 from rose_sql.readings import Readings, bird_ex, soft_f1, ts_equal, ts_gold_sql, ts_order_matters, ts_pred_sql
-from rose_sql.record import ComparisonInfo, ExecutionInfo, JudgeCall, Record, StageVotes
+from rose_sql.record import ComparisonInfo, ExecutionInfo, Judged, Record
 from rose_sql.results import Execution, ResultSet
 from rose_sql.sql import NO_STATEMENT, has_top_level_order_by
 from rose_sql.workers import Pool, Watch, limit_memory
 
 if TYPE_CHECKING:  # loaded when evidence or a judge is configured: a judge-free run starts faster
     from rose_sql.evidence.finder import Finder
-    from rose_sql.judges.context import Schemas
-    from rose_sql.judges.llm import LLM
-    from rose_sql.judges.votes import Votes
+    from rose_sql.judges.context import Case
+    from rose_sql.judges.judges import Judges
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,76 +303,25 @@ def _ts(item: Item, db: Database, gold: Execution, pred: Execution, executor: Ex
 # --------------------------------------------------------------------------- judging
 
 
-@dataclass(frozen=True, slots=True)
-class Judged:
-    """The judges' part of a record: the decision, and the calls that led to it."""
+def case_of(ex: Executed) -> Case:
+    """What the judges may be shown of an executed item."""
+    from rose_sql.judges.context import Case
 
-    decision: Decision
-    """The decision, with GoldX / AmbQ from the Refuter's reply."""
-    calls: list[JudgeCall] = field(default_factory=list)
-    """Every call made, in order (re-asks included)."""
-    votes: list[StageVotes] | None = None
-    """Each stage's tally, when stages voted (None: one reply decided each stage, or no judge was asked)."""
+    assert ex.pred is not None  # the decision table asks no judge for an item without a prediction
+    # only a plausible witness doubts a match (an implausible one is a fragility note)
+    witness = ex.evidence is not None and ex.evidence.witness is not None and ex.evidence.witness.plausible
+    return Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence=ex.evidence_text(), witness=witness)
 
 
-async def judge_item(
-    ex: Executed, llm: LLM | None, schemas: Schemas, *, matched_refuter: MatchedRefuter, votes: Votes | None = None
-) -> Judged:
-    """Walk the decision table, asking each judge it calls for; the decision with the calls made.
-
-    ``votes``: each stage asks several replies (samples, a panel, the cheap-first policy) and
-    aggregates them (:mod:`rose_sql.judges.votes`); without it one reply decides each stage."""
-    from rose_sql.errors import BudgetExhausted, JudgeFailed
-    from rose_sql.judges.ask import Case, ask, prover_messages, refuter_messages
-    from rose_sql.judges.replies import ProverReply, RefuterReply
-
-    calls: list[JudgeCall] = []
-    tallies: list[StageVotes] = []
-    passed: ProverReply | None = None  # the Prover's pass, which the Refuter reads
-
-    async def answer(step: Step) -> ProverReply | RefuterReply | JudgeOutcome:
-        nonlocal passed
-        assert llm is not None and ex.pred is not None
-        schema = await asyncio.to_thread(schemas.get, ex.db)
-        case = Case(ex.item, ex.db, ex.gold, ex.pred, ex.comparison, evidence=ex.evidence_text())
-        reply: ProverReply | RefuterReply
-        if votes is not None:
-            if step == "prover":
-                msgs = prover_messages(case, schema, llm.cfg, llm.fences)
-            else:
-                msgs = refuter_messages(case, schema, passed, llm.cfg, llm.fences, matched=step == "refuter_matched")
-            # only a plausible witness doubts a match (an implausible one is a fragility note)
-            witness = ex.evidence is not None and ex.evidence.witness is not None and ex.evidence.witness.plausible
-            kind = ProverReply if step == "prover" else RefuterReply
-            got, made, tally = await votes.stage(step, msgs, kind, witness=witness)
-            calls.extend(made)
-            tallies.append(tally)
-            if isinstance(got, ProverReply):
-                passed = got
-            return got
-        try:
-            if step == "prover":
-                passed, made = await ask(llm, step, prover_messages(case, schema, llm.cfg, llm.fences), ProverReply)
-                reply = passed
-            else:
-                matched = step == "refuter_matched"
-                msgs = refuter_messages(case, schema, passed, llm.cfg, llm.fences, matched=matched)
-                reply, made = await ask(llm, step, msgs, RefuterReply)
-        except (JudgeFailed, BudgetExhausted) as e:
-            calls.extend(e.calls)
-            if isinstance(e, JudgeFailed):
-                return "invalid" if e.invalid else "failed"
-            return "no_budget"
-        calls.extend(made)
-        return reply
-
-    steps = walk(ex.facts(judge=llm is not None, matched_refuter=matched_refuter))
-    try:
-        step = next(steps)
-        while True:
-            step = steps.send(await answer(step))
-    except StopIteration as done:
-        return Judged(done.value, calls, tallies or None)  # no stage asked: no tally, as in any run
+async def judge_item(ex: Executed, judges: Judges | None) -> Judged:
+    """An executed item judged (:meth:`Judges.judge <rose_sql.judges.judges.Judges.judge>`), or decided
+    without judges when there are none."""
+    facts = ex.facts(judge=judges is not None, matched_refuter=judges.policy if judges else "always")
+    if judges is None or ex.pred is None:  # no judge, or nothing one could read: the table decides alone
+        decision = decide(facts)
+        assert isinstance(decision, Decision)  # the table asks no judge here
+        return Judged(decision)
+    return await judges.judge(case_of(ex), facts)
 
 
 # --------------------------------------------------------------------------- records
@@ -517,32 +466,21 @@ def execute_in_worker(worker: Worker, job: tuple[Item, Source, bool]) -> Execute
 
 
 async def _evaluate_items(items: Sequence[Item], source: Source, config: Config, pool: Pool[Worker]) -> list[Record]:
-    llm: LLM | None = None
-    schemas: Schemas | None = None
-    votes: Votes | None = None
-    if config.judge is not None:
-        from rose_sql.judges.llm import LLM
-
-        llm = LLM(config.judge)
-        if config.judge.votes:
-            from rose_sql.judges.votes import Votes
-
-            votes = Votes(config.judge, llm)
-    policy = config.judge.effective_matched_refuter if config.judge else "always"
+    judges: Judges | None = None
     try:
         with Executor(config) as catalogue:  # this process's engines, for the judges' schemas
-            if llm is not None:
-                from rose_sql.judges.context import Schemas
+            if config.judge is not None:
+                from rose_sql.judges.judges import Judges
 
-                schemas = Schemas(catalogue)
+                judges = Judges(config.judge, catalogue)
 
             async def one(item: Item) -> Record:
                 try:
-                    job = (item, source, llm is not None)
+                    job = (item, source, judges is not None)
                     (ex,) = await asyncio.wrap_future(pool.submit(execute_in_worker, [job]))
-                    if llm is None or schemas is None:
+                    if judges is None:
                         return unjudged_record(ex)
-                    return to_record(ex, await judge_item(ex, llm, schemas, matched_refuter=policy, votes=votes))
+                    return to_record(ex, await judge_item(ex, judges))
                 except EndpointUnreachable:
                     raise  # the endpoint, not the item: the run stops
                 except Exception as e:  # a bug of ours, or a worker that kept dying: the item says so
@@ -550,7 +488,5 @@ async def _evaluate_items(items: Sequence[Item], source: Source, config: Config,
 
             return await gather_or_stop([one(it) for it in items])
     finally:
-        if votes is not None:
-            await votes.aclose()
-        if llm is not None:
-            await llm.aclose()
+        if judges is not None:
+            await judges.aclose()

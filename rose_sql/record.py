@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rose_sql.compare import Comparison, json_value
 from rose_sql.config import Aggregate
-from rose_sql.decide import DatasetLabels, DecidedBy, Unscored
+from rose_sql.decide import DatasetLabels, DecidedBy, Decision, Unscored
 from rose_sql.errors import InputError
 from rose_sql.evidence.findings import Evidence
 from rose_sql.items import ItemId
@@ -520,3 +520,16 @@ class RecordWriter:
 
     def close(self) -> None:
         self._f.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """The judges' part of a record: the decision, and the calls that led to it
+    (:meth:`rose_sql.judges.judges.Judges.judge`)."""
+
+    decision: Decision
+    """The decision, with GoldX / AmbQ from the Refuter's reply."""
+    calls: list[JudgeCall] = field(default_factory=list)
+    """Every call made, in order (re-asks included)."""
+    votes: list[StageVotes] | None = None
+    """Each stage's tally, when stages voted (None: one reply decided each stage, or no judge was asked)."""

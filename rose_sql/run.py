@@ -62,9 +62,9 @@ from rose_sql.summary import Brief, Summary, summarize_briefs, write_summary
 from rose_sql.workers import Pool
 
 if TYPE_CHECKING:  # evidence and judges are loaded only when configured: a judge-free run starts faster
-    from rose_sql.judges.context import Schemas
+    from rose_sql.judges.context import Fences
+    from rose_sql.judges.judges import Judges
     from rose_sql.judges.llm import LLM, Ledger
-    from rose_sql.judges.votes import Votes
 
 
 @dataclass
@@ -350,39 +350,30 @@ class Stage1:
 
 class Evaluator:
     """Turns batches into finished records: the deterministic stages in :class:`Stage1`'s worker
-    processes, then the judge cascade here with one LLM client (its concurrency limit, cache, ledger).
+    processes, then the judge cascade here with one :class:`~rose_sql.judges.judges.Judges` (one LLM client:
+    its concurrency limit, cache, ledger).
 
     One per run on this machine; one per actor on a Ray cluster, whose ``llm`` then forwards every call
-    to the one actor that owns the client. Call :meth:`aclose` in the loop that used it."""
+    to the one actor that owns the client (and ``fences`` are that actor's). Call :meth:`aclose` in the loop
+    that used it."""
 
-    def __init__(self, config: Config, stage1: Stage1, llm: LLM | None = None) -> None:
+    def __init__(self, config: Config, stage1: Stage1, llm: LLM | None = None, fences: Fences | None = None) -> None:
         self.stage1 = stage1
-        self.llm = llm
-        self.schemas: Schemas | None = None
-        self.votes: Votes | None = None
+        self.judges: Judges | None = None
         self.catalogue: Executor | None = None
         """This process's engines, for the judges' schemas (the queries run in the workers)."""
         if config.judge is not None:
-            from rose_sql.judges.context import Schemas
+            from rose_sql.judges.judges import Judges
 
-            if self.llm is None:
-                from rose_sql.judges.llm import LLM
-
-                self.llm = LLM(config.judge)
             self.catalogue = Executor(config)
-            self.schemas = Schemas(self.catalogue)
-            if config.judge.votes:
-                from rose_sql.judges.votes import Votes
-
-                self.votes = Votes(config.judge, self.llm)
-        self.policy = config.judge.effective_matched_refuter if config.judge else "always"
+            self.judges = Judges(config.judge, self.catalogue, llm=llm, fences=fences)
 
     async def batch(self, batch: list[tuple[str, Item]], db_root: Source, write: Write) -> None:
         """Evaluate a batch, calling ``write`` for each record as it is finished (never raises for an item)."""
         items = [it for _, it in batch]
         done: list[Outcome]
         try:
-            done = await self.stage1(items, db_root, self.llm is None)
+            done = await self.stage1(items, db_root, self.judges is None)
         except Exception as e:
             done = [f"{type(e).__name__}: {e}"] * len(items)
         judged = []
@@ -397,8 +388,8 @@ class Evaluator:
         try:
             if isinstance(ex, str):
                 raise RuntimeError(ex)
-            assert not isinstance(ex, _Line) and self.schemas is not None  # a judge is configured
-            judged = await judge_item(ex, self.llm, self.schemas, matched_refuter=self.policy, votes=self.votes)
+            assert not isinstance(ex, _Line) and self.judges is not None  # a judge is configured
+            judged = await judge_item(ex, self.judges)
             record = to_record(ex, judged)
         except EndpointUnreachable:
             raise  # the endpoint, not the item: the run stops, nothing recorded for it
@@ -407,10 +398,8 @@ class Evaluator:
         write(name, record.to_json(), Brief.of(record))
 
     async def aclose(self) -> None:
-        if self.votes is not None:
-            await self.votes.aclose()
-        if self.llm is not None:
-            await self.llm.aclose()
+        if self.judges is not None:
+            await self.judges.aclose()
         if self.catalogue is not None:
             self.catalogue.close()
 
@@ -425,8 +414,8 @@ class Local:
 
     @property
     def ledger(self) -> Ledger | None:
-        llm = self._evaluator.llm if self._evaluator is not None else None
-        return llm.ledger if llm is not None else None
+        judges = self._evaluator.judges if self._evaluator is not None else None
+        return judges.ledger if judges is not None else None
 
     async def evaluate(self, queue: list[tuple[str, Item]], db_root: Source, write: Write, flush: Flush) -> None:
         evaluator = self._evaluator = Evaluator(self.config, self.stage1)

@@ -197,3 +197,14 @@ def test_extract_sql() -> None:
     assert extract_sql("SELECT 1") == "SELECT 1"
     assert extract_sql("first\n```sql\nSELECT 1\n```\nthen\n```SQL\nSELECT 2;\n```") == "SELECT 2;"
     assert extract_sql("```\nSELECT 3\n```") == "SELECT 3"
+
+
+def test_inspect_llm_implements_the_llm_protocol_on_its_own() -> None:
+    from rose_sql.judges.llm import LLM
+
+    assert InspectLLM.__mro__ == (InspectLLM, object)  # no state inherited from the live client
+    for member in ("reply_format", "complete", "aclose"):
+        assert member in LLM.__dict__ and callable(getattr(InspectLLM, member))
+    llm = InspectLLM(get_model("mockllm/model"))
+    assert (llm.reply_format(("r", {})), llm.reply_format(None)) == ("json_schema", "text")
+    assert llm.ledger.calls == 0 and llm.cfg.model == "mockllm/model"

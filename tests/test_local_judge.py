@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from rose_sql.cli import main
 from rose_sql.config import JudgeConfig
 from rose_sql.errors import InputError
-from rose_sql.judges.llm import LLM
+from rose_sql.judges.llm import OpenAILLM
 from rose_sql.judges.local import endpoint_of, local_model
 
 
@@ -30,13 +30,13 @@ def test_identity_is_the_files_hash_and_the_cache_key_ignores_the_port(tmp_path:
     assert one.sha256 == hashlib.sha256((tmp_path / "a.gguf").read_bytes()).hexdigest()
     assert one.runtime.startswith("xllamacpp ")
     other = local_model(_fake_gguf(tmp_path / "b.gguf", b"another model"))
-    llm = LLM(JudgeConfig(model="m", local=one, cache_dir=None))
+    llm = OpenAILLM(JudgeConfig(model="m", local=one, cache_dir=None))
     assert llm.endpoint == endpoint_of(one) == f"gguf:sha256:{one.sha256}"
     messages = [{"role": "user", "content": "q"}]
     key = llm.key(messages)  # type: ignore[arg-type]
     llm.client.base_url = "http://127.0.0.1:1/v1"  # where the server of the day listens
     assert llm.key(messages) == key  # type: ignore[arg-type]
-    assert LLM(JudgeConfig(model="m", local=other, cache_dir=None)).key(messages) != key  # type: ignore[arg-type]
+    assert OpenAILLM(JudgeConfig(model="m", local=other, cache_dir=None)).key(messages) != key  # type: ignore[arg-type]
 
 
 def test_a_file_that_is_no_gguf_is_refused_naming_it(tmp_path: Path) -> None:

@@ -48,8 +48,10 @@ from rose_sql.errors import BudgetExhausted, EndpointError, EndpointUnreachable,
 from rose_sql.evaluate import failed_record
 from rose_sql.execute import Executor
 from rose_sql.items import Item
+from rose_sql.judges.cache import fence_key
 from rose_sql.judges.context import Fences
-from rose_sql.judges.llm import LLM, ChatReply, Ledger, Message, ReplySchema
+from rose_sql.judges.llm import ChatReply, Ledger, Message, OpenAILLM, ReplySchema, Request
+from rose_sql.judges.replies import ReplyFormat
 from rose_sql.provenance import DatabaseId
 from rose_sql.run import Evaluator, Flush, Stage1, Write, _batches
 from rose_sql.summary import Brief
@@ -138,11 +140,12 @@ class Placement:
 # --------------------------------------------------------------------------- actors
 
 
-class _RemoteLLM(LLM):
+class _RemoteLLM:
     """The judges' LLM in an evaluator actor: every call forwarded to the actor that owns the client.
 
     The owner answers with the reply, or with what went wrong, which is raised here as the judges
-    expect it (:class:`BudgetExhausted` or :class:`EndpointError`).
+    expect it (:class:`BudgetExhausted` or :class:`EndpointError`). An :class:`LLM` that keeps no state of
+    the live client's: the owner's ledger is the run's (this one counts nothing).
     """
 
     def __init__(self, cfg: JudgeConfig, owner: Any) -> None:  # no client here: it lives in the owner
@@ -153,7 +156,11 @@ class _RemoteLLM(LLM):
         self._owner = owner
         # the owner's fence secret: every actor, on any node, builds the very messages a local run builds
         self.fences = Fences(ray.get(owner.fence_key.remote()))
-        self._format_refused = cfg.structured == "off"  # what a failed call records; the owner decides
+        self._request = Request(cfg, "")  # what a failed call records; the owner decides
+
+    def reply_format(self, schema: ReplySchema | None) -> ReplyFormat:
+        """How the owner asks a call with this schema, as far as the configuration says."""
+        return self._request.reply_format(schema)
 
     async def complete(
         self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None, sample: int = 0
@@ -181,7 +188,8 @@ class LLMOwner:
     """The Ray actor that owns the run's LLM client: its cache, ledger, budget and concurrency limit."""
 
     def __init__(self, judge: JudgeConfig) -> None:
-        self.llm = LLM(judge)
+        self.llm = OpenAILLM(judge)
+        self._fence_key = fence_key(judge.cache_dir)
 
     async def complete(
         self, messages: list[Message], fresh: bool = False, schema: ReplySchema | None = None, sample: int = 0
@@ -197,7 +205,7 @@ class LLMOwner:
 
     async def fence_key(self) -> bytes:
         """The secret the judges' fences are keyed by (kept with the driver's cache)."""
-        return self.llm.fences.key
+        return self._fence_key
 
     async def totals(self) -> tuple[int, int, float]:
         """Calls made, replies served from the cache, and their cost so far."""
@@ -220,7 +228,8 @@ class EvaluatorActor:
         llm = None
         if config.judge is not None and owner is not None:
             llm = _RemoteLLM(config.judge, ray.get_actor(owner))
-        self.evaluator = Evaluator(self.config, Stage1(self.config), llm)
+        fences = llm.fences if llm is not None else None
+        self.evaluator = Evaluator(self.config, Stage1(self.config), llm, fences)
         self.databases = databases
         self.checked: set[str] = set()
 

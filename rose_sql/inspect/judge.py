@@ -1,13 +1,12 @@
 """Our LLM seam over an inspect_ai model: the cascade's judges asked through ``Model.generate``.
 
-The cascade (:func:`rose_sql.evaluate.judge_item`, :func:`rose_sql.judges.ask.ask`) uses four things
-of its :class:`~rose_sql.judges.llm.LLM`: ``cfg`` (the judge's configuration), ``fences`` (the
-markers around untrusted text), ``complete(messages, fresh=...) -> ChatReply`` and ``aclose()``.
-:class:`InspectLLM` provides them over any inspect model (a provider, a model role such as
-``grader``, or ``mockllm``), so inspect does the calling, retrying, rate limiting, caching and
-logging, and our prompts, validation, re-ask and decision table are unchanged. It subclasses
-:class:`LLM` so that the cascade's types hold and a change of the interface shows in type checking;
-it never touches the OpenAI client that class would build.
+The cascade (:class:`rose_sql.judges.judges.Judges`) asks its model through the
+:class:`~rose_sql.judges.llm.LLM` protocol: ``cfg`` (the judge's configuration), ``ledger``,
+``reply_format(schema)``, ``complete(messages, ...) -> ChatReply`` and ``aclose()``. :class:`InspectLLM`
+implements it over any inspect model (a provider, a model role such as ``grader``, or ``mockllm``), so
+inspect does the calling, retrying, rate limiting, caching and logging, and our prompts, validation,
+re-ask and decision table are unchanged. It shares no state with the live client; mypy checks it against
+the protocol where the scorer hands it to the judges.
 """
 
 from __future__ import annotations
@@ -33,9 +32,8 @@ from inspect_ai.util import JSONSchema, LimitExceededError
 from rose_sql.config import JudgeConfig
 from rose_sql.errors import EndpointError
 from rose_sql.judges.budget import Ledger, Message
-from rose_sql.judges.cache import fence_key
-from rose_sql.judges.context import Fences
-from rose_sql.judges.llm import LLM, ChatReply, ReplySchema
+from rose_sql.judges.llm import ChatReply, ReplySchema
+from rose_sql.judges.replies import ReplyFormat
 
 if TYPE_CHECKING:
     from inspect_ai.model import Model
@@ -58,7 +56,7 @@ def _reasoning(output: ModelOutput) -> str | None:
     return "\n".join(parts) or None
 
 
-class InspectLLM(LLM):
+class InspectLLM:
     """The judges' LLM, answered by an inspect_ai :class:`~inspect_ai.model.Model`.
 
     ``cfg.model`` is only the name recorded on each call (default: the inspect model's name); the
@@ -68,14 +66,14 @@ class InspectLLM(LLM):
     caught: they end the sample as inspect decides.
     """
 
-    def __init__(self, model: Model, cfg: JudgeConfig | None = None) -> None:  # LLM.__init__ builds a client: not here
+    def __init__(self, model: Model, cfg: JudgeConfig | None = None) -> None:
         self.model = model
         self.cfg = cfg if cfg is not None else JudgeConfig(model=str(model), cache_dir=None)
-        self.fences = Fences(fence_key(None))
         self.ledger = Ledger(budget_usd=None)
-        self.endpoint = f"inspect:{model}"
-        self.price = None
-        self.cache = None
+
+    def reply_format(self, schema: ReplySchema | None) -> ReplyFormat:
+        """``json_schema`` when the schema goes to inspect as its ``response_schema``, else ``text``."""
+        return "json_schema" if schema is not None and self.cfg.structured != "off" else "text"
 
     def _generate_config(self, schema: ReplySchema | None, sample: int = 0) -> GenerateConfig:
         wanted = None
@@ -84,7 +82,7 @@ class InspectLLM(LLM):
             wanted = ResponseSchema(name=name, json_schema=JSONSchema.model_validate(body), strict=True)
         return GenerateConfig(
             temperature=self.cfg.temperature,
-            seed=self._seed(sample),
+            seed=self.cfg.seed + sample if self.cfg.seed is not None else None,
             max_tokens=self.cfg.max_tokens,
             response_schema=wanted,
         )

@@ -27,6 +27,7 @@ import json
 import re
 import threading
 import weakref
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -143,10 +144,11 @@ def rose_scorer(
     """
     root = Source.parse(str(db_root))
     cfg = (config or Config()).with_(evidence=evidence)
-    from rose_sql.judges.context import Schemas
+    from rose_sql.judges.judges import Judges
 
     catalogue = Executor(cfg)  # the judges read the schema through the scorer's own engines
-    schemas = Schemas(catalogue)
+    judges = Judges(replace(judge or JudgeConfig(model=""), cache_dir=None), catalogue, asks=False)
+    """The schemas, read once per database for every sample, and the fences (each sample asks its grader)."""
     pools: list[Pool[Worker]] = []
     lock = threading.Lock()
 
@@ -171,11 +173,10 @@ def rose_scorer(
             source=f"inspect:{state.sample_id}",
         )
         grader = get_model(model) if model is not None else get_model(role=role)
-        llm = InspectLLM(grader, judge_config(grader, judge))
+        grading = judges.asking(InspectLLM(grader, judge_config(grader, judge)))
         try:
             (ex,) = await asyncio.wrap_future(pool().submit(execute_in_worker, [(item, root, True)]))
-            judged = await judge_item(ex, llm, schemas, matched_refuter=llm.cfg.effective_matched_refuter)
-            record = to_record(ex, judged)
+            record = to_record(ex, await judge_item(ex, grading))
         except Exception as e:  # a bug of ours: this sample says so, inspect goes on
             record = failed_record(item, e)
         return record_score(record)

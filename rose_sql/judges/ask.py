@@ -1,25 +1,21 @@
-"""One judge call: build the judge's messages, call the model, validate the reply (one re-ask).
+"""One judge call: lay out the judge's messages, call the model, validate the reply (one re-ask).
 
-What a judge sees is assembled here from fenced blocks; which judge runs when is decided by the walk
+What a judge sees is laid out here from the item's :class:`~rose_sql.judges.context.Context`, gathered
+once per item; which judge runs when is decided by the walk
 over the decision table (:func:`rose_sql.decide.walk`), which :mod:`rose_sql.evaluate` drives.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from string import Template
 from typing import Literal, TypeVar
 
-from rose_sql.compare import Comparison
-from rose_sql.config import JudgeConfig
 from rose_sql.decide import Step
-from rose_sql.engines import Database
 from rose_sql.errors import BudgetExhausted, EndpointError, JudgeFailed, ReplyError
-from rose_sql.items import Item
-from rose_sql.judges.context import Fences, Schema, render_result
+from rose_sql.judges.context import Context, Fences
 from rose_sql.judges.llm import LLM, ChatReply, Message
 from rose_sql.judges.replies import (
     ProverReply,
@@ -30,8 +26,6 @@ from rose_sql.judges.replies import (
     reply_schema,
 )
 from rose_sql.record import JudgeCall as Call
-from rose_sql.results import Execution
-from rose_sql.sql import strip_comments, tables_read
 
 RecordStage = Literal["prover", "refuter"]
 REASK_PROBLEM_CHARS = 300
@@ -39,24 +33,6 @@ REASK_PROBLEM_CHARS = 300
 reply itself)."""
 R = TypeVar("R", ProverReply, RefuterReply)
 Reply = ProverReply | RefuterReply
-
-
-@dataclass(frozen=True, slots=True)
-class Case:
-    """Everything the judges may be shown about one item."""
-
-    item: Item
-    """The question, evidence and both SQL texts."""
-    db: Database
-    """The database."""
-    gold: Execution | None
-    """The gold's execution (None without gold SQL)."""
-    pred: Execution
-    """The prediction's execution."""
-    comparison: Comparison | None
-    """Our comparator's outcome."""
-    evidence: str | None = None
-    """Deterministic evidence, already rendered for the judges (witnesses, smells, diffs)."""
 
 
 @cache
@@ -72,47 +48,34 @@ def prompt_hashes() -> dict[str, str]:
     return {n: hashlib.sha256(prompt(n).encode()).hexdigest()[:16] for n in ("prover", "refuter", "refuter_matched")}
 
 
-def _question_blocks(case: Case, schema: Schema, cfg: JudgeConfig, fence: Fences) -> list[str]:
-    it = case.item
-    blocks = [
-        "## Database schema (with column descriptions and example values)\n"
-        + fence("schema", schema.render(tables_read(it.pred_sql) | tables_read(it.gold_sql), cfg)),
-        "## Question\n" + fence("question", it.question or "(no question text was given)"),
-    ]
-    if it.evidence:
-        blocks.append("## External knowledge given with the question\n" + fence("evidence", it.evidence))
-    return blocks
+def _question_blocks(ctx: Context) -> list[str]:
+    return [ctx.schema, ctx.question, *([ctx.knowledge] if ctx.knowledge else [])]
 
 
-def _sql(sql: str | None) -> str:
-    return strip_comments(sql or "").strip()
-
-
-def prover_messages(case: Case, schema: Schema, cfg: JudgeConfig, fence: Fences) -> list[Message]:
-    """The Prover's messages: no gold anywhere (``fence``: the markers of the untrusted blocks)."""
-    blocks = _question_blocks(case, schema, cfg, fence)
-    blocks.append("## Predicted SQL\n" + fence("predicted_sql", _sql(case.item.pred_sql)))
-    blocks.append("## Its result on the database\n" + fence("predicted_result", render_result(case.pred, cfg)))
+def prover_messages(ctx: Context) -> list[Message]:
+    """The Prover's messages: no gold anywhere."""
+    blocks = _question_blocks(ctx)
+    blocks.append("## Predicted SQL\n" + ctx.pred_sql)
+    blocks.append("## Its result on the database\n" + ctx.pred_result)
     blocks.append("Judge the predicted SQL now. Reply with the JSON object only.")
     return [{"role": "system", "content": prompt("prover")}, {"role": "user", "content": "\n\n".join(blocks)}]
 
 
-def refuter_messages(
-    case: Case, schema: Schema, prover: ProverReply | None, cfg: JudgeConfig, fence: Fences, *, matched: bool
-) -> list[Message]:
-    """The Refuter's messages: the gold as counter-evidence, the Prover's reasoning when it ran."""
-    blocks = _question_blocks(case, schema, cfg, fence)
-    blocks.append("## Predicted SQL\n" + fence("predicted_sql", _sql(case.item.pred_sql)))
-    blocks.append("## Reference SQL (noisy)\n" + fence("reference_sql", _sql(case.item.gold_sql)))
+def refuter_messages(ctx: Context, prover: ProverReply | None, fence: Fences, *, matched: bool) -> list[Message]:
+    """The Refuter's messages: the gold as counter-evidence, the Prover's reasoning when it ran (fenced
+    with ``fence``, the markers of the item's other blocks)."""
+    blocks = _question_blocks(ctx)
+    blocks.append("## Predicted SQL\n" + ctx.pred_sql)
+    blocks.append("## Reference SQL (noisy)\n" + ctx.gold_sql)
     if matched:
-        blocks.append("## Results\nBoth queries returned the same result on the database (" + _shape(case.pred) + ").")
+        blocks.append("## Results\n" + ctx.same_result)
     else:
-        blocks.append("## Result of the predicted SQL\n" + fence("predicted_result", render_result(case.pred, cfg)))
-        blocks.append("## Result of the reference SQL\n" + fence("reference_result", render_result(case.gold, cfg)))
-        if case.comparison is not None:
-            blocks.append(f"## How the results differ (computed by the evaluator)\n{case.comparison.detail}")
-    if case.evidence:
-        blocks.append("## Deterministic evidence (computed by the evaluator)\n" + fence("evidence", case.evidence))
+        blocks.append("## Result of the predicted SQL\n" + ctx.pred_result)
+        blocks.append("## Result of the reference SQL\n" + ctx.gold_result)
+        if ctx.difference is not None:
+            blocks.append(f"## How the results differ (computed by the evaluator)\n{ctx.difference}")
+    if ctx.evidence:
+        blocks.append("## Deterministic evidence (computed by the evaluator)\n" + ctx.evidence)
     if prover is not None:
         blocks.append(
             "## The Prover's judgement (it passed the prediction)\n" + fence("prover", prover.model_dump_json(indent=1))
@@ -120,11 +83,6 @@ def refuter_messages(
     blocks.append("Decide now whether to overturn. Reply with the JSON object only.")
     name = "refuter_matched" if matched else "refuter"
     return [{"role": "system", "content": prompt(name)}, {"role": "user", "content": "\n\n".join(blocks)}]
-
-
-def _shape(e: Execution) -> str:
-    r = e.result
-    return "no result" if r is None else f"{r.row_count} rows x {len(r.columns)} columns"
 
 
 def _call(

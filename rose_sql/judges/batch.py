@@ -1,7 +1,7 @@
 """The judges' calls through the OpenAI Batch API (``rose run --batch``): sent in rounds, at the batch price.
 
-:class:`BatchLLM` is an :class:`~rose_sql.judges.llm.LLM` whose :meth:`~BatchLLM.complete` never calls the
-endpoint: a call the cache answers is answered, any other is noted and :class:`Pending` is raised, which
+:class:`BatchLLM` implements the :class:`~rose_sql.judges.llm.LLM` protocol; its :meth:`~BatchLLM.complete`
+never calls the endpoint: a call the cache answers is answered, any other is noted and :class:`Pending` is raised, which
 stops that item's walk over the decision table for this round. :meth:`~BatchLLM.submit` then sends the
 noted calls as batches (a JSONL file uploaded with ``purpose="batch"``, one batch per file, split at
 :class:`BatchOptions`' limits), each request's worst case reserved in the ledger first;
@@ -32,8 +32,9 @@ from typing import Any, Final
 
 from rose_sql.config import BATCH_MAX_ATTEMPTS, BATCH_MAX_BYTES, BATCH_MAX_REQUESTS, BATCH_POLL_S, JudgeConfig
 from rose_sql.errors import BudgetExhausted, EndpointError, Pending, UsageError
-from rose_sql.judges.budget import Ledger, Message
-from rose_sql.judges.llm import _FORMAT, LLM, ChatReply, ReplySchema, _from_entry, _substitute, _to_entry
+from rose_sql.judges.budget import Ledger, Message, cost, prompt_tokens_bound
+from rose_sql.judges.cache import Cache
+from rose_sql.judges.llm import _FORMAT, ChatReply, ReplySchema, Request, _from_entry, _to_entry, open_client, priced
 from rose_sql.judges.replies import ReplyFormat
 from rose_sql.judges.wire import read_completion
 
@@ -135,8 +136,10 @@ class Log:
 # --------------------------------------------------------------------------- the client
 
 
-class BatchLLM(LLM):
-    """An :class:`LLM` that answers from the cache and batches every other call (see the module's text).
+class BatchLLM:
+    """An :class:`~rose_sql.judges.llm.LLM` that answers from the cache and batches every other call (see the
+    module's text). It asks as the live client would (its own :class:`~rose_sql.judges.llm.Request`), so a
+    batch's reply lands under the key a live call has.
 
     Raises :class:`~rose_sql.errors.UsageError` without a cache: the batches' replies are kept there.
     """
@@ -144,9 +147,17 @@ class BatchLLM(LLM):
     def __init__(
         self, cfg: JudgeConfig, log: Log, options: BatchOptions | None = None, *, ledger: Ledger | None = None
     ) -> None:
-        super().__init__(cfg, ledger=ledger)
-        if self.cache is None:
+        import openai  # imported here: the deterministic stages never pay for it
+
+        if cfg.cache_dir is None:
             raise UsageError("--batch keeps the batches' replies in the LLM cache: drop --no-cache")
+        self.cfg = cfg
+        self._openai = openai
+        self.client = open_client(cfg)
+        self.price = priced(cfg)
+        self.cache = Cache(cfg.cache_dir)
+        self.ledger = ledger or Ledger(budget_usd=cfg.budget_usd)
+        self.request = Request(cfg, str(self.client.base_url).rstrip("/"))
         self.log = log
         self.options = options or BatchOptions()
         self.discount = self.price.batch_discount if self.price is not None else 0.0
@@ -182,8 +193,7 @@ class BatchLLM(LLM):
         one reply per stage: a stage that votes (``sample`` past 0) is refused with :class:`UsageError`."""
         if sample:
             raise UsageError("--batch asks one reply per judge stage: drop --samples, --panel and --escalate-to")
-        assert self.cache is not None
-        key = self.key(messages, schema)
+        key = self.request.key(messages, schema)
         made = self.made.get(key)
         hit = self.cache.get(key) if made is not None or not fresh else None
         if hit is not None:
@@ -200,6 +210,14 @@ class BatchLLM(LLM):
         self.wanted.setdefault(key, (list(messages), schema))
         raise Pending(key)
 
+    def reply_format(self, schema: ReplySchema | None) -> ReplyFormat:
+        """How a call with this schema is asked now (as a live call would be)."""
+        return self.request.reply_format(schema)
+
+    async def aclose(self) -> None:
+        """Close the SDK's client."""
+        await self.client.close()
+
     # ----- sending
 
     async def submit(self) -> tuple[int, int]:
@@ -207,12 +225,12 @@ class BatchLLM(LLM):
 
         Each request's worst case (at the batch price) is reserved first; one that fits only once the round
         settles waits for the next round, one the money spent leaves no room for is refused."""
-        params = self._params()
+        params = self.request.params()
         lines: list[tuple[str, bytes]] = []
         formats: dict[str, ReplyFormat] = {}
         refused = 0
         for key, (messages, schema) in self.wanted.items():
-            worst = (self.worst_cost(messages) or 0.0) * (1 - self.discount)
+            worst = (cost(self.price, prompt_tokens_bound(messages), self.cfg.max_tokens) or 0.0) * (1 - self.discount)
             try:
                 if not self.ledger.reserve(worst):
                     continue  # asked again by the next round's walk
@@ -221,15 +239,10 @@ class BatchLLM(LLM):
                 continue
             self._reserved[key] = worst
             body: dict[str, Any] = {"model": self.cfg.model, "messages": messages, **params}
-            if self.cfg.options:  # merged into the body as they are, as a live call's extra_body
-                body.update(_substitute(dict(self.cfg.options), schema[1] if schema else None))
-            if schema is not None and not self._format_refused:  # the body a live call sends (llm.LLM._send)
-                name, body_schema = schema
-                body["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": name, "schema": body_schema, "strict": True},
-                }
-            formats[custom_id(key)] = self.reply_format(schema)
+            body.update(self.request.options(schema) or {})  # merged as they are, as a live call's extra_body
+            with_format = schema is not None and not self.request.format_refused
+            body.update(self.request.body({}, schema, with_format))  # the schema as a live call sends it
+            formats[custom_id(key)] = self.request.reply_format(schema)
             line = {"custom_id": custom_id(key), "method": "POST", "url": ENDPOINT, "body": body}
             lines.append((key, (json.dumps(line) + "\n").encode()))  # ASCII: a lone surrogate stays JSON
         self.wanted.clear()
@@ -330,7 +343,6 @@ class BatchLLM(LLM):
                 continue
             c = self._chat_reply(reply, key, upload.get("params", {}), batch_id, fmt)
             entry = _to_entry(c, self.cfg.model)
-            assert self.cache is not None  # checked when built
             self.cache.put(key, {**entry, "batch_id": batch_id})
             ok.append(cid)
             failed.pop(cid, None)
@@ -384,9 +396,9 @@ class BatchLLM(LLM):
             if response.get("status_code") == 400 and fmt == "json_schema" and _FORMAT.search(text):
                 if self.cfg.structured == "on":
                     return None, f"the endpoint refuses the reply's JSON schema as response_format ({text})"
-                self._format_refused = True  # asked as text from the next round on, under the key of that
+                self.request.format_refused = True  # asked as text from the next round on, under the key of that
             elif response.get("status_code") == 400:
-                self._adapt(self._params(), text)  # a parameter the model refuses: dropped next round
+                self.request.adapt(self.request.params(), text)  # a parameter the model refuses: dropped next round
             return None, f"HTTP {response.get('status_code')}: {text}"
         return None, "a result line with neither response nor error"
 
@@ -394,11 +406,11 @@ class BatchLLM(LLM):
         factor = 1 - self.discount
         if done.prompt_tokens is None or done.completion_tokens is None:  # no usage: charged the worst
             pt, ct = 0, 0
-            full = self.cost(0, self.cfg.max_tokens)
+            full = cost(self.price, 0, self.cfg.max_tokens)
             spent = self._reserved.get(key) if key in self._reserved else (full * factor if full is not None else None)
         else:
             pt, ct = done.prompt_tokens, done.completion_tokens
-            full = self.cost(pt, ct, done.cached_tokens)
+            full = cost(self.price, pt, ct, done.cached_tokens)
             spent = round(full * factor, 8) if full is not None else None
         return ChatReply(
             content=done.content,

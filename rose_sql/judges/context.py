@@ -1,5 +1,9 @@
 """What the judges are shown: schema, column descriptions, example values, SQL and results.
 
+An item's context is gathered once (:func:`gather`: its :class:`Case` read, the schema cut to the
+tables its queries touch, every block rendered and fenced) into a :class:`Context`, from which
+:mod:`rose_sql.judges.ask` lays out each judge's messages.
+
 Faithful and bounded: the whole schema for small databases, else the tables the queries touch and
 their foreign-key neighbours; BIRD column descriptions where the database folder has them; a few
 example values per column (read by the engine, within a step budget on SQLite); the engine's name and
@@ -32,10 +36,13 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from rose_sql.compare import Comparison
 from rose_sql.config import JudgeConfig
 from rose_sql.engines import Database, TableInfo
 from rose_sql.execute import Executor
+from rose_sql.items import Item
 from rose_sql.results import Execution
+from rose_sql.sql import strip_comments, tables_read
 
 NONCE_HEX = 16
 """Hex digits of a fence marker's nonce (64 bits)."""
@@ -191,3 +198,77 @@ def render_result(e: Execution | None, cfg: JudgeConfig) -> str:
     if r.truncated:
         lines.append("(the result was cut at the evaluator's row cap; the total above was counted separately)")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- one item's context
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """Everything the judges may be shown about one item."""
+
+    item: Item
+    """The question, evidence and both SQL texts."""
+    db: Database
+    """The database."""
+    gold: Execution | None
+    """The gold's execution (None without gold SQL)."""
+    pred: Execution
+    """The prediction's execution."""
+    comparison: Comparison | None
+    """Our comparator's outcome."""
+    evidence: str | None = None
+    """Deterministic evidence, already rendered for the judges (witnesses, smells, diffs)."""
+    witness: bool = False
+    """A witness database separates the prediction from the gold (read by the escalation, never shown)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """One item's blocks as every judge is shown them, each with its heading, fenced where it is data."""
+
+    schema: str
+    """The database's schema (whole when small, else the touched tables)."""
+    question: str
+    knowledge: str | None
+    """BIRD's external knowledge given with the question (None without)."""
+    pred_sql: str
+    gold_sql: str
+    pred_result: str
+    gold_result: str
+    same_result: str
+    """What the Refuter of matched results reads instead of the two results."""
+    difference: str | None
+    """How the results differ, from our comparator (None when it did not compare them)."""
+    evidence: str | None
+    """The deterministic evidence (None without)."""
+
+
+def gather(case: Case, schema: Schema, cfg: JudgeConfig, fence: Fences) -> Context:
+    """An item's context, read and rendered once (``fence``: the markers of the untrusted blocks)."""
+    it = case.item
+    touched = tables_read(it.pred_sql) | tables_read(it.gold_sql)
+    return Context(
+        schema="## Database schema (with column descriptions and example values)\n"
+        + fence("schema", schema.render(touched, cfg)),
+        question="## Question\n" + fence("question", it.question or "(no question text was given)"),
+        knowledge=(
+            "## External knowledge given with the question\n" + fence("evidence", it.evidence) if it.evidence else None
+        ),
+        pred_sql=fence("predicted_sql", _sql(it.pred_sql)),
+        gold_sql=fence("reference_sql", _sql(it.gold_sql)),
+        pred_result=fence("predicted_result", render_result(case.pred, cfg)),
+        gold_result=fence("reference_result", render_result(case.gold, cfg)),
+        same_result="Both queries returned the same result on the database (" + _shape(case.pred) + ").",
+        difference=case.comparison.detail if case.comparison is not None else None,
+        evidence=fence("evidence", case.evidence) if case.evidence else None,
+    )
+
+
+def _sql(sql: str | None) -> str:
+    return strip_comments(sql or "").strip()
+
+
+def _shape(e: Execution) -> str:
+    r = e.result
+    return "no result" if r is None else f"{r.row_count} rows x {len(r.columns)} columns"

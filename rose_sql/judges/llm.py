@@ -32,20 +32,21 @@ import random
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rose_sql.config import JudgeConfig
 from rose_sql.errors import EndpointError, EndpointUnreachable, UsageError
-from rose_sql.judges.budget import Ledger, Message, cost, load_prices, price_of, prompt_tokens_bound
-from rose_sql.judges.cache import Cache, fence_key
-from rose_sql.judges.context import Fences
+from rose_sql.judges.budget import Ledger, Message, Price, cost, load_prices, price_of, prompt_tokens_bound
+from rose_sql.judges.cache import Cache
 from rose_sql.judges.replies import ReplyFormat
 from rose_sql.judges.wire import Completion, read_completion
 
 if TYPE_CHECKING:
+    import openai
+
     from rose_sql.judges.local import LocalServer
 
-__all__ = ["LLM", "ChatReply", "Ledger", "Message", "ReplySchema", "parse_option"]
+__all__ = ["LLM", "ChatReply", "Ledger", "Message", "OpenAILLM", "ReplySchema", "Request", "parse_option"]
 
 ReplySchema = tuple[str, dict[str, Any]]
 """A reply's name and JSON schema (:func:`rose_sql.judges.replies.reply_schema`)."""
@@ -112,8 +113,165 @@ _BACKOFF_S = (0.5, 8.0)
 """The first pause before a retry, and the longest (the SDK's own values)."""
 
 
-class LLM:
-    """An OpenAI-compatible chat endpoint with deadlines, caching, a budget and a concurrency limit.
+class LLM(Protocol):
+    """What the judge cascade needs of a model: one chat call with its reply's schema and sampling, the
+    usage and cost it ran up, and a close.
+
+    The live client (:class:`OpenAILLM`), the Batch API client (:class:`~rose_sql.judges.batch.BatchLLM`),
+    inspect's model (:class:`~rose_sql.inspect.judge.InspectLLM`), a Ray actor's forwarder and the tests'
+    fake (:class:`~rose_sql.testing.fake.FakeLLM`) implement it; none inherits another's state.
+    """
+
+    @property
+    def cfg(self) -> JudgeConfig:
+        """The judge's configuration: the model recorded on each call, the sampling, the re-asks."""
+        ...
+
+    @property
+    def ledger(self) -> Ledger:
+        """The calls made and cached, and the money spent and reserved (the budget)."""
+        ...
+
+    def reply_format(self, schema: ReplySchema | None) -> ReplyFormat:
+        """How a call with this schema is asked now (recorded on a call that failed)."""
+        ...
+
+    async def complete(
+        self, messages: list[Message], *, fresh: bool = False, schema: ReplySchema | None = None, sample: int = 0
+    ) -> ChatReply:
+        """One chat completion. ``fresh``: not from a cache; ``schema``: the reply's JSON schema; ``sample``:
+        which sample of the call (its seed is the configured one plus it). Raises
+        :class:`~rose_sql.errors.EndpointError` when no usable reply came, and
+        :class:`~rose_sql.errors.BudgetExhausted` when the budget forbids the call."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the model holds (its HTTP client)."""
+        ...
+
+
+class Request:
+    """How calls to one endpoint are asked: the sampling parameters it accepts, the completion cap's name,
+    whether the reply's schema goes as ``response_format``, and the cache key of a call.
+
+    What it learns from the endpoint's refusals (a parameter, the cap's name, the schema) holds for the
+    life of the client that owns it; the live client and the batch client each own one.
+    """
+
+    def __init__(self, cfg: JudgeConfig, endpoint: str) -> None:
+        self.cfg = cfg
+        self.endpoint = endpoint
+        reasoner = bool(_WANTS_MAX_COMPLETION_TOKENS.search(cfg.model))
+        self.refused: set[str] = {"temperature"} if reasoner else set()  # OpenAI's reasoning models refuse it
+        self.cap = "max_completion_tokens" if reasoner else "max_tokens"
+        self._cap_switched = False
+        self.format_refused = cfg.structured == "off"
+        """True once ``response_format`` is not to be sent: ``off``, or the endpoint refused it."""
+
+    def seed(self, sample: int) -> int | None:
+        """The seed of a sample: the configured seed plus the sample's index (each sample its own call)."""
+        return self.cfg.seed + sample if self.cfg.seed is not None else None
+
+    def params(self, sample: int = 0) -> dict[str, Any]:
+        """The sampling parameters of a call as they are sent now."""
+        params: dict[str, Any] = {}
+        if self.cfg.temperature is not None:
+            params["temperature"] = self.cfg.temperature
+        if self.cfg.seed is not None:
+            params["seed"] = self.seed(sample)
+        if self.cfg.reasoning_effort is not None:
+            params["reasoning_effort"] = self.cfg.reasoning_effort
+        params = {k: v for k, v in params.items() if k not in self.refused}
+        params[self.cap] = self.cfg.max_tokens  # never dropped: the budget's bound rests on it
+        return params
+
+    def reply_format(self, schema: ReplySchema | None) -> ReplyFormat:
+        """How a call with this schema is asked now: ``json_schema`` when the schema goes to the endpoint
+        (as ``response_format``, or through an option holding ``$schema``), else ``text``."""
+        if schema is None:
+            return "text"
+        sent = not self.format_refused or _mentions_schema(self.cfg.options)
+        return "json_schema" if sent else "text"
+
+    def key(self, messages: list[Message], schema: ReplySchema | None = None, sample: int = 0) -> str:
+        """The cache key of a call with this endpoint, model and configured parameters.
+
+        Calls without options, ``reasoning_effort`` or a schema sent keep the keys of earlier versions.
+        The seed of ``sample`` is among the parameters: each sample is its own entry; sample 0 is the
+        single call's.
+        """
+        wanted = {"temperature": self.cfg.temperature, "seed": self.seed(sample), "max_tokens": self.cfg.max_tokens}
+        what: dict[str, Any] = {"endpoint": self.endpoint, "model": self.cfg.model, "params": wanted}
+        if self.cfg.options:
+            what["options"] = dict(self.cfg.options)
+        if self.cfg.reasoning_effort is not None:
+            what["reasoning_effort"] = self.cfg.reasoning_effort
+        if schema is not None and self.reply_format(schema) == "json_schema":
+            what["reply_format"] = {"response_format": not self.format_refused, "schema": list(schema)}
+        blob = json.dumps({**what, "messages": messages}, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def body(self, params: dict[str, Any], schema: ReplySchema | None, with_format: bool) -> dict[str, Any]:
+        """The request's fields beside the model and messages: the parameters, and the schema as
+        ``response_format`` when ``with_format``."""
+        sent = dict(params)
+        if schema is not None and with_format:
+            name, body_schema = schema
+            sent["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": body_schema, "strict": True},
+            }
+        return sent
+
+    def options(self, schema: ReplySchema | None) -> dict[str, Any] | None:
+        """The provider options as they go into the body (``$schema`` replaced by the reply's schema)."""
+        return _substitute(dict(self.cfg.options), schema[1] if schema else None) if self.cfg.options else None
+
+    def adapt(self, params: dict[str, Any], message: str) -> bool:
+        """Follow a 400 that names a parameter the model refuses: drop temperature or seed, or send the
+        completion cap under its other name (once). False when the 400 is about something else."""
+        text = message.lower()
+        changed = False
+        sent = next(name for name in _CAP_NAMES if name in params)
+        other = _CAP_NAMES[1 - _CAP_NAMES.index(sent)]
+        if sent in text and (other in text or _REFUSED.search(text)):
+            if self.cap == sent:  # else a call in flight already switched
+                if self._cap_switched:
+                    return False  # both names refused: nothing else to try
+                self.cap, self._cap_switched = other, True
+            changed = True
+        refused = {p for p in ("temperature", "seed", "reasoning_effort") if p in params and p in text}
+        self.refused |= refused
+        return changed or bool(refused)
+
+
+def open_client(cfg: JudgeConfig, *, max_retries: int = 0) -> openai.AsyncOpenAI:
+    """The SDK's client of the endpoint (``cfg.base_url``, any OpenAI-compatible server; the key from the
+    config or ``OPENAI_API_KEY``). Retries are ours by default, each attempt under its own deadline."""
+    import openai  # imported here: the deterministic stages never pay for it
+
+    return openai.AsyncOpenAI(
+        base_url=cfg.base_url,
+        api_key=cfg.api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+        max_retries=max_retries,
+        timeout=cfg.timeout_s,
+    )
+
+
+def priced(cfg: JudgeConfig) -> Price | None:
+    """The model's price; raises :class:`~rose_sql.errors.UsageError` when a budget is set without one."""
+    price = price_of(cfg.model, load_prices(cfg.prices_path))
+    if cfg.budget_usd is not None and price is None:
+        raise UsageError(
+            f"--budget needs the price of {cfg.model!r}, which the price table lacks: "
+            f'give it with --prices FILE ({{"{cfg.model}": {{"input": USD/Mtok, "output": USD/Mtok}}}})'
+        )
+    return price
+
+
+class OpenAILLM:
+    """The live client: an OpenAI-compatible chat endpoint with deadlines, caching, a budget and a
+    concurrency limit (an :class:`LLM`).
 
     Raises :class:`~rose_sql.errors.UsageError` when a budget is set for a model without a price.
     """
@@ -123,12 +281,7 @@ class LLM:
 
         self.cfg = cfg
         self._openai = openai
-        self.client = openai.AsyncOpenAI(
-            base_url=cfg.base_url,
-            api_key=cfg.api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
-            max_retries=0,  # retried here, each attempt under its own deadline
-            timeout=cfg.timeout_s,
-        )
+        self.client = open_client(cfg)
         self.endpoint = str(self.client.base_url).rstrip("/")
         self.local: LocalServer | None = None
         """The server of a pinned local judge (``--judge-gguf``), started before the first uncached call."""
@@ -137,69 +290,23 @@ class LLM:
 
             self.local = LocalServer(cfg.local, cfg.model)
             self.endpoint = endpoint_of(cfg.local)  # the file's hash keys the cache, not the port of the day
-        self.price = price_of(cfg.model, load_prices(cfg.prices_path))
-        if cfg.budget_usd is not None and self.price is None:
-            raise UsageError(
-                f"--budget needs the price of {cfg.model!r}, which the price table lacks: "
-                f'give it with --prices FILE ({{"{cfg.model}": {{"input": USD/Mtok, "output": USD/Mtok}}}})'
-            )
+        self.price = priced(cfg)
         self.cache = Cache(cfg.cache_dir) if cfg.cache_dir is not None else None
-        self.fences = Fences(fence_key(cfg.cache_dir))
-        """The fence markers of this client's prompts (keyed by the secret kept with the cache)."""
         self.ledger = ledger or Ledger(budget_usd=cfg.budget_usd)
+        self.request = Request(cfg, self.endpoint)
         self._sem: asyncio.Semaphore | None = None
         self._settled: asyncio.Condition | None = None
-        reasoner = bool(_WANTS_MAX_COMPLETION_TOKENS.search(cfg.model))
-        self._refused: set[str] = {"temperature"} if reasoner else set()  # OpenAI's reasoning models refuse it
-        self._cap = "max_completion_tokens" if reasoner else "max_tokens"
-        self._cap_switched = False
-        self._format_refused = cfg.structured == "off"
-        """True once ``response_format`` is not to be sent: ``off``, or the endpoint refused it."""
         self._probed: asyncio.Lock | None = None
         self._reachable: bool | None = None
         self._unreachable = ""
 
-    def _seed(self, sample: int) -> int | None:
-        """The seed of a sample: the configured seed plus the sample's index (each sample its own call)."""
-        return self.cfg.seed + sample if self.cfg.seed is not None else None
-
-    def _params(self, sample: int = 0) -> dict[str, Any]:
-        params: dict[str, Any] = {}
-        if self.cfg.temperature is not None:
-            params["temperature"] = self.cfg.temperature
-        if self.cfg.seed is not None:
-            params["seed"] = self._seed(sample)
-        if self.cfg.reasoning_effort is not None:
-            params["reasoning_effort"] = self.cfg.reasoning_effort
-        params = {k: v for k, v in params.items() if k not in self._refused}
-        params[self._cap] = self.cfg.max_tokens  # never dropped: the budget's bound rests on it
-        return params
-
     def reply_format(self, schema: ReplySchema | None) -> ReplyFormat:
-        """How a call with this schema is asked now: ``json_schema`` when the schema goes to the endpoint
-        (as ``response_format``, or through an option holding ``$schema``), else ``text``."""
-        if schema is None:
-            return "text"
-        sent = not self._format_refused or _mentions_schema(self.cfg.options)
-        return "json_schema" if sent else "text"
+        """How a call with this schema is asked now (:meth:`Request.reply_format`)."""
+        return self.request.reply_format(schema)
 
     def key(self, messages: list[Message], schema: ReplySchema | None = None, sample: int = 0) -> str:
-        """The cache key of a call with this client's endpoint, model and configured parameters.
-
-        Calls without options, ``reasoning_effort`` or a schema sent keep the keys of earlier versions.
-        The seed of ``sample`` is among the parameters: each sample is its own entry; sample 0 is the
-        single call's.
-        """
-        wanted = {"temperature": self.cfg.temperature, "seed": self._seed(sample), "max_tokens": self.cfg.max_tokens}
-        what: dict[str, Any] = {"endpoint": self.endpoint, "model": self.cfg.model, "params": wanted}
-        if self.cfg.options:
-            what["options"] = dict(self.cfg.options)
-        if self.cfg.reasoning_effort is not None:
-            what["reasoning_effort"] = self.cfg.reasoning_effort
-        if schema is not None and self.reply_format(schema) == "json_schema":
-            what["reply_format"] = {"response_format": not self._format_refused, "schema": list(schema)}
-        blob = json.dumps({**what, "messages": messages}, sort_keys=True, ensure_ascii=False)
-        return hashlib.sha256(blob.encode()).hexdigest()
+        """The cache key of a call (:meth:`Request.key`)."""
+        return self.request.key(messages, schema, sample)
 
     def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float | None:
         """USD of a call with these token counts (None without a price)."""
@@ -221,7 +328,7 @@ class LLM:
         allows, and :class:`~rose_sql.errors.EndpointError` when the endpoint gave no usable reply.
         """
         while True:
-            with_format = schema is not None and not self._format_refused  # what the key says, what is sent
+            with_format = schema is not None and not self.request.format_refused  # what the key says, what is sent
             key = self.key(messages, schema, sample)
             if not fresh and self.cache is not None and (hit := self.cache.get(key)) is not None:
                 self.ledger.add(cached=True)
@@ -309,23 +416,17 @@ class LLM:
         schema left out) and the reply format. Raises :class:`_SchemaRefused` when ``auto`` must ask
         again as text, under the key of that."""
         openai = self._openai
+        request = self.request
         retries = 0
         while True:
-            if with_format and self._format_refused:  # another call learnt it while this one waited
+            if with_format and request.format_refused:  # another call learnt it while this one waited
                 raise _SchemaRefused
-            params = self._params(sample)
-            fmt = self.reply_format(schema)
-            sent = dict(params)
-            if schema is not None and with_format:
-                name, body_schema = schema
-                sent["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": name, "schema": body_schema, "strict": True},
-                }
-            extra = _substitute(dict(self.cfg.options), schema[1] if schema else None) if self.cfg.options else None
+            params = request.params(sample)
+            fmt = request.reply_format(schema)
+            sent = request.body(params, schema, with_format)
             try:
                 async with asyncio.timeout(self.cfg.timeout_s):
-                    body, cut = await self._post(messages, sent, extra)
+                    body, cut = await self._post(messages, sent, request.options(schema))
                 completion = read_completion(body, limit=self.cfg.max_reply_bytes, cut=cut)
                 return completion, {**params, **self.cfg.options}, fmt
             except openai.BadRequestError as e:
@@ -335,9 +436,9 @@ class LLM:
                             f"the endpoint refuses the reply's JSON schema as response_format ({e}): "
                             "--judge-structured auto falls back to plain replies, off never sends it"
                         ) from None
-                    self._format_refused = True  # for the client's life, like a refused parameter
+                    request.format_refused = True  # for the client's life, like a refused parameter
                     raise _SchemaRefused from None
-                if self._adapt(params, str(e)):
+                if request.adapt(params, str(e)):
                     continue  # a parameter the model refuses: dropped or renamed, and asked again
                 raise EndpointError(f"{type(e).__name__}: {e}") from None
             except (TimeoutError, openai.APIConnectionError, openai.APIStatusError) as e:
@@ -365,23 +466,6 @@ class LLM:
                 if size > limit:
                     return b"".join(chunks)[:limit], True
             return b"".join(chunks), False
-
-    def _adapt(self, params: dict[str, Any], message: str) -> bool:
-        """Follow a 400 that names a parameter the model refuses: drop temperature or seed, or send the
-        completion cap under its other name (once). False when the 400 is about something else."""
-        text = message.lower()
-        changed = False
-        sent = next(name for name in _CAP_NAMES if name in params)
-        other = _CAP_NAMES[1 - _CAP_NAMES.index(sent)]
-        if sent in text and (other in text or _REFUSED.search(text)):
-            if self._cap == sent:  # else a call in flight already switched
-                if self._cap_switched:
-                    return False  # both names refused: nothing else to try
-                self._cap, self._cap_switched = other, True
-            changed = True
-        refused = {p for p in ("temperature", "seed", "reasoning_effort") if p in params and p in text}
-        self._refused |= refused
-        return changed or bool(refused)
 
     def _reply(
         self, done: Completion, params: dict[str, Any], key: str, seconds: float, worst: float, fmt: ReplyFormat

@@ -25,7 +25,7 @@ The aggregation is pure (:func:`aggregate`, :func:`tally`); :class:`Votes` asks 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -191,9 +191,11 @@ class Votes:
     """The models a voting stage asks, and how: the panel (or the judge model), the strong model to
     escalate to, the samples, the rule. Every client shares the run's ledger (one budget)."""
 
-    def __init__(self, cfg: JudgeConfig, primary: LLM) -> None:
+    def __init__(self, cfg: JudgeConfig, primary: LLM, connect: Callable[[JudgeConfig], LLM] | None = None) -> None:
+        """``connect``: the client of another model of the panel, or of the strong one (default: a live
+        client sharing ``primary``'s ledger)."""
         from rose_sql.errors import UsageError
-        from rose_sql.judges.llm import LLM
+        from rose_sql.judges.llm import OpenAILLM
 
         if cfg.aggregate == "strong-only":  # a stage the strong model never saw would have no verdict
             raise UsageError("the aggregation rule strong-only is for replay: a run decides with another rule")
@@ -207,7 +209,8 @@ class Votes:
             c = replace(cfg, model=model, base_url=url or cfg.base_url, temperature=temperature)
             if (model, c.base_url) not in made:
                 same = c == primary.cfg
-                made[(model, c.base_url)] = primary if same else LLM(c, ledger=primary.ledger)
+                other = connect(c) if connect is not None else OpenAILLM(c, ledger=primary.ledger)
+                made[(model, c.base_url)] = primary if same else other
             return made[(model, c.base_url)]
 
         self.first = [client(m) for m in (cfg.panel or (cfg.model,))]

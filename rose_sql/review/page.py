@@ -26,11 +26,12 @@ from pygments.lexers import SqlLexer
 
 from rose_sql.accounting import READINGS
 from rose_sql.compare import json_value
-from rose_sql.config import Config
+from rose_sql.config import Config, JudgeConfig
 from rose_sql.engines import Database, Source
 from rose_sql.errors import Lost
 from rose_sql.execute import Executor
-from rose_sql.judges.context import Schema, Schemas
+from rose_sql.judges.context import Schema
+from rose_sql.judges.judges import Judges
 from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.record import ExecutionInfo, Record
 from rose_sql.results import Execution
@@ -289,7 +290,8 @@ class Pages:
         self.pool = Pool(config.query.workers, _sandbox, config.query)
         self.catalogue = Executor(config.query)
         """This process's engines, for the schemas (the queries run in the workers)."""
-        self.schemas = Schemas(self.catalogue)
+        self.judges = Judges(JudgeConfig(model="", cache_dir=None), self.catalogue, asks=False)
+        """The schemas as the judges see them (no model: the page shows, it never asks)."""
 
     def close(self) -> None:
         self.pool.close()
@@ -334,7 +336,7 @@ class Pages:
         if db is not None:
             try:
                 touched = tables_read(item.pred_sql) | tables_read(item.gold_sql)
-                schema = schema_view(self.schemas.get(db), touched, c.examples_per_column)
+                schema = schema_view(self.judges.schema(db), touched, c.examples_per_column)
             except Exception as e:  # an unreadable database is shown, not raised
                 schema = SchemaView([], [], f"cannot read the schema: {e}")
         ev = rec.evidence if rec else None
