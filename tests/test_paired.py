@@ -191,3 +191,23 @@ def test_report_shows_the_intervals() -> None:
     assert f"{t.difference:+.2f} [{t.interval[0]:+.2f}, {t.interval[1]:+.2f}]" in page  # type: ignore[index]
     assert "a has 1 items b lacks, b has 2 items a lacks" in page
     assert 'id="paired"' not in build_report([a])  # one system: nothing to pair
+
+
+def test_the_same_id_in_two_benchmarks_is_two_items_never_compared_as_one() -> None:
+    """BIRD's item 3 and Spider's item 3 share an id and nothing else: neither the paired tests nor rose diff
+    pair them (they are each run's own items); the same id, database and question are one item."""
+    from rose_sql.analysis.diff import diff_runs
+
+    bird = [_rec(i, 1, 1, db_id="formula_1", question=f"Which driver won race {i}?") for i in range(6)]
+    spider = [_rec(i, 0, 0, db_id="dogs", question=f"How many dogs are of breed {i}?") for i in range(6)]
+    a, b = Run("bird", Path("a"), bird), Run("spider", Path("b"), spider)
+    pair = compare_pair(a, b, resamples=100, seed=1)
+    assert pair.tests == [] and pair.only_a == 6 and pair.only_b == 6
+    d = diff_runs(a, b)
+    assert d.shared == 0 and d.items == [] and len(d.only_a) == len(d.only_b) == 6
+    again = Run(
+        "spider-2",
+        Path("c"),
+        [_rec(i, 1, 1, db_id="dogs", question=f"How many dogs are of breed {i}?") for i in range(6)],
+    )
+    assert diff_runs(b, again).shared == 6 and len(diff_runs(b, again).items) == 6

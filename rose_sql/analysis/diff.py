@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from rose_sql.accounting import NAMES
-from rose_sql.analysis.paired import BINARY, value
+from rose_sql.analysis.paired import BINARY, item_key, value
 from rose_sql.analysis.runs import Run
 from rose_sql.record import Record
 
@@ -93,13 +93,14 @@ def _changed(x: Record, y: Record) -> list[str]:
 
 
 def diff_runs(a: Run, b: Run) -> RunDiff:
-    """The items whose outcome differs between runs ``a`` and ``b`` (matched by id)."""
-    bs = {r.id_key: r for r in b.records}
-    a_ids = {r.id_key for r in a.records}
+    """The items whose outcome differs between runs ``a`` and ``b`` (matched by id, database and question:
+    :func:`~rose_sql.analysis.paired.item_key`)."""
+    bs = {item_key(r): r for r in b.records}
+    a_ids = {item_key(r) for r in a.records}
     items = []
     shared = 0
     for x in a.records:
-        y = bs.get(x.id_key)
+        y = bs.get(item_key(x))
         if y is None:
             continue
         shared += 1
@@ -112,8 +113,8 @@ def diff_runs(a: Run, b: Run) -> RunDiff:
         names[1],
         shared,
         items,
-        [r.id_key for r in a.records if r.id_key not in bs],
-        [r.id_key for r in b.records if r.id_key not in a_ids],
+        [r.id_key for r in a.records if item_key(r) not in bs],
+        [r.id_key for r in b.records if item_key(r) not in a_ids],
     )
 
 

@@ -184,14 +184,20 @@ class PairedComparison:
         }
 
 
+def item_key(record: Record) -> tuple[str, str, str]:
+    """An item as two runs share it: its id, its database and its question. The same id in two benchmarks
+    (BIRD's item 12 and Spider's) is two items, never compared as one."""
+    return record.id_key, record.db_id, record.question or ""
+
+
 def _awaiting(run: Run) -> bool:
     return any(r.unscored_reason == "awaiting_judge" for r in run.records)
 
 
 def paired_test(a: Run, b: Run, reading: str, *, resamples: int = RESAMPLES, seed: int = SEED) -> PairedTest:
     """The paired difference and McNemar's test of one binary figure between two runs."""
-    bs = {r.id_key: r for r in b.records}
-    shared = [(r, bs[r.id_key]) for r in a.records if r.id_key in bs]
+    bs = {item_key(r): r for r in b.records}
+    shared = [(r, bs[item_key(r)]) for r in a.records if item_key(r) in bs]
     skipped = None
     if reading == "rose" and (_awaiting(a) or _awaiting(b)):
         skipped = "ROSE awaits a judge in " + " and ".join(run.name for run in (a, b) if _awaiting(run))
@@ -229,7 +235,7 @@ def paired_test(a: Run, b: Run, reading: str, *, resamples: int = RESAMPLES, see
 
 def compare_pair(a: Run, b: Run, *, resamples: int = RESAMPLES, seed: int = SEED) -> PairedComparison:
     """Every binary figure of two runs compared on their shared items (figures neither defines are omitted)."""
-    a_ids, b_ids = {r.id_key for r in a.records}, {r.id_key for r in b.records}
+    a_ids, b_ids = {item_key(r) for r in a.records}, {item_key(r) for r in b.records}
     tests = [paired_test(a, b, name, resamples=resamples, seed=seed) for name in BINARY]
     tests = [t for t in tests if t.n or t.skipped]
     return PairedComparison(a.name, b.name, len(a_ids - b_ids), len(b_ids - a_ids), tests)
