@@ -21,31 +21,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import sys
 import time
 from pathlib import Path
 
 from rose_sql.analysis.runs import load_run
 from rose_sql.config import Config
-from rose_sql.efficiency import by_difficulty, published_ratio, r_ves, step_ratio, ves, vm_steps
-
-
-def _timed(db: Path, sql: str) -> float:
-    start = time.perf_counter()
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    conn.execute(sql).fetchall()
-    conn.close()
-    return time.perf_counter() - start
+from rose_sql.efficiency import by_difficulty, published_ratio, r_ves, step_ratio, timed_ratios, ves, vm_steps
 
 
 def _timed_ratio(db: Path, gold: str, pred: str, iterations: int) -> float:
-    ratios = []
-    for _ in range(iterations):
-        p = _timed(db, pred)
-        g = _timed(db, gold)
-        ratios.append(g / p)
-    return published_ratio(ratios)
+    return published_ratio(timed_ratios(db, gold, pred, iterations))
 
 
 def main() -> None:
