@@ -6,8 +6,9 @@ For every record whose BIRD EX is defined (its database exists, its gold ran), o
 - **steps** (deterministic): gold VM steps / predicted VM steps for an item with BIRD EX 1, counted in a
   pass of their own at progress-handler grain 1 (:func:`rose_sql.efficiency.vm_steps`); 0 otherwise;
 - **timed** (``--timed``, as published): the mean of ``--iterations`` wall-time ratios (each iteration
-  opens a connection, runs and fetches the prediction then the gold, as mini-dev's script does), values
-  beyond 3 sigma removed. Machine- and load-dependent: printed with the load average, never used to decide.
+  runs and fetches the prediction then the gold, each on a fresh connection opened before the clock
+  starts, as mini-dev's script does), values beyond 3 sigma removed. Machine- and load-dependent:
+  printed with the load average, never used to decide.
 
 Then mini-dev's R-VES and BIRD's VES over those ratios, for ``all`` and each difficulty, each with its n.
 
