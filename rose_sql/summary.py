@@ -405,6 +405,15 @@ def summarize_briefs(
     )
 
 
+_LEVELS = ("all", "simple", "moderate", "challenging", "easy", "medium", "hard", "extra")
+
+
+def _label_order(label: str) -> tuple[int, str]:
+    """``all``, then BIRD's difficulties and Spider's hardness in their order, then any other label by name:
+    the same order whatever order the records were written in."""
+    return (_LEVELS.index(label), "") if label in _LEVELS else (len(_LEVELS), label)
+
+
 def efficiency_table(briefs: Iterable[Brief]) -> dict[str, dict[str, dict[str, Any]]] | None:
     """R-VES and VES per base and difficulty with their denominators (see :attr:`Summary.efficiency`)."""
     from rose_sql.efficiency import r_ves, ves
@@ -426,7 +435,8 @@ def efficiency_table(briefs: Iterable[Brief]) -> dict[str, dict[str, dict[str, A
             if b.difficulty:
                 groups.setdefault(b.difficulty, []).append(value)
         table: dict[str, dict[str, Any]] = {}
-        for label, values in groups.items():
+        for label in sorted(groups, key=_label_order):
+            values = groups[label]
             ratios = [v for v in values if isinstance(v, float)]
             left = Counter(v if isinstance(v, str) else "not_asked" for v in values if not isinstance(v, float))
             rv, v = r_ves(ratios), ves(ratios)

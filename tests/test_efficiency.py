@@ -170,6 +170,7 @@ def test_run_summary_gives_r_ves_and_ves_with_denominators(tmp_path: Path) -> No
     ratios = {r.id: r.efficiency.steps_ratio for r in records if r.efficiency is not None}
     table = summary["efficiency"]
     assert set(table) == {"steps"}  # the wall-time base was not asked
+    assert list(table["steps"]) == ["all", "simple", "moderate", "challenging"]  # in order, whatever the records' order
     steps = table["steps"]
     want = [ratios[k] for k in ("fast", "slow", "same", "wrong", "none")]
     assert steps["all"]["n"] == 5 and steps["all"]["of"] == 5 and steps["all"]["left_out"] == {}
