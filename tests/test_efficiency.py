@@ -237,3 +237,12 @@ def test_off_sqlite_the_ratios_are_null(tmp_path: Path) -> None:
     assert table is not None
     assert table["steps"]["all"] == {"r_ves": None, "ves": None, "n": 0, "of": 1, "left_out": {"not_sqlite": 1}}
     assert table["time"]["simple"]["left_out"] == {"not_sqlite": 1}
+
+
+def test_resume_refuses_another_efficiency(tmp_path: Path) -> None:
+    """The step ratio is a recorded reading: a resumed run never mixes records with and without it."""
+    items, dbs = _items(tmp_path)
+    _rose_run(items, dbs, tmp_path / "o", "--efficiency", "steps")
+    args = ["run", str(items), "--db-root", str(dbs), "--out", str(tmp_path / "o"), "--workers", "1", "--resume"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0 and "option efficiency differs ('steps' then, 'off' now)" in result.output
