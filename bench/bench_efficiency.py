@@ -6,8 +6,9 @@ For every record whose BIRD EX is defined (its database exists, its gold ran), o
 - **steps** (deterministic): gold VM steps / predicted VM steps for an item with BIRD EX 1, counted in a
   pass of their own at progress-handler grain 1 (:func:`rose_sql.efficiency.vm_steps`); 0 otherwise;
 - **timed** (``--timed``, as published): the mean of ``--iterations`` wall-time ratios (each iteration
-  opens a connection, runs and fetches the prediction then the gold, as mini-dev's script does), values
-  beyond 3 sigma removed. Machine- and load-dependent: printed with the load average, never used to decide.
+  runs and fetches the prediction then the gold, each on a fresh connection opened before the clock
+  starts, as mini-dev's script does), values beyond 3 sigma removed. Machine- and load-dependent:
+  printed with the load average, never used to decide.
 
 Then mini-dev's R-VES and BIRD's VES over those ratios, for ``all`` and each difficulty, each with its n.
 
@@ -21,31 +22,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import sys
 import time
 from pathlib import Path
 
 from rose_sql.analysis.runs import load_run
 from rose_sql.config import Config
-from rose_sql.efficiency import by_difficulty, published_ratio, r_ves, step_ratio, ves, vm_steps
-
-
-def _timed(db: Path, sql: str) -> float:
-    start = time.perf_counter()
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    conn.execute(sql).fetchall()
-    conn.close()
-    return time.perf_counter() - start
+from rose_sql.efficiency import by_difficulty, published_ratio, r_ves, step_ratio, timed_ratios, ves, vm_steps
 
 
 def _timed_ratio(db: Path, gold: str, pred: str, iterations: int) -> float:
-    ratios = []
-    for _ in range(iterations):
-        p = _timed(db, pred)
-        g = _timed(db, gold)
-        ratios.append(g / p)
-    return published_ratio(ratios)
+    return published_ratio(timed_ratios(db, gold, pred, iterations))
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Self, get_args
 
+from rose_sql.efficiency import Base as EfficiencyBase
 from rose_sql.engines.kinds import Source
 from rose_sql.errors import UsageError
 from rose_sql.results import Limits
@@ -592,6 +593,20 @@ class Config:
     """A PostgreSQL or MySQL/MariaDB URL where rose may create (and drops) a scratch database per worker for
     the witness search on those engines, into which the tables the queries read are copied; None: no
     witness search there (the evidence says why). Never the user's database."""
+    efficiency: EfficiencyBase = option(
+        "off",
+        score=True,
+        flags="--efficiency",
+        help=(
+            "BIRD's VES and R-VES on SQLite, for items whose BIRD EX is defined: steps (exact VM steps, the same "
+            "on any machine), time (the published 100-iteration wall-time ratio: depends on the machine and its "
+            "load, decides nothing), or both."
+        ),
+    )
+    """BIRD's efficiency readings (:mod:`rose_sql.efficiency`): ``steps`` records each item's VM-step ratio
+    (deterministic), ``time`` its published wall-time ratio (in fields of ``record.EXEMPT``), ``both``
+    both. A recorded reading, so ``--resume`` refuses another value; the wall-time ratio never decides
+    anything."""
     judge: JudgeConfig | None = None
     """The LLM judges; None runs the deterministic stages only (items then await a judge)."""
 

@@ -24,8 +24,42 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+Base = Literal["off", "steps", "time", "both"]
+"""What ``rose run --efficiency`` measures: nothing, VM steps, wall time as published, or both."""
+TIME_ITERATIONS = 100
+"""The published script's iterations per item (``evaluation_ves.py``: ``iterate_num=100``)."""
+TIME_FIELDS = ("time_ratio", "time_kept")
+"""The wall-time fields of :class:`Efficiency`: machine- and load-dependent, in ``record.EXEMPT``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Efficiency:
+    """One item's efficiency ratios (``record.efficiency``), for an item whose BIRD EX is defined.
+
+    Off SQLite every ratio is None (plan costs there depend on sampled statistics)."""
+
+    steps_ratio: float | None
+    """Gold VM steps / predicted VM steps for a correct prediction (BIRD EX 1), 0 for an incorrect one;
+    None when not asked, off SQLite, or when a count is missing (a query that failed or passed ``max_steps`` in the
+    counting pass). Deterministic: the same on any machine and at any load."""
+    gold_steps: int | None = None
+    """The gold's exact VM steps (counted only for a correct prediction)."""
+    pred_steps: int | None = None
+    """The prediction's exact VM steps (counted only for a correct prediction)."""
+    base: Base = "steps"
+    """What was asked (``--efficiency``): ``steps``, ``time`` or ``both``."""
+    time_ratio: float | None = None
+    """The published ratio: the mean of :data:`TIME_ITERATIONS` wall-time ratios gold / predicted, values
+    beyond 3 sigma removed (0 for an incorrect prediction); None when not asked or off SQLite. Depends on
+    the machine and its load: in ``record.EXEMPT``, decides nothing."""
+    time_kept: int | None = None
+    """Of the iterations, those the 3-sigma rule kept (None where ``time_ratio`` is)."""
 
 
 def reward(ratio: float) -> float:
@@ -94,6 +128,54 @@ def vm_steps(db: Path, sql: str, max_steps: int) -> int | None:
     finally:
         conn.close()
     return count
+
+
+def _timed(db: Path, sql: str) -> float:
+    """One timing as the published ``execute_sql`` takes it: the connection is opened before the clock
+    starts; running the query, fetching every row and closing the connection are timed."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    start = time.perf_counter()
+    try:
+        conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+    return time.perf_counter() - start
+
+
+def timed_ratios(db: Path, gold: str, pred: str, iterations: int = TIME_ITERATIONS) -> list[float]:
+    """The published script's per-iteration ratios: each iteration runs and fetches the prediction, then
+    the gold, each on a connection of its own (opened untimed), and takes gold time / predicted time."""
+    ratios = []
+    for _ in range(iterations):
+        p = _timed(db, pred)
+        g = _timed(db, gold)
+        ratios.append(g / p if p > 0 else 0.0)
+    return ratios
+
+
+def measure(
+    db: Path | None, gold: str, pred: str | None, correct: bool, base: Base, max_steps: int
+) -> Efficiency | None:
+    """One item's :class:`Efficiency` under ``base`` (None when ``off``); ``db`` None: not SQLite."""
+    if base == "off":
+        return None
+    timed, counted = base in ("time", "both"), base in ("steps", "both")
+    if db is None:
+        return Efficiency(None, base=base)
+    if not correct or pred is None:
+        zero = 0.0 if timed else None
+        return Efficiency(0.0 if counted else None, base=base, time_ratio=zero, time_kept=0 if timed else None)
+    g = vm_steps(db, gold, max_steps) if counted else None
+    p = vm_steps(db, pred, max_steps) if counted else None
+    ratio, kept = None, None
+    if timed:
+        try:
+            ratios = timed_ratios(db, gold, pred)
+        except (sqlite3.Error, OverflowError, ValueError, MemoryError):
+            pass
+        else:
+            ratio, kept = published_ratio(ratios), len(clean_abnormal(ratios))
+    return Efficiency(step_ratio(g, p, True) if counted else None, g, p, base, ratio, kept)
 
 
 def step_ratio(gold_steps: int | None, pred_steps: int | None, correct: bool) -> float | None:

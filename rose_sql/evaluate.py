@@ -21,6 +21,7 @@ from rose_sql.checks import check_config
 from rose_sql.compare import Comparison, compare
 from rose_sql.config import Config, MatchedRefuter
 from rose_sql.decide import Decision, Facts, decide
+from rose_sql.efficiency import Efficiency, measure
 from rose_sql.engines import Database, Source
 from rose_sql.engines.kinds import as_source
 from rose_sql.errors import EndpointUnreachable
@@ -65,6 +66,8 @@ class Executed:
     """The engine and its version, on engines other than SQLite (None on SQLite)."""
     hardness: str | None = None
     """The gold's official Spider hardness, where the match reading is defined (:mod:`rose_sql.spider_match`)."""
+    efficiency: Efficiency | None = None
+    """BIRD's efficiency ratios, when asked (``Config.efficiency``) and BIRD EX is defined."""
 
     @property
     def dialect(self) -> str | None:
@@ -120,7 +123,8 @@ def execute_item(
     em, hardness = _spider_match(item, db)
     if item.pred_sql is None:  # a question of the gold file without a prediction: wrong, as leaderboards count it
         readings = replace(_no_prediction(db, gold), spider_em=em)
-        return Executed(item, db, True, gold, readings=readings, server=server, hardness=hardness)
+        eff = _efficiency(item, db, readings, executor)
+        return Executed(item, db, True, gold, readings=readings, server=server, hardness=hardness, efficiency=eff)
     pred = executor.run(db, item.pred_sql, role="pred")
     comparison = None
     if gold is not None and gold.result is not None and pred.result is not None:
@@ -138,7 +142,17 @@ def execute_item(
 
         found_doubts = match_doubts(item.pred_sql, item.gold_sql, gold, comparison)
     readings = replace(readings, spider_em=em)
-    return Executed(item, db, True, gold, pred, comparison, readings, evidence, found_doubts, server, hardness)
+    eff = _efficiency(item, db, readings, executor)
+    return Executed(item, db, True, gold, pred, comparison, readings, evidence, found_doubts, server, hardness, eff)
+
+
+def _efficiency(item: Item, db: Database, readings: Readings, executor: Executor) -> Efficiency | None:
+    """The item's efficiency ratios when asked and its BIRD EX is defined (null ratios off SQLite)."""
+    base = executor.config.efficiency
+    if base == "off" or readings.bird_ex is None or item.gold_sql is None:
+        return None
+    path = db.path if db.info.python_sqlite3 else None
+    return measure(path, item.gold_sql, item.pred_sql, readings.bird_ex == 1, base, executor.config.max_steps)
 
 
 def _spider_match(item: Item, db: Database) -> tuple[int | None, str | None]:
@@ -354,6 +368,7 @@ def to_record(ex: Executed, judged: Judged) -> Record:
         dialect=ex.dialect,
         server=ex.server,
         votes=judged.votes,
+        efficiency=ex.efficiency,
         llm_calls=len(made),
         cost_usd=round(sum((c.cost_usd or 0.0 for c in made), 0.0), 8),
     )

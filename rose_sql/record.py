@@ -39,7 +39,9 @@ Layout versions (``schema``):
 - 6: a witness carries its grade, ``plausible`` and ``plausibility`` (:mod:`rose_sql.evidence.plausibility`:
   only a plausible witness doubts a match); ``evidence.search`` carries ``implausible`` and ``distinct``.
   A witness of layout 5 or before had no grade and counted as doubt: it reads as plausible, with the
-  ``plausibility`` :data:`UNGRADED`, so that replaying an old run decides as the run did.
+  ``plausibility`` :data:`UNGRADED`, so that replaying an old run decides as the run did. A run with
+  ``--efficiency`` carries ``efficiency`` on the items whose BIRD EX is defined; written only when set, so
+  other records are unchanged and earlier readers of this layout ignore it.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from rose_sql.compare import Comparison, json_value
 from rose_sql.config import Aggregate
 from rose_sql.decide import DatasetLabels, DecidedBy, Decision, Unscored
+from rose_sql.efficiency import TIME_FIELDS, Efficiency
 from rose_sql.errors import InputError
 from rose_sql.evidence.findings import Evidence
 from rose_sql.items import ItemId
@@ -304,6 +307,9 @@ class Record:
     votes: list[StageVotes] | None = None
     """Each judge stage's tally, when stages vote (``--samples``, ``--panel``, ``--escalate-to``); None
     otherwise (one reply decides a stage, as it always did)."""
+    efficiency: Efficiency | None = None
+    """BIRD's efficiency ratios (``rose run --efficiency``), for an item whose BIRD EX is defined; None when
+    not asked (written only when set: other records keep their layout)."""
     schema: int = SCHEMA_VERSION
     """Version of this record's layout."""
 
@@ -325,6 +331,10 @@ class Record:
             del data["votes"]
         else:
             data["votes"] = [_plain(v, _VOTES_FIELDS) for v in self.votes]
+        if self.efficiency is None:  # not asked: the layout as it always was
+            del data["efficiency"]
+        else:
+            data["efficiency"] = _plain(self.efficiency, _EFFICIENCY_FIELDS)
         return data
 
     def to_json(self) -> str:
@@ -359,13 +369,15 @@ _COMPARISON_FIELDS = tuple(f.name for f in fields(ComparisonInfo))
 _LABEL_FIELDS = tuple(f.name for f in fields(DatasetLabels))
 _CALL_FIELDS = tuple(f.name for f in fields(JudgeCall))
 _VOTES_FIELDS = tuple(f.name for f in fields(StageVotes))
+_EFFICIENCY_FIELDS = tuple(f.name for f in fields(Efficiency))
 
 
-EXEMPT = frozenset({"seconds", "cached", "llm_calls", "cost_usd", "batch_id"})
+EXEMPT = frozenset({"seconds", "cached", "llm_calls", "cost_usd", "batch_id", *TIME_FIELDS})
 """The only fields that may differ between two runs of the same inputs and options, on any machine and
 at any load: timing (``seconds`` at every level), cache flags (``cached``: which executions or replies a
 cache served; ``batch_id``: which Batch API batch answered), and this run's own counters of calls made
-and their cost (``llm_calls``, and the record's ``cost_usd``). Everything else is the same, for a given
+and their cost (``llm_calls``, and the record's ``cost_usd``), and the published wall-time efficiency ratio
+(``efficiency.time_ratio``, ``time_kept``: ``rose run --efficiency time``). Everything else is the same, for a given
 SQLite version."""
 
 

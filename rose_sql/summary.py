@@ -60,6 +60,10 @@ class Brief(NamedTuple):
     """Per official reading, why it is undefined (:func:`rose_sql.accounting.gaps`)."""
     predicted: bool = True
     """False for a question of the gold file without a prediction (``no_prediction``)."""
+    steps: float | str | None = None
+    """The item's VM-step efficiency ratio (``--efficiency``), or why it has none; None: not asked."""
+    time: float | str | None = None
+    """The item's published wall-time efficiency ratio, or why it has none; None: not asked."""
 
     @classmethod
     def of(cls, r: Record) -> Brief:
@@ -83,7 +87,23 @@ class Brief(NamedTuple):
             escalated,
             gaps(r),
             r.pred_sql is not None,
+            *_efficiency_brief(r),
         )
+
+
+def _efficiency_brief(r: Record) -> tuple[float | str, float | str | None]:
+    """An item's two efficiency ratios for the summary, each a ratio, the reason it has none, or None for
+    a base not asked (a record without efficiency: its BIRD EX's gap, on both bases)."""
+    e = r.efficiency
+    if e is None:
+        gap = gaps(r)[0] or "not_asked"
+        return gap, gap
+    missing = "not_sqlite" if r.dialect is not None else "no_count"
+    steps = (e.steps_ratio if e.steps_ratio is not None else missing) if e.base in ("steps", "both") else "not_asked"
+    time: float | str | None = None
+    if e.base in ("time", "both"):
+        time = e.time_ratio if e.time_ratio is not None else missing
+    return steps, time
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +208,12 @@ class Summary:
     """Spider's exact-set match as ``evaluation.py --etype match`` prints it: per hardness class
     (``easy``, ``medium``, ``hard``, ``extra``) and ``all``, the items (``count``) and the mean EM
     (``em``), over the items where it is defined; None where it is defined on no item."""
+    efficiency: dict[str, dict[str, dict[str, Any]]] | None = None
+    """BIRD's efficiency readings (``rose run --efficiency``), per base (``steps``, ``time``) and per
+    difficulty label and ``all``: ``r_ves`` (mini-dev's R-VES) and ``ves`` (BIRD dev's VES) in percent over
+    ``n`` items (those with BIRD EX defined and a ratio: an incorrect prediction counts 0), of the
+    group's ``of`` items, ``left_out`` by reason (the BIRD EX gap, ``not_sqlite``, ``no_count``). None
+    when not asked. The ``time`` base depends on the machine and its load and decides nothing."""
     subset: SubsetInfo | None = None
     """For a run of a subset (``rose run --limit``, ``--ids``): which items of the input, how many of how
     many; every figure is over the subset only. None for a run of the whole input."""
@@ -375,7 +401,54 @@ def summarize_briefs(
         manifest=manifest,
         subset=manifest.subset if manifest is not None else None,
         spider_match=spider_match_table(briefs),
+        efficiency=efficiency_table(briefs),
     )
+
+
+_LEVELS = ("all", "simple", "moderate", "challenging", "easy", "medium", "hard", "extra")
+
+
+def _label_order(label: str) -> tuple[int, str]:
+    """``all``, then BIRD's difficulties and Spider's hardness in their order, then any other label by name:
+    the same order whatever order the records were written in."""
+    return (_LEVELS.index(label), "") if label in _LEVELS else (len(_LEVELS), label)
+
+
+def efficiency_table(briefs: Iterable[Brief]) -> dict[str, dict[str, dict[str, Any]]] | None:
+    """R-VES and VES per base and difficulty with their denominators (see :attr:`Summary.efficiency`)."""
+    from rose_sql.efficiency import r_ves, ves
+
+    briefs = list(briefs)
+    bases = [
+        base
+        for base, values in (("steps", [b.steps for b in briefs]), ("time", [b.time for b in briefs]))
+        if any(isinstance(v, float) or v in ("not_sqlite", "no_count") for v in values)
+    ]
+    if not bases:
+        return None
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for base in bases:
+        groups: dict[str, list[float | str | None]] = {"all": []}
+        for b in briefs:
+            value = b.steps if base == "steps" else b.time
+            groups["all"].append(value)
+            if b.difficulty:
+                groups.setdefault(b.difficulty, []).append(value)
+        table: dict[str, dict[str, Any]] = {}
+        for label in sorted(groups, key=_label_order):
+            values = groups[label]
+            ratios = [v for v in values if isinstance(v, float)]
+            left = Counter(v if isinstance(v, str) else "not_asked" for v in values if not isinstance(v, float))
+            rv, v = r_ves(ratios), ves(ratios)
+            table[label] = {
+                "r_ves": round(rv, 4) if rv is not None else None,
+                "ves": round(v, 4) if v is not None else None,
+                "n": len(ratios),
+                "of": len(values),
+                "left_out": dict(sorted(left.items())),
+            }
+        out[base] = table
+    return out
 
 
 def spider_match_table(briefs: Iterable[Brief]) -> dict[str, dict[str, float | int | None]] | None:

@@ -74,6 +74,7 @@ DEFAULT_OPTIONS = [
     ["evidence", False],
     ["evidence_max_candidates", 80],
     ["evidence_max_db_bytes", 268435456],
+    ["efficiency", "off"],
 ]
 
 CASES = {
@@ -127,6 +128,7 @@ CASES = {
         "never",
     ],
     "evidence": ["--judge-model", "m", "--evidence-budget", "9", "--evidence-steps", "3000", "--max-rows", "10"],
+    "efficiency": ["--efficiency", "both"],
 }
 PINNED = Path(__file__).parent / "data" / "run_options_provenance.json"
 

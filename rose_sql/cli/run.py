@@ -633,6 +633,25 @@ def _batch_status(bar: Progress) -> Callable[[str], None]:
     return show
 
 
+_BASES = {"steps": "VM steps", "time": "wall time x100, machine- and load-dependent"}
+
+
+def efficiency_lines(s: Summary) -> list[str]:
+    """The run's R-VES and VES lines, per base: each difficulty's figure with its denominator (items with
+    a ratio) of the group's items."""
+    lines = []
+    for base, table in (s.efficiency or {}).items():
+        for key, name in (("r_ves", "R-VES (mini-dev)"), ("ves", "VES (BIRD dev)")):
+            cells = [
+                f"{label} {v[key]:.2f} ({v['n']} of {v['of']})"
+                if v[key] is not None
+                else f"{label} none (0 of {v['of']})"
+                for label, v in table.items()
+            ]
+            lines.append(f"{s.system}: {name} by {_BASES.get(base, base)}: " + ", ".join(cells))
+    return lines
+
+
 def print_summaries(summaries: Sequence[Summary]) -> None:
     """The terminal summary of a run: the official readings with the items each is defined on, and ROSE
     (a number once a judge has scored the items, "awaiting judge" until then, never a 0 it does not mean)."""
@@ -652,6 +671,9 @@ def print_summaries(summaries: Sequence[Summary]) -> None:
                 if v["em"] is not None
             ]
             console.print(f"{s.system}: Spider EM (evaluation.py --etype match): " + ", ".join(cells), highlight=False)
+    for s in summaries:
+        for line in efficiency_lines(s):
+            console.print(line, highlight=False)
     for s in summaries:
         llm = s.llm
         if llm.calls or llm.cached:
