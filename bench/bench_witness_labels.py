@@ -82,9 +82,22 @@ def nl2sql_bugs(shared: Path, tmp: Path) -> tuple[Path, dict[Any, bool]]:
     return path, {b["id"]: bool(b["label"]) for b in bugs if b["db_id"] in DBS}
 
 
-def minidev(shared: Path, tmp: Path) -> list[Path]:
+def system_name(f: Path) -> str:
+    """A mini-dev system's name: its file's stem without ``-result`` (``gpt-4o-result.json``: gpt-4o)."""
+    return f.stem.removesuffix("-result")
+
+
+def minidev(shared: Path, tmp: Path, systems: list[str] | None = None) -> list[Path]:
+    """Mini-dev's own prediction files (``preds/bird-minidev``), cut to the items on :data:`DBS`; only the
+    named systems with ``systems``."""
     out = []
-    for f in sorted((shared / "preds" / "bird-minidev").glob("*.json")):
+    files = sorted((shared / "preds" / "bird-minidev").glob("*.json"))
+    if systems:
+        unknown = sorted(set(systems) - {system_name(f) for f in files})
+        if unknown:
+            sys.exit(f"unknown mini-dev system(s): {', '.join(unknown)}")
+        files = [f for f in files if system_name(f) in systems]
+    for f in files:
         items = [x for x in json.loads(f.read_text()) if x["db_id"] in DBS]
         path = tmp / "minidev" / f.name
         path.parent.mkdir(exist_ok=True)
@@ -123,17 +136,35 @@ def moved(r: dict[str, Any], w: dict[str, Any]) -> str:
     return "explained: both results move, differently: the two readings of the question part on such data"
 
 
-def refuter_calls(recs: list[dict[str, Any]], graded: bool) -> int:
+def cheap_doubts(r: dict[str, Any]) -> list[str]:
+    """The record's cheap doubts (:mod:`rose_sql.evidence.doubts`). A run without a judge does not note them
+    (``doubts`` is null): then they are found here as a run with a judge would, from the record."""
+    if r.get("doubts") is not None:
+        return list(r["doubts"])
+    from rose_sql.evidence.doubts import EMPTY, OTHER_TABLES
+    from rose_sql.sql import tables_read
+
+    if (r.get("comparison") or {}).get("equal") is not True:
+        return []
+    out = []
+    if (r.get("gold") or {}).get("row_count") == 0:
+        out.append(EMPTY)
+    if tables_read(r.get("pred_sql")) != tables_read(r.get("gold_sql")):
+        out.append(OTHER_TABLES)
+    return out
+
+
+def refuter_calls(recs: list[dict[str, Any]], graded: bool | None) -> int:
     """Matched items the policy ``evidence`` sends to the Refuter: a cheap doubt, a gold smell or a witness
-    (only a plausible one with the grade)."""
+    (only a plausible one with the grade; none with ``graded=None``: the calls the grade cannot change)."""
     n = 0
     for r in recs:
         if (r.get("comparison") or {}).get("equal") is not True:
             continue
         w = witness(r)
-        doubts = r.get("doubts") or []
         smells = (r.get("evidence") or {}).get("gold_smells") or []
-        n += bool(doubts or smells or (plausible(w) if graded else w is not None))
+        doubted = False if graded is None else plausible(w) if graded else w is not None
+        n += bool(cheap_doubts(r) or smells or doubted)
     return n
 
 
@@ -212,27 +243,52 @@ def labelled(name: str, recs: list[dict[str, Any]], labels: dict[Any, bool]) -> 
 
 
 def unlabelled(files: list[Path], out: Path) -> None:
-    print("\n== mini-dev, 19 systems: EX-credited (matched) predictions with a witness, by kind (plausible / all)")
-    kinds: Counter[str] = Counter()
-    pk: Counter[str] = Counter()
-    matched = calls_g = calls_u = 0
-    for f in files:
-        recs = records(out / f.stem / "records.jsonl")
-        m = [r for r in recs if (r.get("comparison") or {}).get("equal") is True]
-        matched += len(m)
-        calls_g += refuter_calls(m, True)
-        calls_u += refuter_calls(m, False)
-        for r in m:
-            w = witness(r)
-            if w is not None:
-                kinds[w["kind"]] += 1
-                pk[w["kind"]] += plausible(w)
-    total, ptotal = sum(kinds.values()), sum(pk.values())
-    print(
-        f"matched {matched}; witness {total} ({100 * total / max(1, matched):.1f} %), plausible {ptotal} "
-        f"({100 * ptotal / max(1, matched):.1f} %): " + ", ".join(f"{k} {pk[k]}/{v}" for k, v in kinds.most_common())
-    )
-    print(f"Refuter calls of policy 'evidence': {calls_u} without the grade, {calls_g} with it")
+    """Mini-dev (no labels): per group, the EX-credited predictions with a witness, by kind and grade
+    (every witness: before the grade; plausible ones: after), and the Refuter calls of policy ``evidence``."""
+    names = ", ".join(system_name(f) for f in files)
+    print(f"\n== mini-dev, {len(files)} systems ({names}): EX-credited predictions with a witness")
+    recs = {f: records(out / f.stem / "records.jsonl") for f in files}
+    for group in sorted({group_of(r["db_id"]) for rs in recs.values() for r in rs}):
+        kinds: Counter[str] = Counter()
+        pk: Counter[str] = Counter()
+        items = credited = 0
+        calls_g = calls_u = calls_n = equal = 0
+        per_system = []
+        for f, rs in recs.items():
+            rs = [r for r in rs if group_of(r["db_id"]) == group]
+            m = [r for r in rs if ex_credited(r)]
+            items += len(rs)
+            credited += len(m)
+            equal += sum((r.get("comparison") or {}).get("equal") is True for r in rs)
+            g, u = refuter_calls(rs, True), refuter_calls(rs, False)
+            calls_g += g
+            calls_u += u
+            calls_n += refuter_calls(rs, None)
+            ws = [witness(r) for r in m]
+            per_system.append(
+                (system_name(f), len(rs), len(m), sum(w is not None for w in ws), sum(map(plausible, ws)), u, g)
+            )
+            for w in ws:
+                if w is not None:
+                    kinds[w["kind"]] += 1
+                    pk[w["kind"]] += plausible(w)
+        total, ptotal = sum(kinds.values()), sum(pk.values())
+        print(
+            f"{group}: {items} items, {credited} EX-credited; "
+            f"witness {total} ({100 * total / max(1, credited):.1f} %), "
+            f"plausible {ptotal} ({100 * ptotal / max(1, credited):.1f} %)"
+        )
+        print(
+            "  by kind (every witness / plausible): " + ", ".join(f"{k} {v} / {pk[k]}" for k, v in kinds.most_common())
+        )
+        print(
+            f"  Refuter calls of policy 'evidence' on {equal} results that match: "
+            f"{calls_u} without the grade, {calls_g} with it ({calls_n} of them for a cheap doubt or a gold smell "
+            "alone, which the grade does not touch)"
+        )
+        print(f"  {'system':16} {'items':>5} {'EX':>4} {'w':>4} {'p':>4} {'calls':>5} {'graded':>6}")
+        for row in per_system:
+            print(f"  {row[0]:16} " + " ".join(f"{x:>{w}}" for x, w in zip(row[1:], (5, 4, 4, 4, 5, 6), strict=True)))
 
 
 def main() -> None:
@@ -242,18 +298,23 @@ def main() -> None:
     ap.add_argument("--minidev", action="store_true", help="also the 19 mini-dev systems (the slowest part)")
     ap.add_argument("--out", type=Path, help="keep the runs here (default: a temporary folder)")
     ap.add_argument("--reuse", action="store_true", help="analyse the records already in --out (no new run)")
+    ap.add_argument(
+        "--systems", help="with --minidev: only these systems, comma-separated (gpt-4o,chessv1...; default all 19)"
+    )
+    ap.add_argument("--minidev-only", action="store_true", help="with --minidev: skip ROSE-VEC and NL2SQL-Bugs")
     args = ap.parse_args()
     if not args.shared.is_dir():
         sys.exit(f"shared data not found at {args.shared}")
     tmp = args.out or Path(tempfile.mkdtemp(prefix="rose-bench-witness-"))
     tmp.mkdir(parents=True, exist_ok=True)
     sets = (("rose-vec", rose_vec(args.shared, tmp)), ("nl2sql-bugs", nl2sql_bugs(args.shared, tmp)))
-    for name, (path, labels) in sets:
+    for name, (path, labels) in sets if not (args.minidev and args.minidev_only) else ():
         secs = rose([path], args.shared, tmp / "runs", args.workers, args.reuse)
         print(f"\n{name}: rose run --evidence, {secs:.0f} s with {args.workers} worker(s)")
         labelled(name, records(tmp / "runs" / path.stem / "records.jsonl"), labels)
     if args.minidev:
-        files = minidev(args.shared, tmp)
+        systems = [x.strip() for x in args.systems.split(",") if x.strip()] if args.systems else None
+        files = minidev(args.shared, tmp, systems)
         secs = rose(files, args.shared, tmp / "minidev-runs", args.workers, args.reuse)
         print(f"\nmini-dev: rose run --evidence, {secs:.0f} s with {args.workers} worker(s)")
         unlabelled(files, tmp / "minidev-runs")

@@ -174,9 +174,7 @@ class Query:
         """Lower-cased names of the tables the statements read (empty when they do not parse)."""
         if self._tables is None:
             trees = self.parsed.statements
-            self._tables = frozenset(
-                t.name.lower() for tree in trees if tree is not None for t in tree.find_all(exp.Table)
-            )
+            self._tables = frozenset(name for tree in trees if tree is not None for name in _tables_of(tree))
         return self._tables
 
     @property
@@ -361,6 +359,25 @@ def _ordered(q: Query) -> bool:
         elif tok.token_type == TokenType.ORDER_BY and depth == 0:
             return True
     return False
+
+
+def _tables_of(tree: exp.Expr) -> set[str]:
+    """The tables a tree reads, without the names of its common table expressions (``WITH f AS (...)
+    SELECT ... FROM f`` reads what ``f`` reads, not a table ``f``). A reference to a CTE's own name inside
+    that CTE (``WITH member AS (SELECT * FROM member)``) is the table of that name, unless the CTE is
+    recursive."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    out: set[str] = set()
+    for t in tree.find_all(exp.Table):
+        name = t.name.lower()
+        if name in ctes and not t.db:
+            own = t.find_ancestor(exp.CTE)
+            while own is not None and own.alias_or_name.lower() != name:
+                own = own.find_ancestor(exp.CTE)
+            if own is None or (isinstance(own.parent, exp.With) and own.parent.args.get("recursive")):
+                continue  # a CTE, not a table
+        out.add(name)
+    return out
 
 
 @lru_cache(maxsize=65536)

@@ -47,7 +47,13 @@ def test_parse_reads_like_sqlglot_parse_and_parse_one() -> None:
     [
         ("SELECT a FROM T1 JOIN t2 ON T1.x = t2.x", {"t1", "t2"}),
         ('SELECT * FROM a WHERE b IN (SELECT c FROM "Sub")', {"a", "sub"}),
-        ("WITH x AS (SELECT * FROM t) SELECT * FROM x", {"t", "x"}),
+        # a CTE's name is not a table: else every prediction written with WITH "reads different tables"
+        # than its gold (a cheap doubt, a Refuter call under the policy evidence)
+        ("WITH x AS (SELECT * FROM t) SELECT * FROM x", {"t"}),
+        ("WITH X AS (SELECT * FROM t), y AS (SELECT * FROM x JOIN u) SELECT * FROM y", {"t", "u"}),
+        ("WITH member AS (SELECT * FROM member) SELECT * FROM member", {"member"}),  # the table it shadows
+        ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT n FROM c", set()),
+        ("SELECT * FROM (WITH x AS (SELECT * FROM t) SELECT * FROM x) JOIN main.x", {"t", "x"}),  # qualified
         ("SELECT 1; SELECT * FROM later", {"later"}),
         ("; SELECT * FROM t", {"t"}),
         ("SELECT * FROM json_each('[1]')", {""}),  # a table-valued function: kept, the judges' schema subset reads it
