@@ -198,7 +198,7 @@ SERVER_ROWS = [
         [
             # item 1 copies c (and its parent p)
             ("SELECT COUNT(*) FROM c JOIN p ON c.p_id = p.id", "SELECT 2"),
-            # item 2 reads p alone: deleting p's row 1 tells them apart, and on a copy of p alone deletes nothing else
+            # item 2 reads p alone: a row added to p tells them apart, on a copy of p alone
             ("SELECT MAX(id) FROM p WHERE id <= 3", "SELECT COUNT(*) FROM p"),
             # items 3 and 4 read x and y: each fits the bound of 15 KB alone, not both
             ("SELECT COUNT(*) FROM x", "SELECT COUNT(n) FROM x"),
@@ -232,8 +232,16 @@ def test_on_a_server_an_item_finds_what_it_finds_alone(kind: str, tmp_path: Path
         runs[f"item {row['id']} alone"] = rose_run_here([row], tmp_path / f"alone {row['id']}")
     assert_same(runs)
     found = runs["input"]
+    # item 2 is told apart on its copy of p alone (a copy of p's row 3 under a fresh key: COUNT moves, MAX does not)
     assert found[2]["evidence"]["witness"]["changes"] == [
-        {"op": "delete", "table": "p", "rowid": 1, "row": {"id": 1, "name": "a"}}
+        {
+            "op": "insert",
+            "table": "p",
+            "rowid": None,
+            "copy_of": 3,
+            "values": {"id": 1003},
+            "row": {"id": 1003, "name": "c"},
+        }
     ], found[2]["evidence"]
     assert found[4]["evidence"]["skipped"] is None and found[4]["evidence"]["witness"] is not None, found[4]
     assert leftovers(SCRATCH[kind]) == left  # every run dropped its scratch database
