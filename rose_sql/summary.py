@@ -17,6 +17,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only on Python 3.12+
+
 from rose_sql.accounting import READINGS, Figure, Figures, by_difficulty, figures, gaps
 from rose_sql.config import Config
 from rose_sql.items import ItemId, Loaded
@@ -152,6 +154,16 @@ class Usage:
     """Items the cheap-first policy escalated to the strong model (``--escalate-to``)."""
 
 
+class EfficiencyFigure(TypedDict):
+    """One cell of :attr:`Summary.efficiency`: a base's R-VES and VES over one difficulty label."""
+
+    r_ves: float | None
+    ves: float | None
+    n: int
+    of: int
+    left_out: dict[str, int]
+
+
 @dataclass(frozen=True, slots=True)
 class Summary:
     """Aggregates of one system's run (the content of ``summary.json``)."""
@@ -208,7 +220,7 @@ class Summary:
     """Spider's exact-set match as ``evaluation.py --etype match`` prints it: per hardness class
     (``easy``, ``medium``, ``hard``, ``extra``) and ``all``, the items (``count``) and the mean EM
     (``em``), over the items where it is defined; None where it is defined on no item."""
-    efficiency: dict[str, dict[str, dict[str, Any]]] | None = None
+    efficiency: dict[str, dict[str, EfficiencyFigure]] | None = None
     """BIRD's efficiency readings (``rose run --efficiency``), per base (``steps``, ``time``) and per
     difficulty label and ``all``: ``r_ves`` (mini-dev's R-VES) and ``ves`` (BIRD dev's VES) in percent over
     ``n`` items (those with BIRD EX defined and a ratio: an incorrect prediction counts 0), of the
@@ -414,7 +426,7 @@ def _label_order(label: str) -> tuple[int, str]:
     return (_LEVELS.index(label), "") if label in _LEVELS else (len(_LEVELS), label)
 
 
-def efficiency_table(briefs: Iterable[Brief]) -> dict[str, dict[str, dict[str, Any]]] | None:
+def efficiency_table(briefs: Iterable[Brief]) -> dict[str, dict[str, EfficiencyFigure]] | None:
     """R-VES and VES per base and difficulty with their denominators (see :attr:`Summary.efficiency`)."""
     from rose_sql.efficiency import r_ves, ves
 
@@ -426,7 +438,7 @@ def efficiency_table(briefs: Iterable[Brief]) -> dict[str, dict[str, dict[str, A
     ]
     if not bases:
         return None
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+    out: dict[str, dict[str, EfficiencyFigure]] = {}
     for base in bases:
         groups: dict[str, list[float | str | None]] = {"all": []}
         for b in briefs:
@@ -434,7 +446,7 @@ def efficiency_table(briefs: Iterable[Brief]) -> dict[str, dict[str, dict[str, A
             groups["all"].append(value)
             if b.difficulty:
                 groups.setdefault(b.difficulty, []).append(value)
-        table: dict[str, dict[str, Any]] = {}
+        table: dict[str, EfficiencyFigure] = {}
         for label in sorted(groups, key=_label_order):
             values = groups[label]
             ratios = [v for v in values if isinstance(v, float)]

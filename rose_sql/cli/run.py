@@ -641,12 +641,15 @@ def efficiency_lines(s: Summary) -> list[str]:
     a ratio) of the group's items."""
     lines = []
     for base, table in (s.efficiency or {}).items():
-        for key, name in (("r_ves", "R-VES (mini-dev)"), ("ves", "VES (BIRD dev)")):
+        for name, figures in (
+            ("R-VES (mini-dev)", {label: v["r_ves"] for label, v in table.items()}),
+            ("VES (BIRD dev)", {label: v["ves"] for label, v in table.items()}),
+        ):
             cells = [
-                f"{label} {v[key]:.2f} ({v['n']} of {v['of']})"
-                if v[key] is not None
-                else f"{label} none (0 of {v['of']})"
-                for label, v in table.items()
+                f"{label} {value:.2f} ({table[label]['n']} of {table[label]['of']})"
+                if value is not None
+                else f"{label} none (0 of {table[label]['of']})"
+                for label, value in figures.items()
             ]
             lines.append(f"{s.system}: {name} by {_BASES.get(base, base)}: " + ", ".join(cells))
     return lines
