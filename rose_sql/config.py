@@ -179,12 +179,13 @@ class JudgeConfig:
     not the SDK's per-read timeout: a reply trickled a byte at a time still stops here)."""
     max_retries: int = option(5, flags="--max-retries", min=0, help="Retries per call.")
     """Retries (with exponential backoff) on 429, 5xx, timeouts and connection errors."""
-    temperature: float | None = 0.0
+    temperature: float | None = scores(0.0)
     """Sampling temperature; dropped (and recorded as such) where the model refuses it."""
-    seed: int | None = 20260101
+    seed: int | None = scores(20260101)
     """Sampling seed where the provider accepts one."""
     max_tokens: int = option(
         8192,
+        score=True,
         flags="--judge-max-tokens",
         min=1,
         help="Completion tokens (reasoning included) a judge may use per call: what bounds each call's cost.",
@@ -209,7 +210,7 @@ class JudgeConfig:
     )
     """Ask again with a fresh call when the cache holds a reply that fails validation (the new reply
     replaces the cached one); without it, a rerun reads the same invalid reply from the cache."""
-    reask: int = 1
+    reask: int = scores(1)
     """How many times an invalid reply is re-asked before the item is unscored ``judge_error``."""
     cache_dir: Path | None = option(
         factory=default_cache_dir,
@@ -239,18 +240,19 @@ class JudgeConfig:
     """When results match: always ask the Refuter (the paper), only when evidence questions the match, never."""
     policy: Policy = option(
         "rose",
+        score=True,
         flags="--policy",
         help="'paper' reproduces the ROSE paper's flow exactly (Refuter on every matching result).",
     )
     """``paper`` reproduces the paper's flow exactly (implies matched_refuter=always)."""
-    small_schema_chars: int = 12_000
+    small_schema_chars: int = scores(12_000)
     """The judges see the whole schema when its text is at most this long; else the tables the two
     queries read, their foreign-key neighbours and a list of the others' names."""
-    examples_per_column: int = 3
+    examples_per_column: int = scores(3)
     """Distinct example values the judges see per column (from its first 50 non-NULL values)."""
-    result_rows: int = 20
+    result_rows: int = scores(20)
     """Rows of each query result the judges see (with the total row count)."""
-    cell_chars: int = 200
+    cell_chars: int = scores(200)
     """Text cells of a result longer than this are cut for the judges (and the cut is said)."""
     structured: Structured = option(
         "auto",
@@ -264,6 +266,7 @@ class JudgeConfig:
     the endpoint refuses it (remembered for the client's life), ``on`` insists, ``off`` never sends it."""
     options: Mapping[str, Any] = option(
         factory=dict,
+        score=True,
         flags=("--judge-option", "judge_options"),
         metavar="KEY=VALUE",
         multiple=True,
@@ -280,6 +283,7 @@ class JudgeConfig:
     schema. Part of the cache key and the manifest."""
     reasoning_effort: ReasoningEffort | None = option(
         None,
+        score=True,
         flags="--reasoning-effort",
         help="reasoning_effort sent to reasoning models (OpenAI's o-series and gpt-5, and endpoints that take it).",
     )

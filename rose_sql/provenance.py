@@ -19,6 +19,7 @@ import json
 import platform
 import sqlite3
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cache
@@ -49,33 +50,21 @@ class JudgeInfo:
     """The judge model."""
     base_url: str | None = None
     """The endpoint (None: the SDK's default, ``$OPENAI_BASE_URL`` or OpenAI)."""
-    temperature: float | None = scores(None)
-    seed: int | None = scores(None)
-    max_tokens: int | None = scores(None)
-    policy: str | None = scores(None)
-    """``rose`` or ``paper`` (or how imported judgements were decided)."""
+    settings: dict[str, Any] = field(default_factory=dict, metadata={"score": True})
+    """Every :class:`~rose_sql.config.JudgeConfig` field marked as changing a score (``score=True``), by
+    name: temperature, seed, max_tokens, policy, reask, what the prompts show (small_schema_chars,
+    examples_per_column, result_rows, cell_chars), options and reasoning_effort. A field marked later
+    joins it, and the resume check, with nothing else to edit. Empty for imported judgements that state
+    none."""
     matched_refuter: str | None = scores(None)
-    """The matched-results policy in effect."""
-    reask: int | None = scores(None)
+    """The matched-results policy in effect (``--policy paper`` implies ``always``)."""
     prompts: dict[str, str] | None = scores(None)
     """Digests of the system prompts (None for imported judgements)."""
-    small_schema_chars: int | None = scores(None)
-    """The judges see the whole schema up to this size (else the tables the queries touch)."""
-    examples_per_column: int | None = scores(None)
-    """Example values shown per column."""
-    result_rows: int | None = scores(None)
-    """Rows of each result shown."""
-    cell_chars: int | None = scores(None)
-    """Characters of a cell shown."""
     fence: str | None = scores(None)
     """A digest of the fence secret (``fence.key`` in the cache folder): it decides the markers around
     everything fenced in the prompts, so runs that must ask the very same prompts share it."""
     provider: str | None = None
     """Where the judgements came from, when not from an endpoint of this run (``imported: ...``)."""
-    options: dict[str, Any] | None = scores(None)
-    """Provider parameters passed through (``--judge-option``); None without any."""
-    reasoning_effort: str | None = scores(None)
-    """``--reasoning-effort``, when given."""
     structured: str | None = None
     """``--judge-structured``: whether replies were asked as a JSON schema (each call records what was used)."""
     votes: str | None = scores(None)
@@ -90,8 +79,11 @@ class JudgeInfo:
 
 
 JUDGE_OPTIONS = score_fields(JudgeInfo)
-"""Judge settings that can change a score (what the judges are asked, and how), marked on
+"""What of the judge can change a score (what the judges are asked, and how), marked on
 :class:`JudgeInfo`'s fields: a resume with other values is refused."""
+JUDGE_SETTINGS = score_fields(JudgeConfig)
+"""The :class:`~rose_sql.config.JudgeConfig` fields marked as changing a score, recorded by name in
+:attr:`JudgeInfo.settings`."""
 
 
 def judge_info(config: Config | None) -> JudgeInfo | None:
@@ -105,25 +97,31 @@ def judge_info(config: Config | None) -> JudgeInfo | None:
     return JudgeInfo(
         model=j.model,
         base_url=j.base_url,
-        temperature=j.temperature,
-        seed=j.seed,
-        max_tokens=j.max_tokens,
-        policy=j.policy,
+        settings={name: _plain(getattr(j, name)) for name in JUDGE_SETTINGS},
         matched_refuter=j.effective_matched_refuter,
-        reask=j.reask,
         prompts=prompt_hashes(),
-        small_schema_chars=j.small_schema_chars,
-        examples_per_column=j.examples_per_column,
-        result_rows=j.result_rows,
-        cell_chars=j.cell_chars,
         fence=_fence_digest(j),
-        options=dict(j.options) or None,
-        reasoning_effort=j.reasoning_effort,
         structured=j.structured,
         votes=_votes(j),
         local=_local(j),
         replies=READING,
     )
+
+
+def _plain(value: Any) -> Any:
+    """A setting as JSON holds it (a mapping as a dict), so that a manifest read back compares equal."""
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def lift_judge(data: Any) -> Any:
+    """A judge of a manifest or summary written before :attr:`JudgeInfo.settings` (its settings were
+    fields of their own, ``options`` None when empty) under today's layout; any other value as it is."""
+    if not isinstance(data, dict) or "settings" in data:
+        return data
+    settings = {k: data[k] for k in JUDGE_SETTINGS if k in data}
+    if "options" in settings:
+        settings["options"] = settings["options"] or {}
+    return {**{k: v for k, v in data.items() if k not in settings}, "settings": settings}
 
 
 def _local(j: JudgeConfig) -> dict[str, Any] | None:
@@ -298,6 +296,8 @@ class Manifest:
         from pydantic import ValidationError
 
         try:
+            if isinstance(data, dict) and "judge" in data:
+                data = {**data, "judge": lift_judge(data["judge"])}
             manifest: Manifest = _adapter().validate_python(data)
         except ValidationError as e:
             err = e.errors()[0]
@@ -416,7 +416,11 @@ def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
     elif old.judge is not None and new.judge is not None:
         for key in JUDGE_OPTIONS:
             a, b = getattr(old.judge, key), getattr(new.judge, key)
-            if a != b:
+            if key == "settings":
+                for name in [*JUDGE_SETTINGS, *sorted(set(a) | set(b) - set(JUDGE_SETTINGS))]:
+                    if a.get(name) != b.get(name):
+                        refuse.append(f"judge {name} differs ({a.get(name)!r} then, {b.get(name)!r} now)")
+            elif a != b:
                 refuse.append(f"judge {key} differs ({a!r} then, {b!r} now)")
         if old.judge.base_url != new.judge.base_url:
             warn.append(f"judge endpoint differs ({old.judge.base_url} then, {new.judge.base_url} now)")

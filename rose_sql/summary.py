@@ -22,7 +22,7 @@ from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only 
 from rose_sql.accounting import READINGS, Figure, Figures, by_difficulty, figures, gaps
 from rose_sql.config import Config
 from rose_sql.items import ItemId, Loaded
-from rose_sql.provenance import JudgeInfo, Manifest, SubsetInfo, judge_info
+from rose_sql.provenance import JudgeInfo, Manifest, SubsetInfo, judge_info, lift_judge
 from rose_sql.readings import Readings
 from rose_sql.record import SCHEMA_VERSION, Record, id_key, read_records, rename_ts
 
@@ -253,6 +253,9 @@ class Summary:
         if version < 4:
             data = _lift(data)
         try:
+            data = {**data, "judge": lift_judge(data.get("judge"))}
+            if isinstance(data.get("manifest"), dict):
+                data["manifest"] = {**data["manifest"], "judge": lift_judge(data["manifest"].get("judge"))}
             summary: Summary = _adapter().validate_python({**data, "schema": SCHEMA_VERSION})
         except ValidationError as e:
             err = e.errors()[0]

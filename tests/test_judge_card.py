@@ -157,7 +157,7 @@ def test_card_shows_reply_format_reasoning_effort_and_options_when_recorded() ->
     from rose_sql.analysis.judge_card import _parameters
     from rose_sql.provenance import JudgeInfo
 
-    judge = JudgeInfo(model="m", structured="auto", reasoning_effort="high", options={"top_k": 20})
+    judge = JudgeInfo(model="m", structured="auto", settings={"reasoning_effort": "high", "options": {"top_k": 20}})
     shown = _parameters(judge)
     assert (shown["structured"], shown["reasoning_effort"], shown["options"]) == ("auto", "high", {"top_k": 20})
     assert "options" not in _parameters(JudgeInfo(model="m"))

@@ -322,7 +322,7 @@ def test_judge_options_reach_the_body_the_manifest_and_the_cache_key(tmp_path: P
         "plain words",
     )
     manifest = json.loads((tmp_path / "with/items/manifest.json").read_text())
-    assert manifest["judge"]["options"] == {"top_k": 20, "chat_template_kwargs": {"enable_thinking": False},
+    assert manifest["judge"]["settings"]["options"] == {"top_k": 20, "chat_template_kwargs": {"enable_thinking": False},
                                             "note": "plain words"}  # fmt: skip
     assert records[1]["judges"][0]["params"]["top_k"] == 20
 

@@ -19,7 +19,15 @@ from rose_sql import Config, JudgeConfig, Source, UsageError, evaluate_items, lo
 from rose_sql.cli import main
 from rose_sql.cli.options import ordered, run_options, values_of
 from rose_sql.config import option, score_fields, scores
-from rose_sql.provenance import JUDGE_OPTIONS, SCORE_OPTIONS, JudgeInfo, _databases, judge_info
+from rose_sql.provenance import (
+    JUDGE_OPTIONS,
+    JUDGE_SETTINGS,
+    SCORE_OPTIONS,
+    JudgeInfo,
+    _databases,
+    judge_info,
+    lift_judge,
+)
 
 
 class _Planned(Exception):
@@ -140,7 +148,9 @@ def test_the_options_of_a_run_reach_its_config_manifest_and_judge_as_before(
     db_root = make_db("CREATE TABLE x (a INT); INSERT INTO x VALUES (1);").parent.parent
     args = [str(tmp_path / "mine") if a == "MINE" else a for a in CASES[case]]
     got = _provenance(_config_of(tmp_path, db_root, args, monkeypatch), db_root, tmp_path)
-    assert json.loads(json.dumps(got, default=str)) == json.loads(PINNED.read_text(encoding="utf-8"))[case]
+    pinned = json.loads(PINNED.read_text(encoding="utf-8"))[case]
+    # pinned when each judge setting was a field of its own: lifted, it is what a run records today
+    assert json.loads(json.dumps(got, default=str)) == {**pinned, "judge": lift_judge(pinned["judge"])}
 
 
 def test_the_default_options_are_the_manifests_in_its_order(
@@ -245,7 +255,12 @@ def test_the_manifest_and_the_resume_check_read_the_score_marks() -> None:
     """SCORE_OPTIONS and JUDGE_OPTIONS are the marked fields, and every option of rose run that changes a score
     is one of them (a field marked later joins the manifest with no list to edit)."""
     assert score_fields(Config) == SCORE_OPTIONS and "max_steps" in SCORE_OPTIONS and "timeout_s" not in SCORE_OPTIONS
-    assert score_fields(JudgeInfo) == JUDGE_OPTIONS and {"model", "prompts", "votes"} <= set(JUDGE_OPTIONS)
+    assert score_fields(JudgeInfo) == JUDGE_OPTIONS and {"model", "settings", "prompts", "votes"} <= set(JUDGE_OPTIONS)
+    # a judge option that changes a score is one JudgeConfig field: its mark puts it in the manifest's settings
+    assert score_fields(JudgeConfig) == JUDGE_SETTINGS
+    assert {"temperature", "max_tokens", "options"} <= set(JUDGE_SETTINGS)
+    info = judge_info(Config(judge=JudgeConfig(model="m", cache_dir=None, result_rows=7)))
+    assert info is not None and list(info.settings) == list(JUDGE_SETTINGS) and info.settings["result_rows"] == 7
     assert "base_url" not in JUDGE_OPTIONS  # another endpoint for the same model is warned, not refused
 
 

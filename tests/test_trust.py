@@ -165,6 +165,19 @@ def test_resume_refuses_a_judged_run_without_its_judge_and_warns_of_another_endp
             *_judged(other, tmp_path, "--judge-model", "gpt-4o"), env=env,
         )  # fmt: skip
         assert res.exit_code == 2 and "judge model differs ('gpt-4o-mini' then, 'gpt-4o' now)" in res.output
+        res = rose(
+            "run", items, "--db-root", db_root, "--out", out, "--resume",
+            *_judged(other, tmp_path, "--judge-max-tokens", "100"), env=env,
+        )  # fmt: skip
+        assert res.exit_code == 2 and "judge max_tokens differs (8192 then, 100 now)" in res.output
+        # a manifest written when each judge setting was a field of its own resumes as it did
+        manifest = out / "items/manifest.json"
+        data = json.loads(manifest.read_text())
+        settings = data["judge"].pop("settings")
+        data["judge"] |= {**settings, "options": settings["options"] or None}
+        manifest.write_text(json.dumps(data))
+        res = rose("run", items, "--db-root", db_root, "--out", out, "--resume", *_judged(other, tmp_path), env=env)
+        assert res.exit_code == 0 and "differs" not in res.output.replace("judge endpoint differs", ""), res.output
 
 
 def test_resume_retries_items_whose_endpoint_was_down(league: tuple[Path, Path], tmp_path: Path) -> None:

@@ -212,8 +212,10 @@ def build_card(
 
 def _parameters(judge: JudgeInfo) -> dict[str, object]:
     """The judge's parameters; for imported judgements, only those their summary states."""
-    values: dict[str, object] = {k: getattr(judge, k) for k in _PARAMETERS}
-    values |= {k: v for k in _WHEN_SET if (v := getattr(judge, k)) is not None}
+    known = {"matched_refuter": judge.matched_refuter, "structured": judge.structured, "replies": judge.replies}
+    flat: dict[str, object] = {**known, "local": judge.local, **judge.settings}
+    values = {k: flat.get(k) for k in _PARAMETERS}
+    values |= {k: v for k in _WHEN_SET if (v := flat.get(k)) not in (None, {})}
     if judge.provider is not None:  # imported: what is unknown is left out, not shown as null
         return {k: v for k, v in values.items() if v is not None}
     return values

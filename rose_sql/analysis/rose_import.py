@@ -385,7 +385,7 @@ def write_run(imported: Imported, out: Path, *, force: bool = False) -> Summary:
         else JudgeInfo(
             model=imported.model,
             provider="imported: ROSE authors' reference outputs",
-            policy="paper" if v == "always" else f"replay:{v}",
+            settings={"policy": "paper" if v == "always" else f"replay:{v}"},
             matched_refuter="never" if v in ("never", "no-refuter") else v,
         )
     )
