@@ -21,7 +21,6 @@ import os
 import random
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -469,18 +468,35 @@ MILLION_GROWTH_MB = 200
 the million rows (``--max-rows 2000000``) grows the peak by about 360 MB; the capped run by about 20 MB."""
 
 
+_LAUNCH = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+"""Runs a command as the child of a fresh small interpreter and writes down its peak RSS (KiB). Measured
+from here directly, a child's ``ru_maxrss`` starts at the pytest process's own size at the fork (Linux
+carries the high-water mark across ``exec``), hundreds of MB late in a full run, which would hide
+the growth measured below; a child of a fresh interpreter starts from that interpreter's few MB."""
+
+
 def run_measured(cmd: list[str], tmp_path: Path, name: str) -> tuple[int, int, str]:
-    """Run a command; its exit code, its own peak RSS in MB (from wait4) and its stderr."""
+    """Run a command; its exit code, its own peak RSS in MB (from wait4, in a fresh parent) and its stderr."""
+    peak = tmp_path / f"{name}.peak"
+    launch = [sys.executable, "-c", _LAUNCH, str(peak), *cmd]
     with (tmp_path / f"{name}.out").open("wb") as out, (tmp_path / f"{name}.err").open("wb") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env={**os.environ, "NO_COLOR": "1"})
-        guard = threading.Timer(120, proc.kill)  # a hang guard only
-        guard.start()
+        proc = subprocess.Popen(
+            launch, stdout=out, stderr=err, env={**os.environ, "NO_COLOR": "1"}, start_new_session=True
+        )
         try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            guard.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss // 1024, (tmp_path / f"{name}.err").read_text(errors="replace")
+            proc.wait(timeout=120)  # a hang guard only
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            raise
+    return proc.returncode, int(peak.read_text()) // 1024, (tmp_path / f"{name}.err").read_text(errors="replace")
 
 
 @pytest.mark.slow
