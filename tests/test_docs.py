@@ -167,3 +167,22 @@ def test_the_python_snippet_prints_what_it_says(shared: Path, page: str) -> None
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == expected
+
+
+def _distribution(requirement: str) -> str:
+    return re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower().replace("-", "_")
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_the_dependencies_and_extras_said_are_pyprojects(page: str) -> None:
+    """The front door's sentence names every runtime dependency, and its table every extra, of pyproject.toml."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    text = (ROOT / page).read_text(encoding="utf-8")
+    sentence = " ".join(text.split("Runtime dependencies:", 1)[1].split(".", 1)[0].split()).lower()
+    said = {w.replace("-", "_") for w in re.findall(r"[a-z_][a-z0-9_-]*", sentence)}
+    assert {_distribution(r) for r in project["dependencies"]} <= said, sentence
+    first_cells = re.findall(r"^\| (`[a-z]+`(?:, `[a-z]+`)*) \|", text, re.M)
+    named = set(re.findall(r"`([a-z]+)`", " ".join(first_cells))) | set(re.findall(r"`([a-z]+)` installs all", text))
+    assert set(project["optional-dependencies"]) <= named, set(project["optional-dependencies"]) - named
