@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import click
 from click.core import ParameterSource
@@ -636,20 +636,23 @@ def _batch_status(bar: Progress) -> Callable[[str], None]:
 _BASES = {"steps": "VM steps", "time": "wall time x100, machine- and load-dependent"}
 
 
+_EFFICIENCY: tuple[tuple[Literal["r_ves", "ves"], str], ...] = (
+    ("r_ves", "R-VES (mini-dev)"),
+    ("ves", "VES (BIRD dev)"),
+)
+
+
 def efficiency_lines(s: Summary) -> list[str]:
     """The run's R-VES and VES lines, per base: each difficulty's figure with its denominator (items with
     a ratio) of the group's items."""
     lines = []
     for base, table in (s.efficiency or {}).items():
-        for name, figures in (
-            ("R-VES (mini-dev)", {label: v["r_ves"] for label, v in table.items()}),
-            ("VES (BIRD dev)", {label: v["ves"] for label, v in table.items()}),
-        ):
+        for key, name in _EFFICIENCY:
             cells = [
-                f"{label} {value:.2f} ({table[label]['n']} of {table[label]['of']})"
-                if value is not None
-                else f"{label} none (0 of {table[label]['of']})"
-                for label, value in figures.items()
+                f"{label} {v[key]:.2f} ({v['n']} of {v['of']})"
+                if v[key] is not None
+                else f"{label} none (0 of {v['of']})"
+                for label, v in table.items()
             ]
             lines.append(f"{s.system}: {name} by {_BASES.get(base, base)}: " + ", ".join(cells))
     return lines
