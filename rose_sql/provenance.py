@@ -417,7 +417,7 @@ def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
         for key in JUDGE_OPTIONS:
             a, b = getattr(old.judge, key), getattr(new.judge, key)
             if key == "settings":
-                for name in [*JUDGE_SETTINGS, *sorted(set(a) | set(b) - set(JUDGE_SETTINGS))]:
+                for name in [*JUDGE_SETTINGS, *sorted((set(a) | set(b)) - set(JUDGE_SETTINGS))]:
                     if a.get(name) != b.get(name):
                         refuse.append(f"judge {name} differs ({a.get(name)!r} then, {b.get(name)!r} now)")
             elif a != b:
