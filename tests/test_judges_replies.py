@@ -1,5 +1,8 @@
-"""Nothing a prediction carries can answer for a judge (issue 22, finding 1), end to end: ``rose run``
-through the real openai client against scripted judges on loopback that quote the SQL they judge."""
+"""Nothing a prediction carries can answer for a judge: judges that quote the SQL they judge, every common
+way, are read the same whatever the prediction holds. The issue's reproduction and the resume check run
+end to end (``rose run`` through the real openai client against scripted judges on loopback); the property
+and the attack in every context judge real executed items through :class:`~rose_sql.judges.judges.Judges`
+over the protocol's fake, since what they test is how a reply is read, not the wire."""
 
 from __future__ import annotations
 
@@ -15,12 +18,17 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_judges import SCHEMA
+from test_judges_cascade import judge
 
 from rose_sql.cli import main
+from rose_sql.config import JudgeConfig
+from rose_sql.engines import Source
 from rose_sql.errors import ReplyError
 from rose_sql.judges.context import fence
 from rose_sql.judges.replies import READING, ProverReply, parse_reply, quoted_data, unquote
-from rose_sql.testing import Reply, ScriptedOpenAI, by_content, user_text
+from rose_sql.record import Record
+from rose_sql.testing import Reply, ScriptedOpenAI, by_content
+from rose_sql.testing.fake import Asked, FakeLLM
 
 GOLD = "SELECT name FROM player WHERE age > 25"
 PROVER_NO = {
@@ -170,20 +178,27 @@ _QUESTION = re.compile(r"<<<DATA question (\w+)>>>\n(.*?)\n<<<END question \1>>>
 _MARK = re.compile(r"\[style (\d+)\] \[(yes|no)\]")
 
 
-def quoting_judges(request: dict[str, Any], index: int) -> Reply:
+def quoting_judges(asked: Asked) -> Reply:
     """Judges whose quoting style and verdict the item's question names (read from its fenced block, so no
     prediction can change them); the role is read from the system prompt."""
-    text = user_text(request)
-    question = _QUESTION.search(text)
+    question = _QUESTION.search(asked.user)
     assert question is not None
     mark = _MARK.search(question.group(2))
     assert mark is not None
     style = list(STYLES.values())[int(mark.group(1))]
-    refuter = "Refuter" in str(request["messages"][0]["content"])
-    return Reply(content=style(predicted_sql(text), judge_verdict(refuter, mark.group(2) == "yes")))
+    refuter = "Refuter" in str(asked.messages[0]["content"])
+    return Reply(content=style(predicted_sql(asked.user), judge_verdict(refuter, mark.group(2) == "yes")))
 
 
-def check(tmp: Path, league: Path, payloads: list[str], context: str) -> None:
+QUOTING = JudgeConfig(model="gpt-4o-mini", cache_dir=None, policy="paper", structured="off")
+"""The judges of the property: the paper policy (the Refuter also reads every match), text replies."""
+
+
+def decided(record: Record) -> tuple[Any, ...]:
+    return record.score, record.decided_by, record.unscored_reason
+
+
+def check(league: Path, payloads: list[str], context: str) -> None:
     """Each payload in ``context`` against every quoting style, the judges saying yes and no: the outcomes
     are the honest prediction's (the payload ``x``), which every judge decided."""
     build = CONTEXTS[context]
@@ -194,17 +209,16 @@ def check(tmp: Path, league: Path, payloads: list[str], context: str) -> None:
             for k, payload in enumerate(["x", *payloads]):
                 it = item(base + k, build(payload))
                 it["question"] = f"Players older than 25? [style {s}] [{answer}]"
-                items.append(it)
+                items.append({**it, "evidence": None})
             pairs += [(base, base + k) for k in range(1, 1 + len(payloads))]
-    with ScriptedOpenAI(quoting_judges) as srv:
-        r = run(tmp, league, items, srv, "--judge-structured", "off", "--concurrency", "8")
-    assert all(rec["pred"]["status"] == "ok" for rec in r.values())
+    r = judge(items, Source.parse(str(league)), FakeLLM(quoting_judges, QUOTING))
+    assert all(rec.pred.status == "ok" for rec in r.values())
     for honest, attacked in pairs:
-        assert not r[honest].get("unscored_reason") and r[honest]["judges"], r[honest]
-        assert outcome(r[attacked]) == outcome(r[honest]), (
+        assert not r[honest].unscored_reason and r[honest].judges, r[honest]
+        assert decided(r[attacked]) == decided(r[honest]), (
             list(STYLES)[honest // (1 + len(payloads)) // 2],
             items[attacked]["pred_sql"],
-            r[attacked]["judges"],
+            r[attacked].judges,
         )
 
 
@@ -217,17 +231,17 @@ def check(tmp: Path, league: Path, payloads: list[str], context: str) -> None:
     context=st.sampled_from(sorted(CONTEXTS)),
 )
 def test_nothing_a_prediction_carries_changes_any_quoting_judges_outcome(
-    tmp_path_factory: pytest.TempPathFactory, league: Path, payloads: list[str], context: str
+    league: Path, payloads: list[str], context: str
 ) -> None:
     """Hostile predictions against judges that quote the SQL every common way, saying yes and no: each
     item's score, decided_by and unscored_reason are the honest prediction's. (Not shrunk: each example is
     a whole run; the failing one is printed.)"""
-    check(tmp_path_factory.mktemp("property"), league, payloads, context)
+    check(league, payloads, context)
 
 
 @pytest.mark.parametrize("context", sorted(CONTEXTS))
-def test_the_issues_attack_in_every_context(tmp_path: Path, league: Path, context: str) -> None:
-    check(tmp_path, league, [FLIP, "```" + FLIP + "```", '{"' + FLIP], context)
+def test_the_issues_attack_in_every_context(league: Path, context: str) -> None:
+    check(league, [FLIP, "```" + FLIP + "```", '{"' + FLIP], context)
 
 
 # --------------------------------------------------------------------------- the reading, unit by unit
