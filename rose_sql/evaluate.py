@@ -120,7 +120,7 @@ def execute_item(
     gold = executor.run(db, item.gold_sql, role="gold") if item.gold_sql is not None else None
     if gold is not None and gold.status in ("missing", "unreadable"):  # the item is db_missing / db_unreadable
         return Executed(item, db, True, gold, server=server)
-    em, hardness = _spider_match(item, db)
+    em, hardness = _spider_match(item, db, executor.config.max_sql_chars)
     if item.pred_sql is None:  # a question of the gold file without a prediction: wrong, as leaderboards count it
         readings = replace(_no_prediction(db, gold), spider_em=em)
         eff = _efficiency(item, db, readings, executor)
@@ -155,7 +155,7 @@ def _efficiency(item: Item, db: Database, readings: Readings, executor: Executor
     return measure(path, item.gold_sql, item.pred_sql, readings.bird_ex == 1, base, executor.config.max_steps)
 
 
-def _spider_match(item: Item, db: Database) -> tuple[int | None, str | None]:
+def _spider_match(item: Item, db: Database, max_chars: int) -> tuple[int | None, str | None]:
     """Spider's exact-set match and the gold's hardness, where Spider's ``tables.json`` is found."""
     if db.kind != "sqlite" or item.gold_sql is None:
         return None, None
@@ -164,7 +164,7 @@ def _spider_match(item: Item, db: Database) -> tuple[int | None, str | None]:
     found = for_database(db.target, item.db_id)
     if found is None:
         return None, None
-    m = spider_match(item.pred_sql or "", item.gold_sql, *found)
+    m = spider_match(item.pred_sql or "", item.gold_sql, *found, max_chars=max_chars)
     return m.em, m.hardness
 
 

@@ -137,7 +137,9 @@ def _sentences(text: str) -> list[str]:
         pos = text.find(".", a, b)
         while pos != -1:
             if pos + 1 < b:
-                if text[pos + 1] in _NON_WORD and _ends_sentence(text[seg:pos], None):
+                # _ends_sentence(text[seg:pos], None) without the slice (quadratic in a chunk of "..?"):
+                # with no next token only an ellipsis keeps the sentence going
+                if text[pos + 1] in _NON_WORD and not (pos > seg and text[pos - 1] == "."):
                     cuts.append(pos + 1)
                     seg = pos + 1
             elif k + 1 < len(chunks):
@@ -160,19 +162,33 @@ def tokenize(sql: str) -> tuple[str, ...]:
     quotes = [i for i, c in enumerate(text) if c == '"']
     if len(quotes) % 2:
         raise _Rejected("odd number of quotes")
+    # each quoted span becomes a placeholder naming its offsets (the official code splices them in one by
+    # one from the end, each splice copying the text: the same text, built in one pass)
     values: dict[str, str] = {}
-    for k in range(len(quotes) - 1, 0, -2):
-        a, b = quotes[k - 1], quotes[k]
+    pieces, done = [], 0
+    for a, b in zip(quotes[::2], quotes[1::2], strict=True):
         key = f"__val_{a}_{b}__"
         values[key] = text[a : b + 1]
-        text = text[:a] + key + text[b + 1 :]
+        pieces += [text[done:a], key]
+        done = b + 1
+    text = "".join([*pieces, text[done:]])
     toks = [t.lower() for s in _sentences(text) for t in _treebank(s)]
-    toks = [values.get(t, t) for t in toks]
-    for i in reversed([i for i, t in enumerate(toks) if t == "="]):
-        before = toks[i - 1]  # i == 0 reads the last token, as the official code does
-        if before in ("!", ">", "<"):
-            toks = [*toks[: i - 1], before + "=", *toks[i + 1 :]]
-    return tuple(toks)
+    return tuple(_join_comparisons([values.get(t, t) for t in toks]))
+
+
+def _join_comparisons(toks: list[str]) -> list[str]:
+    """``!``, ``>`` or ``<`` before ``=`` made one token, as the official code does from the last ``=`` to
+    the first (one list copy per ``=`` there; one pass here). Joins never overlap, since none of the three
+    is ``=``, so each reads the tokens as they were; but the official ``toks[i - 1]`` at ``i == 0`` reads
+    the last token after the other joins, and splices the rest in again."""
+    joined = {i for i in range(1, len(toks)) if toks[i] == "=" and toks[i - 1] in _BEFORE_EQ}
+    out = [toks[i - 1] + "=" if i in joined else t for i, t in enumerate(toks) if i + 1 not in joined]
+    if toks and toks[0] == "=" and out[-1] in _BEFORE_EQ:
+        out = [*out[:-1], out[-1] + "=", *out[1:]]
+    return out
+
+
+_BEFORE_EQ = frozenset(("!", ">", "<"))
 
 
 # --------------------------------------------------------------------------- schema
@@ -761,8 +777,14 @@ def _parse(sql: str, schema: Schema) -> Sql:
         raise _Rejected(f"{type(exc).__name__}: {exc}") from exc
 
 
-def spider_match(pred: str, gold: str, schema: Schema, fk: Mapping[str, str]) -> Match:
-    """Hardness of ``gold`` and exact-set match of ``pred`` (the raw prediction line) against it."""
+def spider_match(pred: str, gold: str, schema: Schema, fk: Mapping[str, str], max_chars: int | None = None) -> Match:
+    """Hardness of ``gold`` and exact-set match of ``pred`` (the raw prediction line) against it.
+
+    ``max_chars``: SQL longer than this is not parsed (``Config.max_sql_chars``, which the executor
+    refuses too): a longer gold has no reading, a longer prediction is rejected (em 0), as it fails to run."""
+    too_long = f"SQL longer than {max_chars} characters"
+    if max_chars is not None and len(gold) > max_chars:
+        return Match(None, None)
     try:
         g = _parse(gold.strip(), schema)
     except _Rejected:
@@ -770,6 +792,8 @@ def spider_match(pred: str, gold: str, schema: Schema, fk: Mapping[str, str]) ->
     level = hardness(g)
     rejected = None
     try:
+        if max_chars is not None and len(pred) > max_chars:
+            raise _Rejected(too_long)
         p = _parse(pred_line(pred), schema)
     except _Rejected as exc:
         rejected = str(exc) or "rejected"

@@ -8,14 +8,31 @@ clean-room :mod:`rose_sql.spider_match` must give the same hardness, EM and acce
 from __future__ import annotations
 
 import json
+import re
+import time
 from functools import cache
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rose_sql.items import load_items
-from rose_sql.spider_match import Schema, foreign_key_maps, spider_match, tokenize
+from rose_sql.spider_match import (
+    _NON_WORD,
+    Match,
+    Schema,
+    _ends_sentence,
+    _join_comparisons,
+    _Rejected,
+    _sentences,
+    _treebank,
+    foreign_key_maps,
+    spider_match,
+    tokenize,
+)
 
 EXPECTED = sorted((Path(__file__).parent / "data" / "official" / "spider-match").glob("*.json"))
 
@@ -156,6 +173,100 @@ def test_tokens_as_nltk_gives_them() -> None:
         *("select", "`", "a", "b", "`", "from", "t", "where", "x", "<", ">", "__val_31_34____val_35_37__"),
     )
     assert tokenize("SELECT a FROM t WHERE b = 'Ab C' ;")[-3:] == ("=", '"Ab C"', ";")
+
+
+# --------------------------------------------------------------------------- hostile predictions
+
+
+def _spliced_as_the_official_code(text: str, quotes: list[int]) -> str:
+    """process_sql.tokenize's placeholders, spliced in one at a time from the last quote pair."""
+    for k in range(len(quotes) - 1, 0, -2):
+        a, b = quotes[k - 1], quotes[k]
+        text = text[:a] + f"__val_{a}_{b}__" + text[b + 1 :]
+    return text
+
+
+def _joined_as_the_official_code(toks: list[str]) -> list[str]:
+    """process_sql.tokenize's ``!=``, ``>=``, ``<=``: one list copy per ``=``, from the last."""
+    for i in reversed([i for i, t in enumerate(toks) if t == "="]):
+        before = toks[i - 1]
+        if before in ("!", ">", "<"):
+            toks = [*toks[: i - 1], before + "=", *toks[i + 1 :]]
+    return toks
+
+
+def _sentences_with_slices(text: str) -> list[str]:
+    """Punkt's split as spider_match first wrote it: each in-word period asks ``_ends_sentence`` about the
+    word before it, sliced out (quadratic in a chunk such as ``..?..?``)."""
+    chunks = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    cuts = []
+    for k, (a, b) in enumerate(chunks):
+        seg, pos = a, text.find(".", a, b)
+        while pos != -1:
+            if pos + 1 < b:
+                if text[pos + 1] in _NON_WORD and _ends_sentence(text[seg:pos], None):
+                    cuts.append(pos + 1)
+                    seg = pos + 1
+            elif k + 1 < len(chunks) and _ends_sentence(text[seg:pos], text[slice(*chunks[k + 1])]):
+                cuts.append(b)
+            pos = text.find(".", pos + 1, b)
+    bounds = [0, *cuts, len(text)]
+    return [s for s in (text[x:y].strip() for x, y in pairwise(bounds)) if s]
+
+
+HOSTILE = ["'", "=", "!", "<", ">", ".", "..", ")", "?", ":", ",", " ", "a", "B", "1", "`", "]", "--", ";", "\n", "“"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(HOSTILE), max_size=40).map("".join))
+def test_the_one_pass_tokenizer_reads_as_the_official_loops(sql: str) -> None:
+    """The placeholders, the sentence split and the joined comparisons, built in one pass, equal the
+    official one-at-a-time loops on any mix of what they act on."""
+    text = sql.replace("'", '"')
+    quotes = [i for i, c in enumerate(text) if c == '"']
+    if len(quotes) % 2:
+        with pytest.raises(_Rejected):
+            tokenize(sql)
+        return
+    spliced = _spliced_as_the_official_code(text, quotes)
+    assert _sentences(spliced) == _sentences_with_slices(spliced)
+    toks = [t.lower() for s in _sentences_with_slices(spliced) for t in _treebank(s)]
+    values = {f"__val_{a}_{b}__": text[a : b + 1] for a, b in zip(quotes[::2], quotes[1::2], strict=True)}
+    assert tokenize(sql) == tuple(_joined_as_the_official_code([values.get(t, t) for t in toks]))
+
+
+def test_the_official_join_at_the_first_token_splices_the_rest_in_again() -> None:
+    assert (
+        _join_comparisons(["=", "a", "<"])
+        == _joined_as_the_official_code(["=", "a", "<"])
+        == ["=", "a", "<=", "a", "<"]
+    )
+
+
+@pytest.mark.parametrize("unit", ["'a',", "a != b AND ", "..)", "..?", "<=", "< = "])
+def test_a_hostile_prediction_is_tokenized_in_linear_time(unit: str) -> None:
+    """200,000 characters (``Config.max_sql_chars``) of each: the official loops took 23 s, 8 s, 246 s,
+    about as long, 108 s and 19 s on them (quadratic); one pass takes under a second each (measured: 0.09-0.5
+    s). The bound below is a runaway guard, not a benchmark."""
+    sql = "SELECT " + unit * (200_000 // len(unit))
+    started = time.perf_counter()
+    toks = tokenize(sql)
+    assert time.perf_counter() - started < 20
+    assert toks[0] == "select" and len(toks) > 10_000
+
+
+def test_sql_longer_than_max_sql_chars_is_never_parsed(concert: tuple[Schema, dict[str, str]]) -> None:
+    """A prediction past the bound is rejected (em 0, as the executor refuses it), a gold past it has no
+    reading; neither reaches the tokenizer (5 MB took 23 s and 1 GB through ``rose run`` before)."""
+    gold = "SELECT count(*) FROM singer"
+    huge = "SELECT count(*) FROM singer WHERE " + "..)" * 1_650_000
+    got = spider_match(huge, gold, *concert, max_chars=200_000)
+    assert (got.em, got.hardness, got.pred_rejected) == (0, "easy", "SQL longer than 200000 characters")
+    assert spider_match(gold, huge, *concert, max_chars=200_000) == Match(None, None)
+    assert spider_match(gold, gold, *concert, max_chars=200_000).em == 1
+    tokenize.cache_clear()
+    spider_match(huge, gold, *concert, max_chars=200_000)
+    assert tokenize.cache_info().misses == 1  # the gold alone
 
 
 # --------------------------------------------------------------------------- in a run
