@@ -176,6 +176,9 @@ def tokenize(sql: str) -> tuple[str, ...]:
     return tuple(_join_comparisons([values.get(t, t) for t in toks]))
 
 
+_BEFORE_EQ = frozenset(("!", ">", "<"))
+
+
 def _join_comparisons(toks: list[str]) -> list[str]:
     """``!``, ``>`` or ``<`` before ``=`` made one token, as the official code does from the last ``=`` to
     the first (one list copy per ``=`` there; one pass here). Joins never overlap, since none of the three
@@ -186,9 +189,6 @@ def _join_comparisons(toks: list[str]) -> list[str]:
     if toks and toks[0] == "=" and out[-1] in _BEFORE_EQ:
         out = [*out[:-1], out[-1] + "=", *out[1:]]
     return out
-
-
-_BEFORE_EQ = frozenset(("!", ">", "<"))
 
 
 # --------------------------------------------------------------------------- schema
@@ -782,7 +782,6 @@ def spider_match(pred: str, gold: str, schema: Schema, fk: Mapping[str, str], ma
 
     ``max_chars``: SQL longer than this is not parsed (``Config.max_sql_chars``, which the executor
     refuses too): a longer gold has no reading, a longer prediction is rejected (em 0), as it fails to run."""
-    too_long = f"SQL longer than {max_chars} characters"
     if max_chars is not None and len(gold) > max_chars:
         return Match(None, None)
     try:
@@ -793,7 +792,7 @@ def spider_match(pred: str, gold: str, schema: Schema, fk: Mapping[str, str], ma
     rejected = None
     try:
         if max_chars is not None and len(pred) > max_chars:
-            raise _Rejected(too_long)
+            raise _Rejected(f"SQL longer than {max_chars} characters")
         p = _parse(pred_line(pred), schema)
     except _Rejected as exc:
         rejected = str(exc) or "rejected"
