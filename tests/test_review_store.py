@@ -12,7 +12,18 @@ import pytest
 
 from rose_sql.errors import UsageError
 from rose_sql.items import Item
-from rose_sql.review.agreement import agreement, current, first_open, is_open, majority, needed, progress, status
+from rose_sql.review.agreement import (
+    agreement,
+    blind,
+    changed_verdicts,
+    current,
+    first_open,
+    is_open,
+    majority,
+    needed,
+    progress,
+    status,
+)
 from rose_sql.review.exchange import export
 from rose_sql.review.store import Label, Store, Verdict
 from rose_sql.review.work import WorkItem, load_work
@@ -39,10 +50,26 @@ def _lab(i: int, who: str, correct: bool, key: str = "k") -> Label:
 
 @pytest.mark.parametrize(
     ("verdicts", "needs"),
-    [([], 2), ([True], 2), ([True, True], 2), ([False, False], 2), ([True, False], 3), ([False, True, True], 3)],
+    [
+        ([], 2),
+        ([True], 2),
+        ([True, True], 2),
+        ([False, False], 2),
+        ([True, False], 3),
+        ([False, True, True], 3),
+        ([True, False, True, False], 5),  # a tie (claims raced, or a label changed): one more
+        ([True, True, False, False], 5),
+        ([True, False, True, False, False], 3),  # the tie broken: no more than the rule asks
+    ],
 )
 def test_two_labels_per_item_and_a_third_where_they_disagree(verdicts: list[bool], needs: int) -> None:
     assert needed(verdicts) == needs
+
+
+def test_a_tie_stays_open_to_a_fifth_annotator() -> None:
+    tie = [_lab(i, who, v) for i, (who, v) in enumerate((("ann", True), ("bob", False), ("cid", True), ("dan", False)))]
+    assert status(tie) == "disputed" and is_open("eve", tie, set()) and not is_open("eve", tie, {"fay"})
+    assert not is_open("fay", [*tie, _lab(9, "eve", True)], set())
 
 
 @pytest.mark.parametrize(
@@ -78,6 +105,16 @@ def test_a_changed_label_replaces_the_annotators_verdict_but_keeps_their_place()
     labels = [_lab(1, "ann", True), _lab(2, "bob", False), _lab(3, "ann", False)]
     got = current(labels)["k"]
     assert [(x.annotator, x.verdict.correct) for x in got] == [("ann", False), ("bob", False)]
+
+
+def test_agreement_reads_the_labels_given_blind_and_changes_after_the_reveal_count_for_the_consensus() -> None:
+    """bob said no, saw ann's yes, then said yes: the consensus takes his yes, agreement his blind no."""
+    labels = [_lab(1, "ann", True), _lab(2, "bob", False), _lab(3, "bob", True), _lab(4, "bob", True)]
+    assert [(x.annotator, x.verdict.correct) for x in blind(labels)["k"]] == [("ann", True), ("bob", False)]
+    assert status(current(labels)["k"]) == "agreed" and changed_verdicts(labels) == 1
+    agreed = agreement(blind(labels), ["k"])
+    assert (agreed.double, agreed.agreed, [k for k, _ in agreed.disagreements]) == (1, 0, ["k"])
+    assert changed_verdicts([*labels, _lab(5, "bob", False)]) == 0  # back to the blind verdict
 
 
 def test_agreement_counts_the_first_two_labels_and_kappa_per_pair() -> None:
@@ -201,6 +238,11 @@ def test_export_keeps_every_label_and_marks_the_changed_ones(store: Store, tmp_p
     ]
     assert json.loads((tmp_path / "out" / "p" / "ambq_ids.json").read_text()) == [0]
     assert summary["consensus"] == 1 and summary["labels"] == 4
+    assert summary["verdicts_changed_after_reveal"] == 0  # ann gave a new reason, not a new verdict
+    store.add_label("p", "0", "bob", Verdict(False, reason="changed my mind"))
+    summary = export(store, "p", tmp_path / "out2")
+    assert (summary["first_two_agree"], summary["verdicts_changed_after_reveal"], summary["consensus"]) == (1, 1, 0)
+    assert summary["agreement_over"].startswith("each annotator's first label")
 
 
 def test_work_loads_from_run_outputs_and_input_files(tmp_path: Path) -> None:

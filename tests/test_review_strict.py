@@ -117,7 +117,7 @@ def test_whoever_owes_an_item_a_label_sees_none_of_its_labels_on_any_page(served
 
 def test_a_settled_majority_is_not_shown_to_whoever_still_owes_a_label(tmp_path: Path) -> None:
     """With three labels per item a disagreement needs a fourth: the majority the first three reached is
-    not told to the fourth annotator before they label."""
+    not told to the fourth annotator before they label; when the fourth makes a tie, a fifth is asked."""
     run, db_root = demo_records(tmp_path, n=2)
     state = tmp_path / "state.sqlite"
     load_project(state, "demo", run, db_root)
@@ -131,8 +131,13 @@ def test_a_settled_majority_is_not_shown_to_whoever_still_owes_a_label(tmp_path:
         dan.label("demo", "1", False, reason="DAN-SAYS")
         _, _, overview = dan.get("/p/demo/overview")
         assert "settled:" not in overview.decode() and "BEA-SAYS" in overview.decode()  # two against two
-        _, _, overview = _signed_in(base, "eve").get("/p/demo/overview")  # item 1 asks for no fifth label
-        assert "DAN-SAYS" in overview.decode() and "Waiting for your label" not in overview.decode()
+        # a tie settles nothing: item 1 asks a fifth annotator, blind to the four before her
+        eve = _signed_in(base, "eve")
+        _, _, overview = eve.get("/p/demo/overview")
+        assert "DAN-SAYS" not in overview.decode() and "Waiting for your label" in overview.decode()
+        eve.label("demo", "1", True, reason="EVE-SAYS")
+        _, _, overview = _signed_in(base, "fay").get("/p/demo/overview")  # three against two: no sixth
+        assert "settled: correct" in overview.decode() and "Waiting for your label" not in overview.decode()
 
 
 BAD_LABELS: list[tuple[str, bytes, str]] = [

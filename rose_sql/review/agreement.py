@@ -1,7 +1,8 @@
 """Who labels what, and how far the annotators agree: pure functions over the stored labels.
 
 **Assignment.** Each item is to get ``per_item`` (two) independent labels; where the first two
-disagree it asks for one more. An item is *open* to an annotator who has not labelled it while its
+disagree it asks for one more, and where its labels then tie (two against two, after a change or a
+race between claims) one more again. An item is *open* to an annotator who has not labelled it while its
 labels, plus the claims of others who opened it and owe it a label, fall short of what it needs.
 
 **Consensus.** An item's consensus is the verdict of a strict majority of its annotators, at least
@@ -11,7 +12,9 @@ own files this gives exactly their historical GoldX and AmbQ lists.
 
 **Agreement.** Raw agreement counts the items with at least two labels whose first two agree (the
 figure the ROSE authors report: 333 of 383 on BIRD); Cohen's kappa is computed per pair of
-annotators over the items both labelled, with :mod:`rose_sql.analysis.agree`'s kappa.
+annotators over the items both labelled, with :mod:`rose_sql.analysis.agree`'s kappa. Both read each
+annotator's first label on an item (:func:`blind`), given before the others' were shown: a label changed
+after the reveal counts for the consensus, never for agreement, which it would inflate.
 """
 
 from __future__ import annotations
@@ -36,11 +39,35 @@ def current(labels: Iterable[Label]) -> dict[str, list[Label]]:
     return {k: list(by.values()) for k, by in latest.items()}
 
 
+def blind(labels: Iterable[Label]) -> dict[str, list[Label]]:
+    """Each item's labels given blind: every annotator's first, annotators in the order they labelled it."""
+    first: dict[str, dict[str, Label]] = {}
+    for lab in sorted(labels, key=lambda x: x.id):
+        first.setdefault(lab.key, {}).setdefault(lab.annotator, lab)
+    return {k: list(by.values()) for k, by in first.items()}
+
+
+def changed_verdicts(labels: Iterable[Label]) -> int:
+    """Annotators' labels whose latest verdict differs from the one they gave blind (item by item)."""
+    labels = list(labels)
+    then = {(lab.key, lab.annotator): lab.verdict.correct for on in blind(labels).values() for lab in on}
+    return sum(
+        1 for on in current(labels).values() for lab in on if lab.verdict.correct != then[lab.key, lab.annotator]
+    )
+
+
 def needed(verdicts: Sequence[bool], per_item: int = 2) -> int:
-    """Labels an item needs: ``per_item``, and one more where the first two disagree."""
-    if len(verdicts) >= 2 and verdicts[0] != verdicts[1]:
-        return per_item + 1
-    return per_item
+    """Labels an item needs: ``per_item``, one more where the first two disagree, and one more than it has
+    while that many leave no strict majority (a tie)."""
+    n = per_item + 1 if len(verdicts) >= 2 and verdicts[0] != verdicts[1] else per_item
+    yes = sum(verdicts)
+    if len(verdicts) >= n and not _strict_majority(yes, len(verdicts) - yes):
+        return len(verdicts) + 1
+    return n
+
+
+def _strict_majority(yes: int, no: int) -> bool:
+    return max(yes, no) >= 2 and yes != no
 
 
 def is_open(annotator: str, on_item: Sequence[Label], claimed_by: set[str], per_item: int = 2) -> bool:
@@ -71,10 +98,9 @@ def majority(on_item: Sequence[Label]) -> list[Label] | None:
     """The labels of the strict majority (two at least) of an item's annotators, or None when there is none."""
     yes = [lab for lab in on_item if lab.verdict.correct]
     no = [lab for lab in on_item if not lab.verdict.correct]
-    for side, other in ((yes, no), (no, yes)):
-        if len(side) >= 2 and len(side) > len(other):
-            return side
-    return None
+    if not _strict_majority(len(yes), len(no)):
+        return None
+    return yes if len(yes) > len(no) else no
 
 
 def status(on_item: Sequence[Label], per_item: int = 2) -> str:
@@ -124,7 +150,8 @@ class Agreement:
 
 
 def agreement(by_item: dict[str, list[Label]], order: Sequence[str]) -> Agreement:
-    """Raw agreement, kappa per pair and the disagreements, items in ``order``."""
+    """Raw agreement, kappa per pair and the disagreements, items in ``order``; ``by_item``: the labels
+    given blind (:func:`blind`), as the module's docstring says."""
     double = agreed = 0
     disagreements = []
     votes: dict[tuple[str, str], list[tuple[bool, bool]]] = {}

@@ -31,6 +31,8 @@ from rose_sql.errors import UsageError
 from rose_sql.review.agreement import (
     FLAG_NAMES,
     agreement,
+    blind,
+    changed_verdicts,
     current,
     first_open,
     is_open,
@@ -429,12 +431,13 @@ def overview(ctx: Context, request: Request, body: bytes, who: str, project: str
     for k in order:
         s = status(by_item.get(k, []), per)
         counts[s] = counts.get(s, 0) + 1
-    agreed = agreement(by_item, order)
+    agreed = agreement(blind(labels), order)
     disagreements = []
-    for k, on_item in agreed.disagreements:
-        blind = owes(who, on_item, per)  # the tie-breaker sees neither earlier verdict nor reason until theirs
-        side = None if blind else majority(on_item)
-        disagreements.append((k, ctx.store.item(project, k), [] if blind else on_item, side, blind))
+    for k, _ in agreed.disagreements:
+        on_item = by_item[k]  # the labels as they stand now (the disagreement is between blind ones)
+        unseen = owes(who, on_item, per)  # the tie-breaker sees neither earlier verdict nor reason until theirs
+        side = None if unseen else majority(on_item)
+        disagreements.append((k, ctx.store.item(project, k), [] if unseen else on_item, side, unseen))
     return _render(
         ctx,
         "overview.html",
@@ -444,6 +447,7 @@ def overview(ctx: Context, request: Request, body: bytes, who: str, project: str
         counts=counts,
         progress=progress(labels, by_item, order, per),
         agreement=agreed,
+        changed_verdicts=changed_verdicts(labels),
         disagreements=disagreements,
         done=request.query_params.get("done") == "1",
         consensus=sum(1 for k in order if majority(by_item.get(k, [])) is not None),

@@ -11,7 +11,8 @@ The export of project ``P`` is a folder ``OUT/P/``:
   two are ``rose agree``'s ``--goldx-ids`` and ``--ambq-ids``);
 - ``labels.jsonl``: every label ever given, with the predicted SQL it is about, its annotator, time
   and source (``current`` is false for a label its annotator later changed);
-- ``agreement.json``: raw agreement, kappa per pair, and the counts of the export.
+- ``agreement.json``: raw agreement and kappa per pair over the labels given blind (each annotator's
+  first), how many verdicts changed after the reveal, and the counts of the export.
 
 Every file is strict JSON (no ``NaN`` or ``Infinity``): a label's ``seconds`` that is not a finite
 number (a state file written before they were refused) is exported as null.
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rose_sql.review.agreement import FLAG_NAMES, agreement, current, majority
+from rose_sql.review.agreement import FLAG_NAMES, agreement, blind, changed_verdicts, current, majority
 from rose_sql.review.store import Label, Store
 from rose_sql.review.work import WorkItem, annotator_name, read_annotations
 
@@ -148,7 +149,7 @@ def export(store: Store, project: str, out: Path) -> dict[str, Any]:
         for row in label_rows(labels, {it.key: it for it in items}, project):
             f.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
     tmp.replace(folder / "labels.jsonl")
-    agreed = agreement(by_item, order)
+    agreed = agreement(blind(labels), order)
     summary = {
         "project": project,
         "items": len(items),
@@ -158,6 +159,8 @@ def export(store: Store, project: str, out: Path) -> dict[str, Any]:
         "first_two_agree": agreed.agreed,
         "raw_agreement": agreed.raw,
         "pairs": [{"a": p.a, "b": p.b, "items": p.n, "agreed": p.agreed, "kappa": p.kappa} for p in agreed.pairs],
+        "agreement_over": "each annotator's first label on an item, given before the others' were shown",
+        "verdicts_changed_after_reveal": changed_verdicts(labels),
         "consensus": len(rows),
         "consensus_correct": sum(1 for r in rows if r["label"]),
         "flags": {FLAG_NAMES[f]: n for f, n in flags.items()},
