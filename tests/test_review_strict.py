@@ -140,6 +140,21 @@ def test_a_settled_majority_is_not_shown_to_whoever_still_owes_a_label(tmp_path:
         assert "settled: correct" in overview.decode() and "Waiting for your label" not in overview.decode()
 
 
+def test_a_verdict_changed_after_the_reveal_is_the_consensus_but_not_the_agreement(tmp_path: Path) -> None:
+    run, db_root = demo_records(tmp_path, n=2)
+    state = tmp_path / "state.sqlite"
+    load_project(state, "demo", run, db_root)
+    with thread_server(config(state)) as base:
+        ann, bea = _signed_in(base, "ann"), _signed_in(base, "bea")
+        ann.label("demo", "1", True, reason="ANN-SAYS")
+        bea.label("demo", "1", False, reason="BEA-SAYS")
+        bea.label("demo", "1", True, reason="BEA-AGREES-NOW")  # after reading ann's label
+        _, _, overview = ann.get("/p/demo/overview")
+    text = overview.decode()
+    assert "<b>0 of 1</b>" in text and "1 verdict changed after the reveal counts for the consensus only" in text
+    assert "settled: correct" in text and "BEA-AGREES-NOW" in text  # the disagreement, settled by the change
+
+
 BAD_LABELS: list[tuple[str, bytes, str]] = [
     ("a lone surrogate in the reason", b'{"correct": true, "reason": "why \\ud800"}', "lone surrogate"),
     ("a lone low surrogate", b'{"correct": true, "reason": "\\udfff"}', "lone surrogate"),
