@@ -111,10 +111,11 @@ def test_agreement_reads_the_labels_given_blind_and_changes_after_the_reveal_cou
     """bob said no, saw ann's yes, then said yes: the consensus takes his yes, agreement his blind no."""
     labels = [_lab(1, "ann", True), _lab(2, "bob", False), _lab(3, "bob", True), _lab(4, "bob", True)]
     assert [(x.annotator, x.verdict.correct) for x in blind(labels)["k"]] == [("ann", True), ("bob", False)]
-    assert status(current(labels)["k"]) == "agreed" and changed_verdicts(labels) == 1
+    assert status(current(labels)["k"]) == "agreed" and changed_verdicts(current(labels), blind(labels)) == 1
     agreed = agreement(blind(labels), ["k"])
     assert (agreed.double, agreed.agreed, [k for k, _ in agreed.disagreements]) == (1, 0, ["k"])
-    assert changed_verdicts([*labels, _lab(5, "bob", False)]) == 0  # back to the blind verdict
+    back = [*labels, _lab(5, "bob", False)]
+    assert changed_verdicts(current(back), blind(back)) == 0  # back to the blind verdict
 
 
 def test_agreement_counts_the_first_two_labels_and_kappa_per_pair() -> None:

@@ -47,13 +47,11 @@ def blind(labels: Iterable[Label]) -> dict[str, list[Label]]:
     return {k: list(by.values()) for k, by in first.items()}
 
 
-def changed_verdicts(labels: Iterable[Label]) -> int:
-    """Annotators' labels whose latest verdict differs from the one they gave blind (item by item)."""
-    labels = list(labels)
-    then = {(lab.key, lab.annotator): lab.verdict.correct for on in blind(labels).values() for lab in on}
-    return sum(
-        1 for on in current(labels).values() for lab in on if lab.verdict.correct != then[lab.key, lab.annotator]
-    )
+def changed_verdicts(now: dict[str, list[Label]], then: dict[str, list[Label]]) -> int:
+    """Annotators' labels whose latest verdict (``now``: :func:`current`) differs from the one they gave
+    blind (``then``: :func:`blind`), item by item."""
+    was = {(lab.key, lab.annotator): lab.verdict.correct for on in then.values() for lab in on}
+    return sum(1 for on in now.values() for lab in on if lab.verdict.correct != was[lab.key, lab.annotator])
 
 
 def needed(verdicts: Sequence[bool], per_item: int = 2) -> int:

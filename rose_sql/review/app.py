@@ -431,7 +431,8 @@ def overview(ctx: Context, request: Request, body: bytes, who: str, project: str
     for k in order:
         s = status(by_item.get(k, []), per)
         counts[s] = counts.get(s, 0) + 1
-    agreed = agreement(blind(labels), order)
+    first = blind(labels)
+    agreed = agreement(first, order)
     disagreements = []
     for k, _ in agreed.disagreements:
         on_item = by_item[k]  # the labels as they stand now (the disagreement is between blind ones)
@@ -447,7 +448,7 @@ def overview(ctx: Context, request: Request, body: bytes, who: str, project: str
         counts=counts,
         progress=progress(labels, by_item, order, per),
         agreement=agreed,
-        changed_verdicts=changed_verdicts(labels),
+        changed_verdicts=changed_verdicts(by_item, first),
         disagreements=disagreements,
         done=request.query_params.get("done") == "1",
         consensus=sum(1 for k in order if majority(by_item.get(k, [])) is not None),

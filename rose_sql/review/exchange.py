@@ -149,7 +149,8 @@ def export(store: Store, project: str, out: Path) -> dict[str, Any]:
         for row in label_rows(labels, {it.key: it for it in items}, project):
             f.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
     tmp.replace(folder / "labels.jsonl")
-    agreed = agreement(blind(labels), order)
+    first = blind(labels)
+    agreed = agreement(first, order)
     summary = {
         "project": project,
         "items": len(items),
@@ -160,7 +161,7 @@ def export(store: Store, project: str, out: Path) -> dict[str, Any]:
         "raw_agreement": agreed.raw,
         "pairs": [{"a": p.a, "b": p.b, "items": p.n, "agreed": p.agreed, "kappa": p.kappa} for p in agreed.pairs],
         "agreement_over": "each annotator's first label on an item, given before the others' were shown",
-        "verdicts_changed_after_reveal": changed_verdicts(labels),
+        "verdicts_changed_after_reveal": changed_verdicts(by_item, first),
         "consensus": len(rows),
         "consensus_correct": sum(1 for r in rows if r["label"]),
         "flags": {FLAG_NAMES[f]: n for f, n in flags.items()},
