@@ -242,7 +242,8 @@ def test_export_keeps_every_label_and_marks_the_changed_ones(store: Store, tmp_p
     assert summary["verdicts_changed_after_reveal"] == 0  # ann gave a new reason, not a new verdict
     store.add_label("p", "0", "bob", Verdict(False, reason="changed my mind"))
     summary = export(store, "p", tmp_path / "out2")
-    assert (summary["first_two_agree"], summary["verdicts_changed_after_reveal"], summary["consensus"]) == (1, 1, 0)
+    changed = (summary["verdicts_changed_after_reveal"], summary["verdicts"])
+    assert (summary["first_two_agree"], changed, summary["consensus"]) == (1, (1, 3), 0)
     assert summary["agreement_over"].startswith("each annotator's first label")
 
 

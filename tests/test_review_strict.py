@@ -151,7 +151,7 @@ def test_a_verdict_changed_after_the_reveal_is_the_consensus_but_not_the_agreeme
         bea.label("demo", "1", True, reason="BEA-AGREES-NOW")  # after reading ann's label
         _, _, overview = ann.get("/p/demo/overview")
     text = overview.decode()
-    assert "<b>0 of 1</b>" in text and "1 verdict changed after the reveal counts for the consensus only" in text
+    assert "<b>0 of 1</b>" in text and "1 of 2 verdicts (one per annotator and item) changed after the reveal" in text
     assert "settled: correct" in text and "BEA-AGREES-NOW" in text  # the disagreement, settled by the change
 
 

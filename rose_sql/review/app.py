@@ -449,6 +449,7 @@ def overview(ctx: Context, request: Request, body: bytes, who: str, project: str
         progress=progress(labels, by_item, order, per),
         agreement=agreed,
         changed_verdicts=changed_verdicts(by_item, first),
+        verdicts=sum(len(on) for on in by_item.values()),
         disagreements=disagreements,
         done=request.query_params.get("done") == "1",
         consensus=sum(1 for k in order if majority(by_item.get(k, [])) is not None),

@@ -12,7 +12,8 @@ The export of project ``P`` is a folder ``OUT/P/``:
 - ``labels.jsonl``: every label ever given, with the predicted SQL it is about, its annotator, time
   and source (``current`` is false for a label its annotator later changed);
 - ``agreement.json``: raw agreement and kappa per pair over the labels given blind (each annotator's
-  first), how many verdicts changed after the reveal, and the counts of the export.
+  first), how many of the annotators' verdicts (one per annotator and item) changed after the reveal,
+  and the counts of the export.
 
 Every file is strict JSON (no ``NaN`` or ``Infinity``): a label's ``seconds`` that is not a finite
 number (a state file written before they were refused) is exported as null.
@@ -162,6 +163,7 @@ def export(store: Store, project: str, out: Path) -> dict[str, Any]:
         "pairs": [{"a": p.a, "b": p.b, "items": p.n, "agreed": p.agreed, "kappa": p.kappa} for p in agreed.pairs],
         "agreement_over": "each annotator's first label on an item, given before the others' were shown",
         "verdicts_changed_after_reveal": changed_verdicts(by_item, first),
+        "verdicts": sum(len(on) for on in by_item.values()),
         "consensus": len(rows),
         "consensus_correct": sum(1 for r in rows if r["label"]),
         "flags": {FLAG_NAMES[f]: n for f, n in flags.items()},
