@@ -4,7 +4,7 @@
 For every record whose BIRD EX is defined (its database exists, its gold ran), on SQLite:
 
 - **steps** (deterministic): gold VM steps / predicted VM steps for an item with BIRD EX 1, counted in a
-  pass of their own at progress-handler grain 1 (:func:`rose_sql.efficiency.vm_steps`); 0 otherwise;
+  pass of their own at progress-handler grain 1 (:func:`rose_sql.readings.efficiency.vm_steps`); 0 otherwise;
 - **timed** (``--timed``, as published): the mean of ``--iterations`` wall-time ratios (each iteration
   runs and fetches the prediction then the gold, each on a fresh connection opened before the clock
   starts, as mini-dev's script does), values beyond 3 sigma removed. Machine- and load-dependent:
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rose_sql.analysis.runs import load_run
 from rose_sql.config import Config
-from rose_sql.efficiency import by_difficulty, published_ratio, r_ves, step_ratio, timed_ratios, ves, vm_steps
+from rose_sql.readings.efficiency import by_difficulty, published_ratio, r_ves, step_ratio, timed_ratios, ves, vm_steps
 
 
 def _timed_ratio(db: Path, gold: str, pred: str, iterations: int) -> float:

@@ -78,7 +78,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rose_sql.items import Item, load_items
+from rose_sql.items.load import Item, load_items
 from rose_sql.sql import strip_comments
 from rose_sql.testing import RecordedRequest, Reply, ScriptedOpenAI, latency
 

@@ -95,9 +95,9 @@ from bench_judges import Judge, _sections, classify, git_state, read_jsonl
 
 from rose_sql.testing import Reply, ScriptedOpenAI
 from rose_sql.testing.batches import BatchScript
+from rose_sql.testing.bodies import all_text as _all_text
+from rose_sql.testing.bodies import estimate_tokens
 from rose_sql.testing.openai_server import _PromptCache
-from rose_sql.testing.wire import all_text as _all_text
-from rose_sql.testing.wire import estimate_tokens
 
 REPO = Path(__file__).resolve().parents[1]
 DB_ID = "superhero"

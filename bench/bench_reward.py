@@ -82,7 +82,7 @@ sys.path.insert(0, str(REPO))
 
 from rose_sql.config import steps_for  # noqa: E402
 from rose_sql.engines import Database  # noqa: E402
-from rose_sql.items import load_items  # noqa: E402
+from rose_sql.items.load import load_items  # noqa: E402
 from rose_sql.reward import RewardConfig, RewardItem, RewardScorer  # noqa: E402
 
 THINK = "<think>\nThe question names the tables and the filter; I write one SELECT over them.\n</think>\n"

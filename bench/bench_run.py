@@ -79,7 +79,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 BIRD_DB = "superhero"
 BIRD_SEPARATOR = "\t----- bird -----\t"
-PROGRESS_OPS = 2000  # progress-handler granularity, as rose_sql.execute
+PROGRESS_OPS = 2000  # progress-handler granularity, as rose_sql.engines.execute
 DIFFICULTIES = ("simple", "moderate", "challenging")
 BIRD_META_TIME_OUT = 30.0  # evaluation_ex.py's default and run_evaluation.sh's value
 

@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from rose_sql.items import load_items
+from rose_sql.items.load import load_items
 
 EXPECTED = Path(__file__).resolve().parent.parent / "tests" / "data" / "official" / "spider-match"
 _FUNCS = (

@@ -12,16 +12,16 @@ The public API is small: load items, evaluate them (with or without judges), rea
 
 from rose_sql.__version__ import __version__
 from rose_sql.analysis.runs import Run, load_run
-from rose_sql.compare import Comparison, compare
+from rose_sql.compare.comparator import Comparison, compare
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.engines import Database, Source
+from rose_sql.engines.execute import Executor
 from rose_sql.errors import InputError, RoseError, UsageError
-from rose_sql.evaluate import evaluate_item, evaluate_items
-from rose_sql.execute import Executor
-from rose_sql.items import Item, Loaded, load_items
-from rose_sql.readings import Readings
+from rose_sql.items.load import Item, Loaded, load_items
+from rose_sql.readings.formulas import Readings
 from rose_sql.record import Record
 from rose_sql.results import Execution, ResultSet
+from rose_sql.run.evaluate import evaluate_item, evaluate_items
 from rose_sql.summary import Summary
 
 __all__ = [

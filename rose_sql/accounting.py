@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from rose_sql.readings import Readings
+from rose_sql.readings.formulas import Readings
 
 if TYPE_CHECKING:
     from rose_sql.record import Record

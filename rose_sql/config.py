@@ -18,12 +18,13 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Self, get_args
 
-from rose_sql.efficiency import Base as EfficiencyBase
 from rose_sql.engines.kinds import Source
 from rose_sql.errors import UsageError
 from rose_sql.results import Limits
 
 MatchedRefuter = Literal["always", "evidence", "never"]
+EfficiencyBase = Literal["off", "steps", "time", "both"]
+"""What ``rose run --efficiency`` measures: nothing, VM steps, wall time as published, or both."""
 Policy = Literal["rose", "paper"]
 Structured = Literal["auto", "on", "off"]
 """Whether the judges' replies are asked for as a JSON schema (``response_format``): try it and fall back
@@ -420,7 +421,7 @@ MAX_REWARD_PROCESSES = 8
 """The reward's default worker processes are one per core up to this many (each keeps its own caches)."""
 MAX_QUERY_THREADS = 16
 """Query threads of one reward worker process at most: each takes one slot of its process's
-wall-time guard (``rose_sql.workers.SLOTS_PER_WORKER``)."""
+wall-time guard (``rose_sql.engines.workers.SLOTS_PER_WORKER``)."""
 
 
 def default_reward_processes() -> int:
@@ -432,7 +433,7 @@ def default_reward_processes() -> int:
 class Subset:
     """Which items of each input ``rose run`` evaluates when not all (``--limit N``, ``--ids FILE``):
     the first ``limit`` items in input order, or the items whose ids ``ids`` lists, in its order (see
-    :func:`rose_sql.subset.select`). Recorded in the manifest; a resumption with another is refused."""
+    :func:`rose_sql.items.subset.select`). Recorded in the manifest; a resumption with another is refused."""
 
     limit: int | None = option(
         None,
@@ -533,7 +534,7 @@ class Config:
     worker_memory_bytes: int = 5 * 2**29
     """The resident memory of each worker process, everything included (2.5 GiB): the engine's heap
     (``engine_memory_bytes``, at most this less :data:`INTERPRETER_BYTES`) and the interpreter, held by
-    ``RLIMIT_DATA`` (:func:`rose_sql.workers.limit_memory`). A statement that reaches either is stopped as
+    ``RLIMIT_DATA`` (:func:`rose_sql.engines.workers.limit_memory`). A statement that reaches either is stopped as
     one past the heap limit (``timeout``, ``limit: memory``); an item whose Python side does fails, never
     the machine."""
     schema_max_steps: int = 200_000_000
@@ -607,7 +608,7 @@ class Config:
             "load, decides nothing), or both."
         ),
     )
-    """BIRD's efficiency readings (:mod:`rose_sql.efficiency`): ``steps`` records each item's VM-step ratio
+    """BIRD's efficiency readings (:mod:`rose_sql.readings.efficiency`): ``steps`` records each item's VM-step ratio
     (deterministic), ``time`` its published wall-time ratio (in fields of ``record.EXEMPT``), ``both``
     both. A recorded reading, so ``--resume`` refuses another value; the wall-time ratio never decides
     anything."""

@@ -45,7 +45,7 @@ from rose_sql.config import MatchedRefuter
 from rose_sql.results import Execution
 
 if TYPE_CHECKING:  # the replies' pydantic models are loaded only where a judge is configured
-    from rose_sql.judges.replies import ProverReply, RefuterReply
+    from rose_sql.verdicts import ProverReply, RefuterReply
 
 Unscored = Literal[
     "db_missing",

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from rose_sql.config import Config, JudgeConfig, score_fields, scores
 from rose_sql.engines import Source
 from rose_sql.engines.base import Fingerprint
-from rose_sql.items import Loaded
+from rose_sql.items.load import Loaded
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -344,7 +344,7 @@ def build(loaded: Loaded, gold: Path | None, db_root: Source, config: Config, *,
 def _databases(source: Source, db_ids: list[str], config: Config) -> dict[str, Any]:
     """Where the databases are: the folder or the URL (no password), each database's identity, the engine
     and its version, the options that change scores."""
-    from rose_sql.execute import Executor
+    from rose_sql.engines.execute import Executor
 
     with Executor(config.with_(workers=1)) as ex:
         found = {d: ex.fingerprint(source.locate(d)) for d in db_ids}

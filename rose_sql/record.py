@@ -53,20 +53,20 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from rose_sql.compare import Comparison, json_value
+from rose_sql.compare.comparator import Comparison, json_value
 from rose_sql.config import Aggregate
 from rose_sql.decide import DatasetLabels, DecidedBy, Decision, Unscored
-from rose_sql.efficiency import TIME_FIELDS, Efficiency
 from rose_sql.errors import InputError
 from rose_sql.evidence.findings import Evidence
-from rose_sql.items import ItemId
-from rose_sql.readings import Readings
+from rose_sql.items.load import ItemId
+from rose_sql.readings.efficiency import TIME_FIELDS, Efficiency
+from rose_sql.readings.formulas import Readings
 from rose_sql.results import Execution, Limit, Status
 
 if TYPE_CHECKING:  # pydantic models: imported by the judges and by readers, never by a judge-free run
     from pydantic import TypeAdapter
 
-    from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat
+    from rose_sql.verdicts import ProverReply, RefuterReply, ReplyFormat
 
 SCHEMA_VERSION = 6
 """The layout this version writes; :func:`migrate` reads every earlier one."""
@@ -447,7 +447,7 @@ def rename_ts(readings: dict[str, Any]) -> dict[str, Any]:
 def _adapter() -> TypeAdapter[Record]:
     from pydantic import TypeAdapter
 
-    from rose_sql.judges.replies import ProverReply, RefuterReply, ReplyFormat
+    from rose_sql.verdicts import ProverReply, RefuterReply, ReplyFormat
 
     adapter = TypeAdapter(Record)
     namespace = {"ProverReply": ProverReply, "RefuterReply": RefuterReply, "ReplyFormat": ReplyFormat}

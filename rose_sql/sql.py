@@ -6,7 +6,7 @@ the evidence and the syntax reward. The dialect is a parameter (``sqlite``, the 
 by default). Untrusted SQL never makes these functions raise: what sqlglot cannot read comes back as
 a :class:`Parsed` with an ``error``, or as each function's documented fallback. The lexical helpers
 (gate, comments, ordering) cost microseconds and never fail on SQL that sqlglot's parser does not
-understand. The execution sandbox (:mod:`rose_sql.execute`) is what actually enforces read-only
+understand. The execution sandbox (:mod:`rose_sql.engines.execute`) is what actually enforces read-only
 access; the gate gives a clear reason early.
 
 Each text is read once. :func:`query` memoises one :class:`Query` per distinct text (a bounded

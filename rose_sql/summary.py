@@ -21,9 +21,9 @@ from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only 
 
 from rose_sql.accounting import READINGS, Figure, Figures, by_difficulty, figures, gaps
 from rose_sql.config import Config
-from rose_sql.items import ItemId, Loaded
+from rose_sql.items.load import ItemId, Loaded
 from rose_sql.provenance import JudgeInfo, Manifest, SubsetInfo, judge_info, lift_judge
-from rose_sql.readings import Readings
+from rose_sql.readings.formulas import Readings
 from rose_sql.record import SCHEMA_VERSION, Record, id_key, read_records, rename_ts
 
 if TYPE_CHECKING:
@@ -431,7 +431,7 @@ def _label_order(label: str) -> tuple[int, str]:
 
 def efficiency_table(briefs: Iterable[Brief]) -> dict[str, dict[str, EfficiencyFigure]] | None:
     """R-VES and VES per base and difficulty with their denominators (see :attr:`Summary.efficiency`)."""
-    from rose_sql.efficiency import r_ves, ves
+    from rose_sql.readings.efficiency import r_ves, ves
 
     briefs = list(briefs)
     bases = [
@@ -468,7 +468,7 @@ def efficiency_table(briefs: Iterable[Brief]) -> dict[str, dict[str, EfficiencyF
 
 def spider_match_table(briefs: Iterable[Brief]) -> dict[str, dict[str, float | int | None]] | None:
     """EM per hardness class and over all, where the match reading is defined (see :class:`Summary`)."""
-    from rose_sql.spider_match import HARDNESS_LEVELS
+    from rose_sql.readings.spider_match import HARDNESS_LEVELS
 
     defined = [b for b in briefs if b.readings.spider_em is not None]
     if not defined:

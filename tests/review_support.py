@@ -22,13 +22,13 @@ from urllib.parse import urlencode
 from rose_sql.config import Config
 from rose_sql.demo.build import DB_ID, build_database, load_demo_items, write_items
 from rose_sql.engines import Source
-from rose_sql.evaluate import evaluate_items
-from rose_sql.items import load_items
-from rose_sql.judges.replies import ProverReply, RefuterReply
+from rose_sql.items.load import load_items
 from rose_sql.record import JudgeCall, Record
 from rose_sql.review.settings import ReviewConfig
 from rose_sql.review.store import Store
 from rose_sql.review.work import WorkItem, load_work
+from rose_sql.run.evaluate import evaluate_items
+from rose_sql.verdicts import ProverReply, RefuterReply
 
 ROSE = [sys.executable, "-m", "rose_sql"]
 

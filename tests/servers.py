@@ -73,7 +73,7 @@ def _admin(kind: str) -> str:
 def load(kind: str, sqlite_file: Path, database: str, tmp: Path) -> tuple[str, str]:
     """Copy ``sqlite_file`` into ``database`` on ``kind`` (a file under ``tmp`` for DuckDB) with ``rose db
     copy``'s function, and make the read-only role: (the admin URL, the reader's URL) of the copy."""
-    from rose_sql.tools.copy import copy_sqlite
+    from rose_sql.engines.admin.copy import copy_sqlite
 
     if kind == "duckdb":
         pytest.importorskip("duckdb", reason="DuckDB is not installed: pip install 'rose-sql[duckdb]'")
@@ -81,7 +81,7 @@ def load(kind: str, sqlite_file: Path, database: str, tmp: Path) -> tuple[str, s
         copy_sqlite(sqlite_file, Source("duckdb", url), database, replace=True)
         return url, url
     need(kind)
-    from rose_sql.tools.reader import create_reader
+    from rose_sql.engines.admin.reader import create_reader
 
     admin = with_database(_admin(kind), database)
     source = Source(kind, admin)  # type: ignore[arg-type]

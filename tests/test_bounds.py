@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 from conftest import peak_rss_growth, sha256
 
-from rose_sql.compare import compare
+from rose_sql.compare.comparator import compare
 from rose_sql.config import Config
 from rose_sql.engines import Database, Source
-from rose_sql.evaluate import evaluate_item
+from rose_sql.engines.execute import GUARD_MARGIN_S, Executor, run_query
 from rose_sql.evidence.finder import Finder
-from rose_sql.execute import GUARD_MARGIN_S, Executor, run_query
-from rose_sql.items import Item
+from rose_sql.items.load import Item
 from rose_sql.record import read_records
+from rose_sql.run.evaluate import evaluate_item
 
 SCRIPT = """
 CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, v INTEGER);
@@ -101,7 +101,7 @@ def test_temporary_storage_never_spills_to_disk(make_db: Callable[..., Path], tm
     code = (
         "import json, sys, time; from pathlib import Path\n"
         "from rose_sql.config import Config; from rose_sql.engines import Database\n"
-        "from rose_sql.execute import run_query\n"
+        "from rose_sql.engines.execute import run_query\n"
         "t = time.monotonic()\n"
         f"e = run_query(Database.file({str(db)!r}), {sql!r}, Config(engine_memory_bytes=256 * 2**20, timeout_s=60))\n"
         "print(json.dumps([e.status, e.error, time.monotonic() - t]))\n"

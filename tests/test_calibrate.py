@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from rose_sql.analysis.calibrate import labelled_source, rose_vec_sources, select
+from rose_sql.analysis.labelled import labelled_source, rose_vec_sources, select
 from rose_sql.cli.calibrate import RUN_OPTIONS, calibrate_cmd
 from rose_sql.cli.main import main
 from rose_sql.cli.run import run_cmd

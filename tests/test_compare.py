@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from rose_sql.columns import Budget
-from rose_sql.compare import canon, compare
+from rose_sql.compare.columns import Budget
+from rose_sql.compare.comparator import canon, compare
 from rose_sql.config import Config
 from rose_sql.engines import Database
-from rose_sql.execute import Executor
-from rose_sql.readings import ts_equal
+from rose_sql.engines.execute import Executor
+from rose_sql.readings.formulas import ts_equal
 from rose_sql.results import ResultSet
 from rose_sql.sql import has_top_level_order_by
 

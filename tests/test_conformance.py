@@ -22,10 +22,10 @@ from servers import MYSQL_ADMIN, PG_ADMIN, need, with_database
 
 from rose_sql.config import Config
 from rose_sql.engines import CONTRACT, Source
-from rose_sql.evaluate import evaluate_item
-from rose_sql.execute import Executor
-from rose_sql.items import Item
+from rose_sql.engines.execute import Executor
+from rose_sql.items.load import Item
 from rose_sql.record import Record
+from rose_sql.run.evaluate import evaluate_item
 
 DATA = json.loads((Path(__file__).parent / "cases" / "conformance.json").read_text())
 CASES: list[dict[str, Any]] = DATA["cases"]

@@ -11,7 +11,7 @@ import pytest
 import rose_sql.judges.context
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.engines import Database
-from rose_sql.execute import Executor
+from rose_sql.engines.execute import Executor
 from rose_sql.judges.context import Schema, Schemas, fence, render_result
 from rose_sql.results import Execution, ResultSet
 from rose_sql.sql import tables_read

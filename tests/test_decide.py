@@ -8,8 +8,8 @@ import pytest
 
 from rose_sql.decide import Decision, Facts, decide
 from rose_sql.engines import CONTRACT
-from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.results import Execution, ResultSet
+from rose_sql.verdicts import ProverReply, RefuterReply
 
 OK = Execution("ok", 0.01, result=ResultSet(("x",), ((1,),), 1))
 ERROR = Execution("error", 0.01, error="no such column: y")

@@ -17,7 +17,7 @@ from rose_sql.demo import KINDS, DemoPaths, load_demo_items, run_demo
 from rose_sql.demo.build import build_database
 from rose_sql.demo.show import cohen_kappa
 from rose_sql.errors import UsageError
-from rose_sql.items import load_items
+from rose_sql.items.load import load_items
 from rose_sql.record import Record, read_records
 
 # What BIRD EX says for each kind of item, and what our comparator says where it compares.

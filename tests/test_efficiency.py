@@ -17,7 +17,9 @@ from conftest import make_record
 
 from rose_sql.cli import main
 from rose_sql.config import Config
-from rose_sql.efficiency import (
+from rose_sql.engines import Database
+from rose_sql.items.load import Item
+from rose_sql.readings.efficiency import (
     Efficiency,
     by_difficulty,
     clean_abnormal,
@@ -29,10 +31,8 @@ from rose_sql.efficiency import (
     ves,
     vm_steps,
 )
-from rose_sql.engines import Database
-from rose_sql.evaluate import _efficiency
-from rose_sql.items import Item
-from rose_sql.readings import Readings
+from rose_sql.readings.formulas import Readings
+from rose_sql.readings.official import _efficiency
 from rose_sql.record import EXEMPT, Record, comparable, read_records
 from rose_sql.summary import Brief, efficiency_table
 

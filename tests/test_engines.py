@@ -20,15 +20,15 @@ from servers import MYSQL_ADMIN, PG_ADMIN, SUPERHERO, reachable, superhero_fixtu
 
 from rose_sql.cli.main import main
 from rose_sql.cli.run import check_login
-from rose_sql.compare import compare
+from rose_sql.compare.comparator import compare
 from rose_sql.config import Config, JudgeConfig, RewardConfig
 from rose_sql.engines import Database, Source, open_engine, redact
+from rose_sql.engines.execute import Executor
+from rose_sql.engines.workers import Watch
 from rose_sql.errors import UsageError
-from rose_sql.evaluate import evaluate_item
-from rose_sql.execute import Executor
-from rose_sql.items import Item
+from rose_sql.items.load import Item
 from rose_sql.record import SCHEMA_VERSION
-from rose_sql.workers import Watch
+from rose_sql.run.evaluate import evaluate_item
 
 KINDS = ("postgresql", "mysql", "duckdb")
 
@@ -336,8 +336,8 @@ def test_rose_db_copy_checks_the_golds_on_both_sides(tmp_path: Path, shared: Pat
 def test_gold_smells_and_distinguishing_rows_on_every_engine(
     kind: str, superhero_on: Callable[[str], tuple[str, str]]
 ) -> None:
-    from rose_sql.evaluate import execute_item
     from rose_sql.evidence.finder import Finder
+    from rose_sql.run.evaluate import execute_item
 
     source = Source.parse(superhero_on(kind)[1])
     tie = (

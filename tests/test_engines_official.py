@@ -23,9 +23,9 @@ from servers import superhero_fixture  # noqa: F401  (the superhero_on fixture)
 
 from rose_sql.config import Config
 from rose_sql.engines import Source
-from rose_sql.evaluate import evaluate_item
-from rose_sql.execute import Executor
-from rose_sql.items import load_items
+from rose_sql.engines.execute import Executor
+from rose_sql.items.load import load_items
+from rose_sql.run.evaluate import evaluate_item
 
 EXPECTED = Path(__file__).parent / "data" / "official"
 MODELS = ("gpt-4", "gpt-35-turbo")
@@ -121,8 +121,8 @@ def test_a_shared_database_holding_one_db_ids_tables_leaves_the_others_missing(
     do in a database of their own (the ``{db_id}`` layout)."""
     from servers import READER, need, with_database
 
-    from rose_sql.tools.copy import copy_sqlite
-    from rose_sql.tools.reader import create_reader
+    from rose_sql.engines.admin.copy import copy_sqlite
+    from rose_sql.engines.admin.reader import create_reader
 
     need(dialect)
     admin, reader = superhero_on(dialect)

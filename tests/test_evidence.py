@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 from conftest import sha256
 
-from rose_sql.compare import compare
+from rose_sql.compare.comparator import compare
 from rose_sql.config import COLUMN_WORK, Config
 from rose_sql.engines import Database
+from rose_sql.engines.execute import Executor
 from rose_sql.engines.spaces.sqlite import Workspace
 from rose_sql.engines.spaces.sqlite import open_space as open_workspace
 from rose_sql.evidence import Change, Evidence
-from rose_sql.evidence.diff import describe
+from rose_sql.evidence.distinguish import describe
 from rose_sql.evidence.finder import Finder
-from rose_sql.execute import Executor
 from rose_sql.results import ResultSet
 from rose_sql.sql import has_top_level_order_by
 

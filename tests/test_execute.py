@@ -14,10 +14,10 @@ from conftest import peak_rss_growth
 
 from rose_sql.config import Config
 from rose_sql.engines import Database
+from rose_sql.engines.execute import Executor, run_query
 from rose_sql.engines.sqlite import db_key
-from rose_sql.execute import Executor, run_query
+from rose_sql.engines.workers import Watch
 from rose_sql.results import Execution, ResultSet
-from rose_sql.workers import Watch
 
 SCRIPT = """
 CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, score REAL);

@@ -34,10 +34,10 @@ import rose_sql.engines.base
 import rose_sql.sql
 from rose_sql.config import Config
 from rose_sql.engines import Database
-from rose_sql.execute import Executor
+from rose_sql.engines.execute import Executor
+from rose_sql.engines.workers import Watch
 from rose_sql.results import Execution
 from rose_sql.sql import gate, has_top_level_order_by, strip_comments
-from rose_sql.workers import Watch
 
 TIMEOUT_S = 0.5
 MAX_SQL_CHARS = Config().max_sql_chars

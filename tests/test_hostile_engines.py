@@ -27,7 +27,7 @@ from servers import hostile_fixture  # noqa: F401  (the hostile_on fixture)
 
 from rose_sql.config import Config
 from rose_sql.engines import Database, Source
-from rose_sql.execute import Executor
+from rose_sql.engines.execute import Executor
 
 TIMEOUT_S = 1.0
 MARGIN_S = 10.0

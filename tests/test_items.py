@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rose_sql.errors import InputError, UsageError
-from rose_sql.items import detect_format, load_items
+from rose_sql.items.load import detect_format, load_items
 
 BIRD_GOLD = [
     {"question_id": 0, "db_id": "a", "question": "q0", "evidence": "e0", "SQL": "SELECT 0", "difficulty": "simple"},

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rose_sql.errors import InputError, UsageError
-from rose_sql.items import FORMATS, ItemId, load_items
+from rose_sql.items.load import FORMATS, ItemId, load_items
 
 SEED = int(os.environ.get("ROSE_FUZZ_SEED", "20260101"))
 SECONDS = float(os.environ.get("ROSE_FUZZ_SECONDS", "4"))

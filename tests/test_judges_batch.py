@@ -301,11 +301,11 @@ def test_an_unreachable_batch_api_stops_the_run_and_keeps_the_batches(tmp_path: 
 def test_batches_are_split_at_the_byte_limit(tmp_path: Path, league: Path) -> None:
     import openai
 
-    from rose_sql.batch_run import BatchBackend
     from rose_sql.config import Config, JudgeConfig
-    from rose_sql.items import load_items
+    from rose_sql.items.load import load_items
     from rose_sql.judges.batch import BatchOptions
-    from rose_sql.run import plan, run
+    from rose_sql.run.batch import BatchBackend
+    from rose_sql.run.runner import plan, run
 
     items = write_items(tmp_path / "items.jsonl", ITEMS)
     limit = 16_000

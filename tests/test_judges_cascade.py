@@ -20,12 +20,12 @@ from test_judges import MIXED, SCHEMA, item, verdicts
 
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.engines import Source
+from rose_sql.engines.execute import Executor
 from rose_sql.errors import EndpointUnreachable
-from rose_sql.evaluate import execute_item, judge_item, to_record
-from rose_sql.execute import Executor
-from rose_sql.items import Item
+from rose_sql.items.load import Item
 from rose_sql.judges.judges import Judges
 from rose_sql.record import Record
+from rose_sql.run.evaluate import execute_item, judge_item, to_record
 from rose_sql.testing import Reply
 from rose_sql.testing.fake import Asked, FakeLLM
 

@@ -22,8 +22,8 @@ from rose_sql.cli import main
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.decide import UNSCORED
 from rose_sql.engines import Source
-from rose_sql.estimate import estimate
-from rose_sql.items import load_items
+from rose_sql.items.load import load_items
+from rose_sql.run.estimate import estimate
 from rose_sql.testing import Reply, Responder, ScriptedOpenAI, at_cap, by_content, script, user_text
 from rose_sql.testing.fake import FakeLLM
 

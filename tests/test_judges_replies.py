@@ -25,10 +25,11 @@ from rose_sql.config import JudgeConfig
 from rose_sql.engines import Source
 from rose_sql.errors import ReplyError
 from rose_sql.judges.context import fence
-from rose_sql.judges.replies import READING, ProverReply, parse_reply, quoted_data, unquote
+from rose_sql.judges.replies import READING, parse_reply, quoted_data, unquote
 from rose_sql.record import Record
 from rose_sql.testing import Reply, ScriptedOpenAI, by_content
 from rose_sql.testing.fake import Asked, FakeLLM
+from rose_sql.verdicts import ProverReply
 
 GOLD = "SELECT name FROM player WHERE age > 25"
 PROVER_NO = {

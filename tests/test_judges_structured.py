@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from rose_sql.cli import main
-from rose_sql.judges.replies import ProverReply, RefuterReply, reply_schema
+from rose_sql.judges.replies import reply_schema
 from rose_sql.record import Record
 from rose_sql.testing import (
     Reply,
@@ -26,6 +26,7 @@ from rose_sql.testing import (
     refuse_schema,
     with_reasoning,
 )
+from rose_sql.verdicts import ProverReply, RefuterReply
 
 SCHEMA = """
 CREATE TABLE team (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT);

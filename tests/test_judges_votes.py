@@ -14,10 +14,10 @@ from click.testing import CliRunner
 
 from rose_sql.cli import main
 from rose_sql.engines import Source
-from rose_sql.judges.replies import ProverReply
 from rose_sql.record import read_records
 from rose_sql.testing import Reply, ScriptedOpenAI, by_model
 from rose_sql.testing.openai_server import RecordedRequest
+from rose_sql.verdicts import ProverReply
 
 SCHEMA = """
 CREATE TABLE team (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT);
@@ -230,8 +230,8 @@ def test_cheap_first_escalates_only_the_unsure_items(tmp_path: Path, league: Pat
 
 def test_the_dry_run_bounds_every_vote_and_escalation(tmp_path: Path, league: Path) -> None:
     from rose_sql.config import Config, JudgeConfig
-    from rose_sql.estimate import estimate
-    from rose_sql.items import load_items
+    from rose_sql.items.load import load_items
+    from rose_sql.run.estimate import estimate
 
     items = [load_items(write_items(tmp_path / "items.jsonl", [item(1, DIFFERS), item(2, DIFFERS, "[unsure]")]))]
     one = JudgeConfig(model="gpt-4o-mini", cache_dir=tmp_path / "cache")
@@ -359,8 +359,8 @@ def test_a_panel_model_can_have_its_own_endpoint(tmp_path: Path, league: Path) -
 
 
 def test_escalation_reasons() -> None:
-    from rose_sql.judges.replies import RefuterReply
     from rose_sql.judges.votes import Vote, escalation
+    from rose_sql.verdicts import RefuterReply
 
     def refuter(**kw: Any) -> Vote:
         return Vote("m", 0, "first", RefuterReply.model_validate({**REFUTER, **kw}))

@@ -17,7 +17,7 @@ from pathlib import Path
 from test_bounds import MB, SCRIPT, SLOW_CALLS
 
 from rose_sql import Config, Database, Executor, Item, Source, evaluate_item, evaluate_items
-from rose_sql.execute import GUARD_MARGIN_S, run_query
+from rose_sql.engines.execute import GUARD_MARGIN_S, run_query
 
 TIMEOUT_S = 2.0
 ENDED_WITHIN_S = 120.0
@@ -112,7 +112,7 @@ def test_a_dry_run_stops_the_runaway_with_its_worker(make_db: Callable[..., Path
     from test_judges import item, judge_args, rose, write_items
 
     from rose_sql.testing import ScriptedOpenAI
-    from rose_sql.testing.wire import Reply
+    from rose_sql.testing.bodies import Reply
 
     db = make_db(SCRIPT, db_id="league")
     items = write_items(tmp_path / "items.jsonl", [{**item(1, LONGER, gold="SELECT 1"), "db_id": "league"}])

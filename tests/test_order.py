@@ -28,8 +28,8 @@ from servers import MYSQL_ADMIN, PG_ADMIN, load
 
 from rose_sql.config import Config
 from rose_sql.engines import Source
-from rose_sql.items import load_items
-from rose_sql.run import plan, run
+from rose_sql.items.load import load_items
+from rose_sql.run.runner import plan, run
 
 OPTIONS = ("--evidence", "--workers", "2")
 """The witness search on, and worker processes: which items share one depends on the order."""

@@ -20,10 +20,10 @@ from rose_sql.cli.main import main
 from rose_sql.cli.run import check_login
 from rose_sql.config import Config
 from rose_sql.engines import Database, Source
+from rose_sql.engines.execute import Executor
 from rose_sql.errors import UsageError
-from rose_sql.evaluate import evaluate_item
-from rose_sql.execute import Executor
-from rose_sql.items import Item
+from rose_sql.items.load import Item
+from rose_sql.run.evaluate import evaluate_item
 
 MB = 2**20
 SMALL = Config(workers=1, engine_memory_bytes=64 * MB, engine_temp_bytes=64 * MB)
@@ -52,7 +52,7 @@ def pg_roles_fixture(superhero_on: Callable[[str], tuple[str, str]]) -> Iterator
     import psycopg
     from psycopg import sql
 
-    from rose_sql.tools.reader import create_reader
+    from rose_sql.engines.admin.reader import create_reader
 
     admin, _ = superhero_on("postgresql")
     made: list[str] = []
@@ -179,8 +179,8 @@ def my_users_fixture(superhero_on: Callable[[str], tuple[str, str]]) -> Iterator
     ``{user}``); its URL; dropped at the end."""
     import pymysql
 
+    from rose_sql.engines.admin.reader import create_reader
     from rose_sql.engines.mysql import connect_args
-    from rose_sql.tools.reader import create_reader
 
     admin, _ = superhero_on("mysql")
     made: list[str] = []

@@ -20,15 +20,16 @@ from typing import Any
 import pytest
 from servers import superhero_fixture  # noqa: F401  (the session fixture superhero_on)
 
-from rose_sql.compare import compare
+from rose_sql.compare.comparator import compare
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.engines import Database, Source
 from rose_sql.engines.base import Engine
-from rose_sql.execute import Executor
-from rose_sql.items import Item
+from rose_sql.engines.execute import Executor
+from rose_sql.items.load import Item
 from rose_sql.judges.context import Fences
-from rose_sql.judges.replies import ProverReply, RefuterReply, reply_schema
+from rose_sql.judges.replies import reply_schema
 from rose_sql.sql import has_top_level_order_by
+from rose_sql.verdicts import ProverReply, RefuterReply
 
 KEY = b"pinned fence secret"
 """The fences' secret of these pins (a run's is kept with its cache)."""

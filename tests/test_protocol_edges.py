@@ -16,7 +16,7 @@ import pytest
 from test_judges import SCHEMA, item, judge_args, records, rose, verdicts, write_items
 
 from rose_sql.testing import ScriptedOpenAI
-from rose_sql.testing.wire import Reply, user_text
+from rose_sql.testing.bodies import Reply, user_text
 
 NO_CHOICE = {
     "empty choices": json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "choices": []}),

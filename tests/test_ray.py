@@ -26,7 +26,7 @@ from test_trust import hashed_verdict
 
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.engines import Source
-from rose_sql.items import load_items
+from rose_sql.items.load import load_items
 from rose_sql.record import Record, comparable, read_records
 from rose_sql.testing import ScriptedOpenAI, by_content
 
@@ -138,7 +138,7 @@ def test_a_ray_run_and_merged_shards_record_what_a_local_run_does(judged: Any, t
 
 def test_a_ray_worker_killed_mid_run_has_its_batches_redone(judged: Any, tmp_path: Path) -> None:
     from rose_sql.distributed.cluster import RayBackend
-    from rose_sql.run import plan, run
+    from rose_sql.run.runner import plan, run
 
     work, srv, local = judged
     judge(srv, tmp_path / "cache")  # the same fence secret as the local run's

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from rose_sql.cli import main
 from rose_sql.errors import InputError
-from rose_sql.items import load_items
+from rose_sql.items.load import load_items
 
 GOLD3 = [{"question_id": i, "db_id": "a", "question": f"q{i}", "SQL": f"SELECT {i}"} for i in range(3)]
 ROW = b'{"id": 1, "db_id": "a", "pred_sql": "SELECT 1"}\n'

@@ -17,10 +17,10 @@ from sqlparse.engine import FilterStack
 
 from rose_sql.config import Config
 from rose_sql.engines import Source
-from rose_sql.evaluate import evaluate_item
-from rose_sql.execute import Executor
-from rose_sql.items import Item, load_items
-from rose_sql.readings import soft_f1, ts_equal, ts_gold_sql, ts_pred_sql
+from rose_sql.engines.execute import Executor
+from rose_sql.items.load import Item, load_items
+from rose_sql.readings.formulas import soft_f1, ts_equal, ts_gold_sql, ts_pred_sql
+from rose_sql.run.evaluate import evaluate_item
 
 EXPECTED = Path(__file__).parent / "data" / "official"
 SPIDER = sorted((EXPECTED / "spider").glob("*.json"))

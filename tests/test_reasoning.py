@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from rose_sql.errors import ReplyError
-from rose_sql.judges.replies import ProverReply, parse_reply
-from rose_sql.reasoning import REASONING_TAGS, strip_reasoning
+from rose_sql.judges.reasoning import REASONING_TAGS, strip_reasoning
+from rose_sql.judges.replies import parse_reply
 from rose_sql.reward import extract_sql
+from rose_sql.verdicts import ProverReply
 
 JUDGES_BEFORE = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 """What judges/replies.py stripped before: closed blocks only (an oracle here; quadratic on hostile input)."""

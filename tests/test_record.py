@@ -22,10 +22,10 @@ from rose_sql.decide import UNSCORED, Unscored
 from rose_sql.demo import run_demo
 from rose_sql.engines import Source
 from rose_sql.errors import InputError
-from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.record import SCHEMA_VERSION, id_key, read_records
 from rose_sql.summary import Summary
 from rose_sql.testing import Reply, ScriptedOpenAI, by_content
+from rose_sql.verdicts import ProverReply, RefuterReply
 
 V1 = Path(__file__).parent / "data" / "v1"
 

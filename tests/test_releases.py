@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from rose_sql import releases
 from rose_sql.config import Config
 from rose_sql.engines import Source
-from rose_sql.items import Item, Loaded, load_gold, load_items
+from rose_sql.items.load import Item, Loaded, load_gold, load_items
 from rose_sql.provenance import build
-from rose_sql.releases import BENCHMARKS, DATABASES, DEV, MINIDEV, Benchmark, Known, db_ids_digest
-from rose_sql.run import SystemRun, plan
+from rose_sql.run import releases
+from rose_sql.run.releases import BENCHMARKS, DATABASES, DEV, MINIDEV, Benchmark, Known, db_ids_digest
+from rose_sql.run.runner import SystemRun, plan
 
 MINIDEV_PREDS = "preds/bird-minidev-official/predict_mini_dev_gpt-4_sqlite.json"
 WRONG = (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rose_sql.errors import UsageError
-from rose_sql.items import Item
+from rose_sql.items.load import Item
 from rose_sql.review.agreement import (
     agreement,
     blind,

@@ -26,8 +26,8 @@ import pytest
 
 from rose_sql.config import Config
 from rose_sql.engines import Database, Source
+from rose_sql.engines.execute import run_query
 from rose_sql.errors import UsageError
-from rose_sql.execute import run_query
 from rose_sql.reward import (
     Reward,
     RewardConfig,

@@ -18,12 +18,12 @@ from reward_cases import GOLD, INSTR, OTHER_GOLD, RUNAWAY, SCRIPT
 
 from rose_sql.config import MAX_QUERY_THREADS, RewardConfig
 from rose_sql.engines import Database
-from rose_sql.execute import GUARD_MARGIN_S
+from rose_sql.engines.execute import GUARD_MARGIN_S
+from rose_sql.engines.workers import SLOTS_PER_WORKER
 from rose_sql.results import Execution, ResultSet
 from rose_sql.reward import RewardItem, RewardScorer, compute_score, execution_outcome
 from rose_sql.reward.execution import _alignments
 from rose_sql.reward.lanes import FairQueue
-from rose_sql.workers import SLOTS_PER_WORKER
 
 RESTART_MARGIN_S = 20.0
 """Stopping a worker, starting its replacement and sending its chunk again, on a loaded machine."""

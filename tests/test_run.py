@@ -1,4 +1,4 @@
-"""``rose_sql.run`` in this process: batching, worker start methods, predictions several systems share."""
+"""``rose_sql.run.runner`` in this process: batching, worker start methods, predictions several systems share."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from rose_sql import workers as workers_module
 from rose_sql.config import Config
 from rose_sql.engines import Source
-from rose_sql.evaluate import evaluate_items
-from rose_sql.items import Item, load_items
-from rose_sql.run import BATCH, _batches, plan, run
+from rose_sql.engines import workers as workers_module
+from rose_sql.items.load import Item, load_items
+from rose_sql.run.evaluate import evaluate_items
+from rose_sql.run.runner import BATCH, _batches, plan, run
 
 GOLDS = ["SELECT count(*) FROM t", "SELECT a FROM t ORDER BY a", "SELECT DISTINCT b FROM t"]
 PREDS = [
@@ -104,7 +104,7 @@ def another_thread() -> Iterator[None]:
 
 def test_workers_are_forked_only_from_a_single_threaded_process_on_linux() -> None:
     alone = subprocess.run(
-        [sys.executable, "-c", "from rose_sql.workers import can_fork; print(can_fork())"],
+        [sys.executable, "-c", "from rose_sql.engines.workers import can_fork; print(can_fork())"],
         capture_output=True,
         text=True,
         check=True,

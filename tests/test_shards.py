@@ -14,10 +14,10 @@ from click.testing import Result
 from test_trust import SCHEMA
 from test_trust import rose as invoke
 
-from rose_sql.distributed.shard import Shard, shard_of
 from rose_sql.errors import UsageError
 from rose_sql.provenance import read_manifest
 from rose_sql.record import Record, comparable, read_records
+from rose_sql.run.shard import Shard, shard_of
 from rose_sql.summary import Summary
 
 PREDS = [
@@ -77,7 +77,7 @@ def test_the_split_is_pinned_and_the_same_in_every_interpreter() -> None:
     ids: list[int | str] = [0, 1, 2, 42, 1033, "137@487", "é", "Q-9"]
     assert [shard_of(i, 4) for i in ids] == [0, 1, 2, 1, 3, 1, 0, 0]
     assert [shard_of(i, 7) for i in ids] == [3, 2, 3, 2, 4, 2, 6, 4]
-    code = f"from rose_sql.distributed.shard import shard_of; print([shard_of(i, 7) for i in {ids!r}])"
+    code = f"from rose_sql.run.shard import shard_of; print([shard_of(i, 7) for i in {ids!r}])"
     other = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "123"}
     )

@@ -2,7 +2,7 @@
 
 ``tests/data/official/spider-match`` holds what taoyds/test-suite-sql-eval's own functions give on
 every item of the 9 shared Spider prediction files (``bench/official_em_expected.py``); our
-clean-room :mod:`rose_sql.spider_match` must give the same hardness, EM and accept/reject decision.
+clean-room :mod:`rose_sql.readings.spider_match` must give the same hardness, EM and accept/reject decision.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rose_sql.items import load_items
-from rose_sql.spider_match import (
+from rose_sql.items.load import load_items
+from rose_sql.readings.spider_match import (
     _NON_WORD,
     Match,
     Schema,
@@ -308,7 +308,7 @@ def test_rose_run_records_em_and_hardness_and_summarises_them_as_the_official_sc
 def test_no_match_reading_outside_spiders_layout(tmp_path: Path) -> None:
     import sqlite3
 
-    from rose_sql.spider_match import for_database
+    from rose_sql.readings.spider_match import for_database
 
     db = tmp_path / "spider" / "database" / "shop" / "shop.sqlite"
     db.parent.mkdir(parents=True)

@@ -10,12 +10,12 @@ import pytest
 from sqlglot import exp
 
 import rose_sql.sql
-from rose_sql.compare import compare
+from rose_sql.compare.comparator import compare
 from rose_sql.config import Config
 from rose_sql.engines import Database
+from rose_sql.engines.execute import Executor
 from rose_sql.evidence.features import features
 from rose_sql.evidence.finder import Finder
-from rose_sql.execute import Executor
 from rose_sql.sql import Query, has_top_level_order_by, normalize, parse, query, strip_comments, tables_read
 
 CRASHERS = ["{!->>GLOB,=", "!{:1}ESCAPE}>\ud800"]

@@ -17,10 +17,11 @@ import ts_variants
 from rose_sql.accounting import figures
 from rose_sql.config import Config
 from rose_sql.engines import Source
-from rose_sql.evaluate import evaluate_item, ts_databases
-from rose_sql.execute import Executor
-from rose_sql.items import Item
+from rose_sql.engines.execute import Executor
+from rose_sql.items.load import Item
+from rose_sql.readings.official import ts_databases
 from rose_sql.record import Record
+from rose_sql.run.evaluate import evaluate_item
 from rose_sql.summary import Brief
 
 OFFICIAL = json.loads((Path(__file__).parent / "data" / "official" / "ts-variants.json").read_text())["items"]

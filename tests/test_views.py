@@ -21,8 +21,8 @@ from click.testing import CliRunner, Result
 from rose_sql.cli import main
 from rose_sql.config import Config
 from rose_sql.engines import Source
-from rose_sql.items import load_items
-from rose_sql.run import plan, run
+from rose_sql.items.load import load_items
+from rose_sql.run.runner import plan, run
 
 
 def rose(*args: Any) -> Result:

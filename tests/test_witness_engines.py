@@ -16,12 +16,12 @@ from click.testing import CliRunner
 from servers import MYSQL_ADMIN, PG_ADMIN, SUPERHERO, superhero_fixture  # noqa: F401
 
 from rose_sql.cli.main import main
-from rose_sql.compare import compare
+from rose_sql.compare.comparator import compare
 from rose_sql.config import Config
 from rose_sql.engines import Database, Source
+from rose_sql.engines.execute import Executor
 from rose_sql.evidence import Evidence
 from rose_sql.evidence.finder import Finder
-from rose_sql.execute import Executor
 from rose_sql.sql import has_top_level_order_by
 
 MARVEL = (

@@ -4,7 +4,7 @@ The recursive-queue and group-by-over-blobs bombs peaked at 2.1-2.3 GB of RSS ag
 2 GiB heap limit: the heap limit bounds SQLite's allocations, not the process (the interpreter, malloc's
 own overhead). ``Config.worker_memory_bytes`` (2.5 GiB by default) now holds the worker's resident
 memory, everything included (``RLIMIT_DATA`` less the code mapped from files, in
-:func:`rose_sql.workers.limit_memory`), with SQLite's heap limit below it. Measured here on a small
+:func:`rose_sql.engines.workers.limit_memory`), with SQLite's heap limit below it. Measured here on a small
 bound, through the public API (``evaluate_items``, whose queries run in guarded workers), in a fresh
 interpreter whose peak RSS and its workers' are measured: with a heap limit well below
 the bound, and with the default 2 GiB one (which the small bound then lowers to its share), each bomb
@@ -93,9 +93,9 @@ def test_the_review_apps_query_workers_hold_the_worker_memory_bound(tmp_path: Pa
     from dataclasses import replace
 
     from rose_sql.config import Config
+    from rose_sql.engines.workers import CODE_BYTES
     from rose_sql.review.page import Pages
     from rose_sql.review.settings import ReviewConfig
-    from rose_sql.workers import CODE_BYTES
 
     bound = 768 * 2**20
     pages = Pages(ReviewConfig(state=tmp_path / "state.sqlite", query=replace(Config(), worker_memory_bytes=bound)))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rose_sql.engines.workers import Pool, Watch, statement_key
 from rose_sql.errors import Lost
-from rose_sql.workers import Pool, Watch, statement_key
 
 
 class State:
@@ -137,7 +137,7 @@ def test_outside_a_worker_the_watch_does_nothing() -> None:
 TRAINER = """\
 import operator, sys, threading, time
 from rose_sql.reward import RewardScorer
-from rose_sql.workers import Pool
+from rose_sql.engines.workers import Pool
 threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # threads: workers are spawned
 def main():
     scorer = RewardScorer()

@@ -33,10 +33,10 @@ from rose_sql.analysis.runs import Run
 from rose_sql.config import Aggregate
 from rose_sql.decide import Decision, Facts, JudgeOutcome, Step, settle
 from rose_sql.evidence.findings import questions_match
-from rose_sql.items import ItemId
-from rose_sql.judges.replies import ProverReply, RefuterReply
+from rose_sql.items.load import ItemId
 from rose_sql.judges.votes import Vote, outcome
 from rose_sql.record import Record
+from rose_sql.verdicts import ProverReply, RefuterReply
 
 Variant = Literal["always", "evidence", "never", "no-refuter"]
 VARIANTS: tuple[Variant, ...] = ("always", "evidence", "never", "no-refuter")

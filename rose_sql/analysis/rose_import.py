@@ -29,11 +29,11 @@ from rose_sql.analysis.labels import LabelSet, key
 from rose_sql.analysis.replay import Variant, replay
 from rose_sql.decide import DatasetLabels
 from rose_sql.errors import InputError, UsageError
-from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.provenance import JudgeInfo
-from rose_sql.readings import Readings
+from rose_sql.readings.formulas import Readings
 from rose_sql.record import ComparisonInfo, ExecutionInfo, JudgeCall, Record, RecordWriter
 from rose_sql.summary import Summary, summarize, write_summary
+from rose_sql.verdicts import ProverReply, RefuterReply
 
 
 class Attempt(TypedDict, total=False):

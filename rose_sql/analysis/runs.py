@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from rose_sql.errors import InputError
 from rose_sql.provenance import Manifest, read_manifest
-from rose_sql.readings import Readings
+from rose_sql.readings.formulas import Readings
 from rose_sql.record import ExecutionInfo, Record, read_records
 from rose_sql.summary import Summary
 

@@ -17,10 +17,10 @@ import click
 
 from rose_sql.__version__ import __version__
 from rose_sql.analysis.agree import BOOTSTRAP_SEED, agree, pair_runs
-from rose_sql.analysis.calibrate import Part, describe, labelled_source, rose_vec_sources, select, write_part
 from rose_sql.analysis.judge_card import JudgeCard
+from rose_sql.analysis.labelled import Part, describe, labelled_source, rose_vec_sources, select, write_part
 from rose_sql.analysis.labels import LabelSet, load_labels, with_tags
-from rose_sql.cli.calibration import card_line, print_agreement
+from rose_sql.cli.agree import card_line, print_agreement
 from rose_sql.cli.common import bootstrap_option, one_run_each, unscored_option, unscored_policy
 from rose_sql.cli.main import PATH, console, fail, warn
 from rose_sql.cli.options import out_option

@@ -68,7 +68,7 @@ def copy_cmd(
           postgresql://postgres@127.0.0.1:5432/postgres --replace
     """
     from rose_sql.engines import Source
-    from rose_sql.tools.copy import check_golds, copy_sqlite
+    from rose_sql.engines.admin.copy import check_golds, copy_sqlite
 
     try:
         source = Source.parse(url)
@@ -92,7 +92,7 @@ def copy_cmd(
 
 
 def _pairs(check: Path, sqlite_gold: Path | None, db_id: str) -> list[tuple[Any, str, str]]:
-    from rose_sql.items import load_gold
+    from rose_sql.items.load import load_gold
 
     engine = [g for g in load_gold(check).golds if g.db_id == db_id]
     if sqlite_gold is None:
@@ -129,7 +129,7 @@ def reader_cmd(url: str, name: str, password: str | None, db_id: str | None, tem
       rose run rose-demo-out/items.jsonl --db postgresql://rose_reader@127.0.0.1:5432/postgres --out runs/
     """
     from rose_sql.engines import Source
-    from rose_sql.tools.reader import create_reader
+    from rose_sql.engines.admin.reader import create_reader
 
     try:
         source = Source.parse(url)

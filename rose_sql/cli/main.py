@@ -1,7 +1,7 @@
 """The ``rose`` command group: commands are imported from their modules only when invoked (or listed),
 so ``rose run`` starts fast; the consoles and the one way errors become messages live here.
 
-Modules, one per command group: :mod:`~rose_sql.cli.run` (run, demo), :mod:`~rose_sql.cli.calibration`
+Modules, one per command group: :mod:`~rose_sql.cli.run` (run, demo), :mod:`~rose_sql.cli.agree`
 (agree, import-rose, replay, judge-card, judge-compare), :mod:`~rose_sql.cli.analysis` (compare, diff,
 report, audit), :mod:`~rose_sql.cli.reward` (serve-reward), :mod:`~rose_sql.cli.review` (review),
 :mod:`~rose_sql.cli.merge` (merge), :mod:`~rose_sql.cli.db` (db copy, db reader).
@@ -34,11 +34,11 @@ PATH = click.Path(path_type=Path)
 COMMANDS = {
     "run": "rose_sql.cli.run:run_cmd",
     "demo": "rose_sql.cli.run:demo_cmd",
-    "agree": "rose_sql.cli.calibration:agree_cmd",
-    "import-rose": "rose_sql.cli.calibration:import_rose_cmd",
-    "replay": "rose_sql.cli.calibration:replay_cmd",
-    "judge-card": "rose_sql.cli.calibration:judge_card_cmd",
-    "judge-compare": "rose_sql.cli.calibration:judge_compare_cmd",
+    "agree": "rose_sql.cli.agree:agree_cmd",
+    "import-rose": "rose_sql.cli.agree:import_rose_cmd",
+    "replay": "rose_sql.cli.agree:replay_cmd",
+    "judge-card": "rose_sql.cli.agree:judge_card_cmd",
+    "judge-compare": "rose_sql.cli.agree:judge_compare_cmd",
     "calibrate": "rose_sql.cli.calibrate:calibrate_cmd",
     "compare": "rose_sql.cli.analysis:compare_cmd",
     "diff": "rose_sql.cli.analysis:diff_cmd",

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
-from rose_sql.cli.calibration import GreedyCommand
+from rose_sql.cli.agree import GreedyCommand
 from rose_sql.cli.main import PATH, console, err, fail
 from rose_sql.errors import RoseError, UsageError
-from rose_sql.items import FORMATS
+from rose_sql.items.load import FORMATS
 from rose_sql.review.settings import ReviewConfig
 
 _DEFAULTS = ReviewConfig(state=Path())

@@ -15,8 +15,6 @@ from click.core import ParameterSource
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rose_sql.batch_run import BatchBackend
-from rose_sql.checks import check_batch, check_budget, check_votes, require_questions
 from rose_sql.cli.main import console, err, fail
 from rose_sql.cli.options import DB_HELP, field_options, ordered, out_option, run_options, values_of
 from rose_sql.config import (
@@ -30,17 +28,19 @@ from rose_sql.config import (
     option,
 )
 from rose_sql.distributed import INSTALL_RAY, ray_address
-from rose_sql.distributed.shard import Shard
 from rose_sql.engines import Source
 from rose_sql.errors import RoseError, UsageError
-from rose_sql.items import FORMATS, Loaded, load_items
+from rose_sql.items.load import FORMATS, Loaded, load_items
 from rose_sql.provenance import command_line
-from rose_sql.run import Backend, SystemRun, plan, run
+from rose_sql.run.batch import BatchBackend
+from rose_sql.run.checks import check_batch, check_budget, check_votes, require_questions
+from rose_sql.run.runner import Backend, SystemRun, plan, run
+from rose_sql.run.shard import Shard
 from rose_sql.summary import Summary
 
 if TYPE_CHECKING:
-    from rose_sql.estimate import Estimate
     from rose_sql.judges.llm import Ledger
+    from rose_sql.run.estimate import Estimate
 
 
 def check_panel(text: str) -> str:
@@ -330,11 +330,11 @@ def _prepare(
 
 def _dry_run(loaded: list[Loaded], root: Source, config: Config, subset: Subset | None, share: Shard | None) -> None:
     """Print the estimate of the LLM calls of the run's items (of its subset, of its shard)."""
-    from rose_sql.estimate import estimate
+    from rose_sql.run.estimate import estimate
 
     assert config.judge is not None
     if subset is not None:  # the estimate of the subset's items
-        from rose_sql.subset import restrict, select
+        from rose_sql.items.subset import restrict, select
 
         loaded = [restrict(lf, select(lf, subset)) for lf in loaded]
     if share is not None:  # the estimate of this shard's items
@@ -736,8 +736,8 @@ def demo_cmd(out: Path) -> None:
 
 def print_estimate(estimates: Sequence[Estimate], judge: JudgeConfig) -> None:
     """The dry-run table: the estimate, and the upper bound a run cannot exceed."""
-    from rose_sql.estimate import ASSUMED_COMPLETION_TOKENS
     from rose_sql.judges.budget import CHARS_PER_TOKEN
+    from rose_sql.run.estimate import ASSUMED_COMPLETION_TOKENS
 
     table = Table(title="Dry run: expected LLM usage (nothing was called)", title_justify="left")
     columns = ("system", "items", "no LLM needed", "calls", "prompt tokens", "cost USD (est.)", "cost USD (at most)")

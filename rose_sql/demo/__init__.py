@@ -2,7 +2,7 @@
 
 The demo builds a made-up cycling league (4 tables, under 200 rows) into ``OUT/db/``, writes 40
 questions with gold and predicted SQL to ``OUT/items.jsonl`` (the ``generic`` format), evaluates
-them with :func:`rose_sql.run.run` into ``OUT/runs/items/`` and prints, per item, BIRD EX, what
+them with :func:`rose_sql.run.runner.run` into ``OUT/runs/items/`` and prints, per item, BIRD EX, what
 ROSE-SQL's deterministic stage says, and an expert's verdict. The items show the classic EX
 failures (column order, an extra column, a fraction vs a percentage, ties, a wrong gold, an
 ambiguous question, coincidental matches, failing and slow predictions) among plainly correct and

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rose_sql.config import Config
 from rose_sql.demo.build import DemoPaths
 from rose_sql.engines import Source
-from rose_sql.items import load_items
+from rose_sql.items.load import load_items
 from rose_sql.record import Record, read_records
-from rose_sql.run import plan, run
+from rose_sql.run.runner import plan, run
 from rose_sql.summary import Summary
 
 

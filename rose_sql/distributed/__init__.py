@@ -1,6 +1,6 @@
 """Beyond one machine: sharded runs that merge (any scheduler), and Ray for runs and RL rewards.
 
-- :mod:`~rose_sql.distributed.shard`: ``rose run --shard I/N`` evaluates a stable share of the items
+- :mod:`~rose_sql.run.shard`: ``rose run --shard I/N`` evaluates a stable share of the items
   (by a hash of each item's id, the same on every machine and Python version);
 - :mod:`~rose_sql.distributed.merge`: ``rose merge`` joins shard folders into one run, refusing shards
   of other inputs or options and reporting missing or duplicated items;

@@ -1,12 +1,12 @@
 """``rose run --ray``: a run's batches evaluated by Ray actors, its records written by the driver alone.
 
 The driver (the ``rose run`` process) plans, writes and summarises exactly as a local run does
-(:func:`rose_sql.run.run` with this module's :class:`RayBackend`); only where a batch is evaluated
+(:func:`rose_sql.run.runner.run` with this module's :class:`RayBackend`); only where a batch is evaluated
 changes:
 
 - **Evaluator actors**, one per CPU of the cluster by default (``--workers``), each run the
-  :class:`rose_sql.run.Evaluator` of a local run: the deterministic stages and the evidence search
-  in one guarded worker process of its own (:class:`rose_sql.workers.Pool`, so a statement that
+  :class:`rose_sql.run.runner.Evaluator` of a local run: the deterministic stages and the evidence search
+  in one guarded worker process of its own (:class:`rose_sql.engines.workers.Pool`, so a statement that
   runs away is stopped and poisoned there as it is here), then the judge cascade.
 - **Placement by database.** Batches hold one database's items (a question's items together); each
   database gets a home actor (the largest first, each to the actor with the least work), so an actor
@@ -44,17 +44,17 @@ from typing import Any
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.distributed import LOOPBACK, require_ray
 from rose_sql.engines import Source
+from rose_sql.engines.execute import Executor
 from rose_sql.errors import BudgetExhausted, EndpointError, EndpointUnreachable, Lost, UsageError
-from rose_sql.evaluate import failed_record
-from rose_sql.execute import Executor
-from rose_sql.items import Item
+from rose_sql.items.load import Item
 from rose_sql.judges.cache import fence_key
 from rose_sql.judges.context import Fences
 from rose_sql.judges.llm import ChatReply, Ledger, Message, OpenAILLM, ReplySchema, Request
-from rose_sql.judges.replies import ReplyFormat
 from rose_sql.provenance import DatabaseId
-from rose_sql.run import Evaluator, Flush, Stage1, Write, _batches
+from rose_sql.run.evaluate import failed_record
+from rose_sql.run.runner import Evaluator, Flush, Stage1, Write, _batches
 from rose_sql.summary import Brief
+from rose_sql.verdicts import ReplyFormat
 
 DEPTH = 2
 """Batches sent to an actor at once: the next one waits in its queue while the first runs."""
@@ -91,7 +91,7 @@ class Stats:
 
 
 def batches_by_database(queue: list[tuple[str, Item]]) -> list[_Batch]:
-    """Batches of one database each, a question's items together (:func:`rose_sql.run._batches`)."""
+    """Batches of one database each, a question's items together (:func:`rose_sql.run.runner._batches`)."""
     by_db: dict[str, list[tuple[str, Item]]] = {}
     for entry in queue:
         by_db.setdefault(entry[1].db_id, []).append(entry)
@@ -214,7 +214,7 @@ class LLMOwner:
 
 
 class EvaluatorActor:
-    """A Ray actor that evaluates batches as a local run does (:class:`rose_sql.run.Evaluator`)."""
+    """A Ray actor that evaluates batches as a local run does (:class:`rose_sql.run.runner.Evaluator`)."""
 
     def __init__(self, config: Config, cwd: str, owner: str | None, databases: Fingerprints) -> None:
         """``owner``: the name of the actor that owns the LLM client (a name, not a handle: Ray can restart an
@@ -272,7 +272,7 @@ class EvaluatorActor:
 
 
 class RayBackend:
-    """Evaluates a run's batches on a Ray cluster (a :class:`rose_sql.run.Backend`); see the module."""
+    """Evaluates a run's batches on a Ray cluster (a :class:`rose_sql.run.runner.Backend`); see the module."""
 
     def __init__(
         self,

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rose_sql.distributed.shard import Shard, shard_of
 from rose_sql.errors import InputError, RoseError, UsageError
-from rose_sql.items import load_items
+from rose_sql.items.load import load_items
 from rose_sql.provenance import FileId, Manifest, MergedShard, differences, read_manifest, write_manifest
 from rose_sql.record import Record, RecordWriter, comparable, read_records
+from rose_sql.run.shard import Shard, shard_of
 from rose_sql.summary import Brief, Summary, summarize_briefs, write_summary
 
 SHOWN = 10

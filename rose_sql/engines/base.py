@@ -152,7 +152,7 @@ CONTRACT: dict[Failure, Outcome] = {
         "its worker process was stopped by the wall-time guard (a call the engine could not interrupt)",
         "wall_guard",
         "wall_guard",
-        "the worker's guard, on every engine (rose_sql.workers)",
+        "the worker's guard, on every engine (rose_sql.engines.workers)",
     ),
 }
 """The outcome contract: every engine maps each of its errors into one of these rows, and the decision

@@ -20,7 +20,7 @@ Known limit: SQLite checks the progress handler between virtual-machine steps, s
 built-in function cannot be interrupted. A few builtins take time out of proportion to their arguments
 (``printf('%.*c', 2000000000, 'x')`` loops two billion times; ``trim(x, y)`` is O(len(x) * len(y))), so a
 query can overrun its deadline by as long as one such call takes: the worker's wall-time guard
-(:mod:`rose_sql.workers`) stops the process then.
+(:mod:`rose_sql.engines.workers`) stops the process then.
 """
 
 from __future__ import annotations

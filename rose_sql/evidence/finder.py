@@ -18,19 +18,19 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from rose_sql.compare import Comparison
+from rose_sql.compare.comparator import Comparison
 from rose_sql.config import GUARD_MARGIN_S, Config
 from rose_sql.engines import Database
 from rose_sql.engines.base import GUARD_STOPPED
 from rose_sql.engines.spaces import Space, open_space
-from rose_sql.evidence.diff import describe
+from rose_sql.engines.workers import Watch, statement_key
+from rose_sql.evidence.distinguish import describe
 from rose_sql.evidence.features import features
 from rose_sql.evidence.findings import Evidence, SearchInfo
 from rose_sql.evidence.smells import gold_smells
 from rose_sql.evidence.witness import search
 from rose_sql.results import Execution, ResultSet
 from rose_sql.sql import has_top_level_order_by
-from rose_sql.workers import Watch, statement_key
 
 _FAILURES = (Exception,)
 """What a problem of one item's evidence may raise (a server gone away, a catalogue unreadable, a limit):

@@ -33,7 +33,7 @@ from rose_sql.config import JudgeConfig
 from rose_sql.errors import EndpointError
 from rose_sql.judges.budget import Ledger, Message
 from rose_sql.judges.llm import ChatReply, ReplySchema
-from rose_sql.judges.replies import ReplyFormat
+from rose_sql.verdicts import ReplyFormat
 
 if TYPE_CHECKING:
     from inspect_ai.model import Model

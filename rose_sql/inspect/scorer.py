@@ -39,13 +39,13 @@ from inspect_ai.solver import TaskState
 from rose_sql.__version__ import __version__
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.engines import Source
-from rose_sql.evaluate import Worker, execute_in_worker, failed_record, init_worker, judge_item, to_record
-from rose_sql.execute import Executor
+from rose_sql.engines.execute import Executor
+from rose_sql.engines.workers import Pool
 from rose_sql.inspect.judge import InspectLLM, judge_config
-from rose_sql.items import Item
+from rose_sql.items.load import Item
 from rose_sql.judges.ask import prompt_hashes
 from rose_sql.record import JudgeCall, Record
-from rose_sql.workers import Pool
+from rose_sql.run.evaluate import Worker, execute_in_worker, failed_record, init_worker, judge_item, to_record
 
 GRADER_ROLE = "grader"
 """The inspect model role the judges are taken from (inspect's convention for model-graded scorers)."""

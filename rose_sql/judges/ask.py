@@ -2,7 +2,7 @@
 
 What a judge sees is laid out here from the item's :class:`~rose_sql.judges.context.Context`, gathered
 once per item; which judge runs when is decided by the walk
-over the decision table (:func:`rose_sql.decide.walk`), which :mod:`rose_sql.evaluate` drives.
+over the decision table (:func:`rose_sql.decide.walk`), which :mod:`rose_sql.run.evaluate` drives.
 """
 
 from __future__ import annotations
@@ -17,15 +17,9 @@ from rose_sql.decide import Step
 from rose_sql.errors import BudgetExhausted, EndpointError, JudgeFailed, ReplyError
 from rose_sql.judges.context import Context, Fences
 from rose_sql.judges.llm import LLM, ChatReply, Message
-from rose_sql.judges.replies import (
-    ProverReply,
-    RefuterReply,
-    ReplyFormat,
-    parse_reply,
-    quoted_data,
-    reply_schema,
-)
+from rose_sql.judges.replies import parse_reply, quoted_data, reply_schema
 from rose_sql.record import JudgeCall as Call
+from rose_sql.verdicts import ProverReply, RefuterReply, ReplyFormat
 
 RecordStage = Literal["prover", "refuter"]
 REASK_PROBLEM_CHARS = 300

@@ -35,8 +35,8 @@ from rose_sql.errors import BudgetExhausted, EndpointError, Pending, UsageError
 from rose_sql.judges.budget import Ledger, Message, cost, prompt_tokens_bound
 from rose_sql.judges.cache import Cache
 from rose_sql.judges.llm import _FORMAT, ChatReply, ReplySchema, Request, _from_entry, _to_entry, open_client, priced
-from rose_sql.judges.replies import ReplyFormat
 from rose_sql.judges.wire import read_completion
+from rose_sql.verdicts import ReplyFormat
 
 __all__ = ["BatchLLM", "BatchOptions", "Log", "Pending", "custom_id", "for_item"]
 

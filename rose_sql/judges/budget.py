@@ -6,7 +6,7 @@ sent, the :class:`Ledger` reserves its worst case: its prompt tokens bounded fro
 the chat template's tokens) and the whole completion cap, at the model's prices. A call whose worst
 case does not fit waits for the calls in flight to settle (each gives back what it did not spend),
 and is refused with :class:`~rose_sql.errors.BudgetExhausted` once even the money actually spent
-leaves no room for it. The dry run (:mod:`rose_sql.estimate`) bounds a run the same way.
+leaves no room for it. The dry run (:mod:`rose_sql.run.estimate`) bounds a run the same way.
 """
 
 from __future__ import annotations

@@ -36,11 +36,11 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from rose_sql.compare import Comparison
+from rose_sql.compare.comparator import Comparison
 from rose_sql.config import JudgeConfig
 from rose_sql.engines import Database, TableInfo
-from rose_sql.execute import Executor
-from rose_sql.items import Item
+from rose_sql.engines.execute import Executor
+from rose_sql.items.load import Item
 from rose_sql.results import Execution
 from rose_sql.sql import strip_comments, tables_read
 

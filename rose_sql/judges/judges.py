@@ -23,12 +23,12 @@ from rose_sql.record import JudgeCall, Judged, StageVotes
 
 if TYPE_CHECKING:  # loaded when the judges are opened: a judge-free run, which only records Judged, starts faster
     from rose_sql.engines import Database
-    from rose_sql.execute import Executor
+    from rose_sql.engines.execute import Executor
     from rose_sql.judges.budget import Ledger, Message
     from rose_sql.judges.context import Case, Context, Fences, Schema
     from rose_sql.judges.llm import LLM
-    from rose_sql.judges.replies import ProverReply, RefuterReply
     from rose_sql.judges.votes import Votes
+    from rose_sql.verdicts import ProverReply, RefuterReply
 
 __all__ = ["Judged", "Judges"]
 
@@ -113,7 +113,7 @@ class Judges:
         :class:`~rose_sql.errors.Pending` go through."""
         from rose_sql.errors import BudgetExhausted, JudgeFailed
         from rose_sql.judges.ask import ask
-        from rose_sql.judges.replies import ProverReply, RefuterReply
+        from rose_sql.verdicts import ProverReply, RefuterReply
 
         llm = self.llm
         assert llm is not None, "Judges(asks=False) builds prompts only"

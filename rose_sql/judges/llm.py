@@ -38,8 +38,8 @@ from rose_sql.config import JudgeConfig
 from rose_sql.errors import EndpointError, EndpointUnreachable, UsageError
 from rose_sql.judges.budget import Ledger, Message, Price, cost, load_prices, price_of, prompt_tokens_bound
 from rose_sql.judges.cache import Cache
-from rose_sql.judges.replies import ReplyFormat
 from rose_sql.judges.wire import Completion, read_completion
+from rose_sql.verdicts import ReplyFormat
 
 if TYPE_CHECKING:
     import openai

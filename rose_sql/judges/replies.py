@@ -19,71 +19,15 @@ import bisect
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from pydantic import ValidationError
 
 from rose_sql.errors import ReplyError
-from rose_sql.reasoning import strip_reasoning
+from rose_sql.judges.reasoning import strip_reasoning
+from rose_sql.verdicts import ProverReply, RefuterReply, Reply
 
-ReplyFormat = Literal["json_schema", "text"]
-"""How a reply was asked for: with its JSON schema sent to the endpoint (``response_format``, or an option
-carrying ``$schema``), or as plain text that is parsed tolerantly."""
-
-
-def _stated(value: object) -> float | None:
-    """A confidence the reply states of its verdict: a number in [0, 1], anything else as unstated (never
-    an invalid reply: the prompts do not ask for it, and a verdict stands without it)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        return None
-    return float(value)
-
-
-Stated = Annotated[float | None, BeforeValidator(_stated)]
-
-
-class _Reply(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    confidence: Stated = Field(default=None, exclude=True)
-    """How sure the judge says it is of its verdict (0-1), when it says; the cheap-first policy escalates
-    below ``--escalate-below``. Kept out of dumps, so records and the prompts that quote a reply are
-    unchanged; the raw reply keeps it."""
-
-
-class ProverReply(_Reply):
-    """The SQL Prover's verdict on the prediction alone (it never sees the gold)."""
-
-    expected_answer: StrictStr
-    """What a correct answer to the question looks like."""
-    sql_behaviour: StrictStr
-    """What the predicted SQL actually computes."""
-    checks: dict[str, StrictStr] = Field(default_factory=dict)
-    """The checklist it filled before deciding (DISTINCT, NULLs, units, ties, ...)."""
-    reasoning: StrictStr
-    """Why the result does or does not answer the question."""
-    answers_question: StrictBool
-    """True when the prediction answers the question under a reasonable reading."""
-
-
-class RefuterReply(_Reply):
-    """The Adversarial Refuter's decision on a Prover's pass (or on a matching result)."""
-
-    reasoning: StrictStr
-    """The hard evidence for overturning, or why the prediction stands."""
-    overturn: StrictBool
-    """True: the prediction misses a requirement of the question or misuses the schema."""
-    ambiguity: Literal["none", "question", "schema"]
-    """Whether gold and prediction differ because the question or the schema admits several readings."""
-    gold_correct: StrictBool
-    """False when the gold SQL itself contradicts the question (a GoldX flag)."""
-    gold_confidence: float | None = Field(default=None, ge=0, le=1)
-    """How sure it is about ``gold_correct`` (0-1), when it says."""
-    label: StrictStr | None = None
-    """A short diagnostic label (e.g. ``missing_filter``, ``wrong_granularity``, ``harmless_format``)."""
-
-
-R = TypeVar("R", bound=_Reply)
+R = TypeVar("R", bound=Reply)
 
 
 READING = "own-text-1"
@@ -315,10 +259,10 @@ def _text(description: str) -> dict[str, Any]:
 
 
 _CONFIDENCE = {"type": ["number", "null"], "description": "How sure you are of your verdict, 0 to 1."}
-"""The stated confidence (``_Reply.confidence``): asked through the schema, so that a schema-enforced judge
+"""The stated confidence (``Reply.confidence``): asked through the schema, so that a schema-enforced judge
 states it and the cheap-first policy can escalate below ``--escalate-below`` with one sample."""
 
-_SCHEMAS: dict[type[_Reply], tuple[str, dict[str, Any]]] = {
+_SCHEMAS: dict[type[Reply], tuple[str, dict[str, Any]]] = {
     ProverReply: (
         "prover_reply",
         {
@@ -368,7 +312,7 @@ _SCHEMAS: dict[type[_Reply], tuple[str, dict[str, Any]]] = {
 }
 
 
-def reply_schema(kind: type[_Reply]) -> tuple[str, dict[str, Any]]:
+def reply_schema(kind: type[Reply]) -> tuple[str, dict[str, Any]]:
     """The name and JSON schema of a judge's reply, as ``response_format`` sends it with ``strict``.
 
     Strict structured outputs (OpenAI's, and the grammars of vLLM, SGLang, llama.cpp and Ollama) want

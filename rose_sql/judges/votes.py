@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Literal
 
 from rose_sql.config import Aggregate, JudgeConfig
 from rose_sql.decide import JudgeOutcome, Step
-from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.record import JudgeCall, StageVotes, Tier, Verdict
+from rose_sql.verdicts import ProverReply, RefuterReply
 
 if TYPE_CHECKING:
     from rose_sql.judges.llm import LLM, Message

@@ -25,20 +25,20 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import SqlLexer
 
 from rose_sql.accounting import READINGS
-from rose_sql.compare import json_value
+from rose_sql.compare.comparator import json_value
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.engines import Database, Source
+from rose_sql.engines.execute import Executor
+from rose_sql.engines.workers import Pool, Watch, limit_memory
 from rose_sql.errors import Lost
-from rose_sql.execute import Executor
 from rose_sql.judges.context import Schema
 from rose_sql.judges.judges import Judges
-from rose_sql.judges.replies import ProverReply, RefuterReply
 from rose_sql.record import ExecutionInfo, Record
 from rose_sql.results import Execution
 from rose_sql.review.settings import ReviewConfig
 from rose_sql.review.work import WorkItem
 from rose_sql.sql import tables_read
-from rose_sql.workers import Pool, Watch, limit_memory
+from rose_sql.verdicts import ProverReply, RefuterReply
 
 _FORMATTER = HtmlFormatter(nowrap=True)
 _LEXER = SqlLexer()

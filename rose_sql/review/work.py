@@ -3,7 +3,7 @@ from a ROSE-VEC-style file, and the labels of the ROSE authors' per-annotator fi
 
 Every source becomes a list of :class:`WorkItem` (the item's text and, from a run, the whole
 :class:`~rose_sql.record.Record` with its executions, evidence and judges). Loading goes through the
-public readers of the rest of the package (:func:`rose_sql.items.load_items`,
+public readers of the rest of the package (:func:`rose_sql.items.load.load_items`,
 :func:`rose_sql.analysis.runs.load_runs`), so every malformed file is refused the same way, naming
 the file and the entry.
 
@@ -24,7 +24,7 @@ from typing import Any
 from rose_sql.analysis.labels import key, parse_bool
 from rose_sql.analysis.runs import load_runs, read_table
 from rose_sql.errors import InputError, UsageError
-from rose_sql.items import Item, ItemId, load_items
+from rose_sql.items.load import Item, ItemId, load_items
 from rose_sql.record import Record
 
 

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from rose_sql.reasoning import REASONING_TAGS, strip_reasoning
+from rose_sql.judges.reasoning import REASONING_TAGS, strip_reasoning
 from rose_sql.sql import strip_comments
 
 Completion = str | Mapping[str, Any] | Sequence[Mapping[str, Any]]

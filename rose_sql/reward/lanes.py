@@ -1,5 +1,5 @@
 """Where a batch's work runs: the balanced chunks a batch is cut into, the fair queue that sends them
-to the worker processes (:mod:`rose_sql.workers`), and, inside a worker, query threads that join
+to the worker processes (:mod:`rose_sql.engines.workers`), and, inside a worker, query threads that join
 only while queries are slow."""
 
 from __future__ import annotations

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 from rose_sql.config import RewardConfig
 from rose_sql.engines import Database
+from rose_sql.engines.workers import Pool, Stats, refuse_unguarded_main
 from rose_sql.errors import Lost
 from rose_sql.reward.extract import Completion, completion_text
 from rose_sql.reward.lanes import CHUNKS_PER_PROCESS, FairQueue, balanced
 from rose_sql.reward.schedule import Reward, finish
 from rose_sql.reward.syntax import UNPARSED
 from rose_sql.reward.worker import LATE, Job, Outcome, Worker, score_chunk, start_worker
-from rose_sql.workers import Pool, Stats, refuse_unguarded_main
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class _Unit:
 class RewardScorer:
     """Scores completions against gold queries in worker processes, computing everything once.
 
-    Every query runs in one of ``processes`` worker processes (:class:`rose_sql.workers.Pool`), never
+    Every query runs in one of ``processes`` worker processes (:class:`rose_sql.engines.workers.Pool`), never
     in the caller's: a call SQLite cannot interrupt (``instr`` over megabytes) is stopped by stopping
     its worker, which is replaced, and its item is unscored ``wall_guard``; the other items are
     scored as usual. A batch goes to the workers in chunks balanced by size (``4 * processes`` at

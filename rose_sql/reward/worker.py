@@ -2,7 +2,7 @@
 scores, each computed once, with caches kept for the process's life.
 
 Every query of the reward runs here, never in the trainer's or the server's process: a call SQLite
-cannot interrupt is stopped only by stopping the process (:mod:`rose_sql.workers`), and a statement
+cannot interrupt is stopped only by stopping the process (:mod:`rose_sql.engines.workers`), and a statement
 stopped so is answered ``guard`` when its chunk is sent again, which makes its item ``wall_guard``.
 """
 
@@ -18,7 +18,8 @@ from typing import Generic, TypeVar
 
 from rose_sql.config import MAX_QUERY_THREADS, RewardConfig
 from rose_sql.engines import Database
-from rose_sql.execute import Executor
+from rose_sql.engines.execute import Executor
+from rose_sql.engines.workers import Watch, limit_memory
 from rose_sql.results import Execution, Row
 from rose_sql.reward.clauses import ParsedSQL, parse
 from rose_sql.reward.execution import RewardStatus, execution_outcome, gold_outcome
@@ -26,7 +27,6 @@ from rose_sql.reward.extract import extract_sql
 from rose_sql.reward.lanes import run_in_lanes
 from rose_sql.reward.syntax import UNPARSED, SyntaxScore, syntax_score
 from rose_sql.reward.trees import Tree, tree_edit_distance
-from rose_sql.workers import Watch, limit_memory
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from email.message import Message
 from typing import Any, Protocol
 
-from rose_sql.testing.wire import BadRequest, Reply, completion_body, error_body
+from rose_sql.testing.bodies import BadRequest, Reply, completion_body, error_body
 
 
 class _Owner(Protocol):

@@ -2,7 +2,7 @@
 
 As httpx's ``MockTransport`` takes a function from request to response, :class:`FakeLLM` takes a function
 from the call (:class:`Asked`: the messages, the reply's schema, the sample) to the scripted server's
-:class:`~rose_sql.testing.wire.Reply`, so a responder written for the server (``verdicts(text) -> Reply``)
+:class:`~rose_sql.testing.bodies.Reply`, so a responder written for the server (``verdicts(text) -> Reply``)
 serves both. A 2xx reply is the completion; any other status is the endpoint's failure (an
 :class:`~rose_sql.errors.EndpointError`, as the live client raises once its retries are spent); a handler
 may also raise. Every call is kept in :attr:`FakeLLM.asked`, in order.
@@ -20,8 +20,8 @@ from rose_sql.config import JudgeConfig
 from rose_sql.errors import EndpointError
 from rose_sql.judges.budget import Ledger, Message, cost, prompt_tokens_bound
 from rose_sql.judges.llm import ChatReply, ReplySchema, priced
-from rose_sql.judges.replies import ReplyFormat
-from rose_sql.testing.wire import Reply, estimate_tokens
+from rose_sql.testing.bodies import Reply, estimate_tokens
+from rose_sql.verdicts import ReplyFormat
 
 __all__ = ["Asked", "FakeLLM", "Handler"]
 

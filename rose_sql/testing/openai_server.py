@@ -61,7 +61,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from rose_sql.testing.batches import BatchAPI, BatchScript
-from rose_sql.testing.wire import (
+from rose_sql.testing.bodies import (
     BadRequest,
     Reply,
     all_text,

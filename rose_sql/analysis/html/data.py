@@ -6,8 +6,8 @@ from typing import Any
 
 from rose_sql.analysis.runs import Run
 from rose_sql.analysis.systems import reading as reading_of
-from rose_sql.judges.replies import ProverReply
 from rose_sql.record import JudgeCall, Record
+from rose_sql.verdicts import ProverReply
 
 OUTCOMES = {
     "both_correct": "EX ✓ ROSE ✓",

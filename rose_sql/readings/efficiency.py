@@ -28,10 +28,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-Base = Literal["off", "steps", "time", "both"]
-"""What ``rose run --efficiency`` measures: nothing, VM steps, wall time as published, or both."""
+from rose_sql.config import EfficiencyBase as Base
+
 TIME_ITERATIONS = 100
 """The published script's iterations per item (``evaluation_ves.py``: ``iterate_num=100``)."""
 TIME_FIELDS = ("time_ratio", "time_kept")

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from rose_sql.errors import UsageError
-from rose_sql.items import ItemId
+from rose_sql.items.load import ItemId
 from rose_sql.record import id_key
 
 _FORM = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rose_sql.config import Subset
 from rose_sql.errors import InputError
-from rose_sql.items import UNPREDICTED_TAIL, Item, Loaded, unpredicted_warning
+from rose_sql.items.load import UNPREDICTED_TAIL, Item, Loaded, unpredicted_warning
 
 
 def read_ids(path: Path) -> list[tuple[int, str]]:

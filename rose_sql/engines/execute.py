@@ -4,12 +4,12 @@
 asked about (:func:`rose_sql.engines.open_engine`, with the run's :attr:`~rose_sql.config.Config.limits`),
 caches executions by (the database's identity, SQL) within a bound of cells and bytes, runs a query that
 several threads ask for at once only once, and arms the worker's wall-time guard
-(:mod:`rose_sql.workers`) around each statement: a statement that overran it is answered ``guard`` when
+(:mod:`rose_sql.engines.workers`) around each statement: a statement that overran it is answered ``guard`` when
 its unit is sent again, never run twice. What a statement may do, and how each engine's failures become
 an :class:`~rose_sql.results.Execution`, is the engines' (:mod:`rose_sql.engines`).
 
 An executor made without a watch (the library's, from Python) keeps the CLI's guarantee: it runs its
-statements in a guarded worker process of its own (:class:`rose_sql.workers.Pool`, started at its first
+statements in a guarded worker process of its own (:class:`rose_sql.engines.workers.Pool`, started at its first
 statement), where an executor with that worker's watch runs them, so a call the engine cannot interrupt
 is stopped with its worker and answered ``guard``. The catalogue's reads (:meth:`Executor.describe`,
 :meth:`~Executor.fingerprint`, ...) run in the calling process. From Python, :func:`run_query` runs one
@@ -27,8 +27,8 @@ from concurrent.futures import Future
 from rose_sql.config import GUARD_MARGIN_S, Config
 from rose_sql.engines import Database, Engine, Kind, TableInfo, open_engine
 from rose_sql.engines.base import CONTRACT, GUARD_STOPPED, UNREADABLE, DbKey, Fingerprint
+from rose_sql.engines.workers import Pool, Watch, limit_memory, statement_key
 from rose_sql.results import Execution
-from rose_sql.workers import Pool, Watch, limit_memory, statement_key
 
 
 class Executor:

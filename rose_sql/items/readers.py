@@ -1,6 +1,6 @@
 """Reading untrusted input files: bounded, decoded and parsed, every failure an InputError.
 
-The loaders in :mod:`rose_sql.items` read prediction and gold files only through these functions,
+The loaders in :mod:`rose_sql.items.load` read prediction and gold files only through these functions,
 so whatever a file holds, reading it either returns plain values or raises
 :class:`~rose_sql.errors.InputError` naming the file and the line (or the JSON index and key):
 

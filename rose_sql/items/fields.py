@@ -1,7 +1,7 @@
 """The values an item takes from a parsed input file, checked one by one.
 
 Each function takes the value, the file, where the value sits (line, index or key) and the field's
-name, and returns the value an :class:`~rose_sql.items.Item` may hold, or raises
+name, and returns the value an :class:`~rose_sql.items.load.Item` may hold, or raises
 :class:`~rose_sql.errors.InputError` saying which field of which line is wrong and why. Text must be
 text (a number is not a question), ids are strings or integers, a ``db_id`` names a folder inside
 ``--db-root``, and no text but SQL may hold a NUL or a lone surrogate (records are written as UTF-8).

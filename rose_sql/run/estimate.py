@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 from rose_sql.config import Config
 from rose_sql.decide import Facts, Step, walk
 from rose_sql.engines import Source
-from rose_sql.evaluate import Executed, case_of, execute_in_worker, init_worker
-from rose_sql.execute import Executor
-from rose_sql.items import Loaded
+from rose_sql.engines.execute import Executor
+from rose_sql.engines.workers import Pool
+from rose_sql.items.load import Loaded
 from rose_sql.judges.ask import REASK_PROBLEM_CHARS, reask_messages
 from rose_sql.judges.budget import (
     Message,
@@ -37,8 +37,8 @@ from rose_sql.judges.budget import (
 )
 from rose_sql.judges.context import Context
 from rose_sql.judges.judges import Judges
-from rose_sql.judges.replies import ProverReply, RefuterReply
-from rose_sql.workers import Pool
+from rose_sql.run.evaluate import Executed, case_of, execute_in_worker, init_worker
+from rose_sql.verdicts import ProverReply, RefuterReply
 
 ASSUMED_COMPLETION_TOKENS = 800
 """Completion tokens a reply is estimated to take (reasoning models may use several times more)."""

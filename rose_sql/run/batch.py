@@ -1,7 +1,7 @@
 """``rose run --batch``: the run's judge calls sent through the Batch API, in rounds as the cascade needs them.
 
-:class:`BatchBackend` is a :class:`~rose_sql.run.Backend`. It runs the deterministic stages of every item
-first (in :class:`~rose_sql.run.Stage1`'s worker processes), then, round after round:
+:class:`BatchBackend` is a :class:`~rose_sql.run.runner.Backend`. It runs the deterministic stages of every item
+first (in :class:`~rose_sql.run.runner.Stage1`'s worker processes), then, round after round:
 
 1. polls the batches still open (a resumed run's first) and takes their replies into the LLM cache;
 2. walks each waiting item's decision table with a :class:`~rose_sql.judges.batch.BatchLLM`, whose calls
@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 from rose_sql.config import Config
 from rose_sql.engines import Source
+from rose_sql.engines.execute import Executor
 from rose_sql.errors import Pending, UsageError
-from rose_sql.evaluate import Executed, failed_record, judge_item, to_record
-from rose_sql.execute import Executor
-from rose_sql.items import Item
+from rose_sql.items.load import Item
 from rose_sql.record import Record, id_key
-from rose_sql.run import Flush, Stage1, Write, _batches
+from rose_sql.run.evaluate import Executed, failed_record, judge_item, to_record
+from rose_sql.run.runner import Flush, Stage1, Write, _batches
 from rose_sql.summary import Brief
 
 if TYPE_CHECKING:

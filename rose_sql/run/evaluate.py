@@ -10,29 +10,28 @@ and tests, and :func:`evaluate_items` the whole path, judges included.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rose_sql.checks import check_config
-from rose_sql.compare import Comparison, compare
+from rose_sql.compare.comparator import Comparison, compare
 from rose_sql.config import Config, MatchedRefuter
 from rose_sql.decide import Decision, Facts, decide
-from rose_sql.efficiency import Efficiency, measure
 from rose_sql.engines import Database, Source
+from rose_sql.engines.execute import Executor
 from rose_sql.engines.kinds import as_source
+from rose_sql.engines.workers import Pool, Watch, limit_memory
 from rose_sql.errors import EndpointUnreachable
 from rose_sql.evidence.findings import Evidence, questions_match, render
-from rose_sql.execute import Executor
-from rose_sql.items import Item
-from rose_sql.readings import Readings, bird_ex, soft_f1, ts_equal, ts_gold_sql, ts_order_matters, ts_pred_sql
+from rose_sql.items.load import Item
+from rose_sql.readings.efficiency import Efficiency
+from rose_sql.readings.formulas import Readings
+from rose_sql.readings.official import read_official
 from rose_sql.record import ComparisonInfo, ExecutionInfo, Judged, Record
-from rose_sql.results import Execution, ResultSet
-from rose_sql.sql import NO_STATEMENT, has_top_level_order_by
-from rose_sql.workers import Pool, Watch, limit_memory
+from rose_sql.results import Execution
+from rose_sql.run.checks import check_config
+from rose_sql.sql import has_top_level_order_by
 
 if TYPE_CHECKING:  # loaded when evidence or a judge is configured: a judge-free run starts faster
     from rose_sql.evidence.finder import Finder
@@ -65,7 +64,8 @@ class Executed:
     server: str | None = None
     """The engine and its version, on engines other than SQLite (None on SQLite)."""
     hardness: str | None = None
-    """The gold's official Spider hardness, where the match reading is defined (:mod:`rose_sql.spider_match`)."""
+    """The gold's official Spider hardness, where the match reading is defined
+    (:mod:`rose_sql.readings.spider_match`)."""
     efficiency: Efficiency | None = None
     """BIRD's efficiency ratios, when asked (``Config.efficiency``) and BIRD EX is defined."""
 
@@ -120,19 +120,14 @@ def execute_item(
     gold = executor.run(db, item.gold_sql, role="gold") if item.gold_sql is not None else None
     if gold is not None and gold.status in ("missing", "unreadable"):  # the item is db_missing / db_unreadable
         return Executed(item, db, True, gold, server=server)
-    em, hardness = _spider_match(item, db, executor.config.max_sql_chars)
-    if item.pred_sql is None:  # a question of the gold file without a prediction: wrong, as leaderboards count it
-        readings = replace(_no_prediction(db, gold), spider_em=em)
-        eff = _efficiency(item, db, readings, executor)
-        return Executed(item, db, True, gold, readings=readings, server=server, hardness=hardness, efficiency=eff)
-    pred = executor.run(db, item.pred_sql, role="pred")
+    pred = executor.run(db, item.pred_sql, role="pred") if item.pred_sql is not None else None
+    official = read_official(item, db, gold, pred, executor)
     comparison = None
-    if gold is not None and gold.result is not None and pred.result is not None:
+    if gold is not None and gold.result is not None and pred is not None and pred.result is not None:
         ordered = has_top_level_order_by(item.gold_sql or "")
         comparison = compare(pred.result, gold.result, ordered=ordered, digits=executor.config.float_digits)
-    readings = Readings()
-    if gold is not None and gold.ok and pred.status != "unreadable":
-        readings = official_readings(item, db, gold, pred, executor)
+    if pred is None or item.pred_sql is None:  # a question of the gold file without a prediction
+        return Executed(item, db, True, gold, server=server, **official.fields())
     evidence = None
     if finder is not None and gold is not None and gold.ok and pred.ok and item.gold_sql is not None:
         evidence = finder.gather(db, item.gold_sql, item.pred_sql, gold, pred, comparison)
@@ -141,177 +136,22 @@ def execute_item(
         from rose_sql.evidence.doubts import match_doubts
 
         found_doubts = match_doubts(item.pred_sql, item.gold_sql, gold, comparison)
-    readings = replace(readings, spider_em=em)
-    eff = _efficiency(item, db, readings, executor)
-    return Executed(item, db, True, gold, pred, comparison, readings, evidence, found_doubts, server, hardness, eff)
-
-
-def _efficiency(item: Item, db: Database, readings: Readings, executor: Executor) -> Efficiency | None:
-    """The item's efficiency ratios when asked and its BIRD EX is defined (null ratios off SQLite)."""
-    base = executor.config.efficiency
-    if base == "off" or readings.bird_ex is None or item.gold_sql is None:
-        return None
-    path = db.path if db.info.python_sqlite3 else None
-    return measure(path, item.gold_sql, item.pred_sql, readings.bird_ex == 1, base, executor.config.max_steps)
-
-
-def _spider_match(item: Item, db: Database, max_chars: int) -> tuple[int | None, str | None]:
-    """Spider's exact-set match and the gold's hardness, where Spider's ``tables.json`` is found."""
-    if db.kind != "sqlite" or item.gold_sql is None:
-        return None, None
-    from rose_sql.spider_match import for_database, spider_match
-
-    found = for_database(db.target, item.db_id)
-    if found is None:
-        return None, None
-    m = spider_match(item.pred_sql or "", item.gold_sql, *found, max_chars=max_chars)
-    return m.em, m.hardness
-
-
-def _no_prediction(db: Database, gold: Execution | None) -> Readings:
-    """The readings of a question without a prediction whose gold ran: 0, as a prediction that fails (the
-    test suite's where it runs)."""
-    if gold is None or not gold.ok:
-        return Readings()
-    if db.info.python_sqlite3:
-        n = len(ts_databases(db))
-        ts = 0 if n > 1 else None
-        return Readings(
-            bird_ex=0,
-            soft_f1=0.0,
-            spider_ex=0,
-            spider_ex_keep_distinct=0,
-            ts_ex=ts,
-            ts_ex_keep_distinct=ts,
-            ts_databases=n if n > 1 else None,
-        )
-    return Readings(bird_ex=0, soft_f1=0.0)
-
-
-def official_readings(item: Item, db: Database, gold: Execution, pred: Execution, executor: Executor) -> Readings:
-    """The official readings of an item whose gold ran, as the official scripts compute them on its engine:
-    all four where they run the engine through Python's ``sqlite3``, else BIRD EX and Soft-F1 as mini-dev's
-    script computes them on a server (the test suite's are not defined there)."""
-    if db.info.python_sqlite3:
-        return _readings(item, db, gold, pred, executor)
-    return _bird_readings(gold, pred)
-
-
-def _bird_readings(gold: Execution, pred: Execution) -> Readings:
-    """``bird_ex`` and Soft-F1 as mini-dev's script computes them on a server: the prediction and the
-    gold fetched, ``set()`` of rows compared with Python's ``==`` (a failure, or a result ``set()``
-    cannot hash, is 0)."""
-    g, p = gold.result, pred.result
-    assert g is not None
-    if p is None:
-        return Readings(bird_ex=0, soft_f1=0.0)
-    if g.truncated or p.truncated:
-        return Readings()
-    if g.unhashable or p.unhashable:
-        return Readings(bird_ex=0, soft_f1=0.0)
-    return Readings(bird_ex=bird_ex(p.rows, g.rows), soft_f1=soft_f1(p.rows, g.rows))
+    return Executed(
+        item,
+        db,
+        True,
+        gold,
+        pred,
+        comparison,
+        evidence=evidence,
+        doubts=found_doubts,
+        server=server,
+        **official.fields(),
+    )
 
 
 def _a_name(db_id: str) -> bool:
     return bool(db_id) and db_id not in (".", "..") and Path(db_id).name == db_id and "\\" not in db_id
-
-
-def _readings(item: Item, db: Database, gold: Execution, pred: Execution, executor: Executor) -> Readings:
-    g, p = gold.result, pred.result
-    assert g is not None and item.gold_sql is not None
-    if p is None and pred.status == "rejected" and pred.error in NO_STATEMENT:
-        p = ResultSet((), (), 0)  # Python's sqlite3 runs an empty or comment-only string as "no rows"
-    b: int | None
-    f1: float | None
-    if p is None:
-        b, f1 = 0, 0.0
-    elif g.truncated or p.truncated:
-        b, f1 = None, None
-    elif g.decode_errors or p.decode_errors:
-        b, f1 = 0, 0.0  # BIRD's default text decoding raises on such text: the query "fails"
-    else:
-        b, f1 = bird_ex(p.rows, g.rows), soft_f1(p.rows, g.rows)
-    one = _ts(item, db, gold, pred, executor, False)
-    same_sql = ts_gold_sql(item.gold_sql) == ts_gold_sql(item.gold_sql, keep_distinct=True) and ts_pred_sql(
-        item.pred_sql
-    ) == ts_pred_sql(item.pred_sql, keep_distinct=True)
-    one_keep = one if same_sql else _ts(item, db, gold, pred, executor, True)
-    files = ts_databases(db)
-    if len(files) < 2:  # the original alone: test-suite accuracy is not defined, its one-database reading is
-        return Readings(bird_ex=b, soft_f1=f1, spider_ex=one, spider_ex_keep_distinct=one_keep)
-    variants = [Database.file(f, db.db_id) for f in files if f != db.target]
-    ts = _on_variants(item, variants, executor, False, one)
-    keep = ts if same_sql else _on_variants(item, variants, executor, True, one_keep)
-    return Readings(
-        bird_ex=b,
-        soft_f1=f1,
-        spider_ex=one,
-        spider_ex_keep_distinct=one_keep,
-        ts_ex=ts,
-        ts_ex_keep_distinct=keep,
-        ts_databases=len(files),
-    )
-
-
-def ts_databases(db: Database) -> list[str]:
-    """The databases the test suite compares an item on: every file of the database's folder whose name
-    contains ``.sqlite`` (``exec_eval.eval_exec_match``'s rule, journal files included), sorted; only
-    for SQLite files."""
-    if not db.info.python_sqlite3:
-        return []
-    return _sqlite_files(os.path.dirname(db.target) or ".")
-
-
-@lru_cache(maxsize=4096)
-def _sqlite_files(folder: str) -> list[str]:
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return []
-    return sorted(os.path.join(folder, n) for n in names if ".sqlite" in n)
-
-
-def _on_variants(
-    item: Item, variants: Sequence[Database], executor: Executor, keep: bool, first: int | None
-) -> int | None:
-    """Test-suite accuracy from the original's reading ``first`` and the variants: 1 iff every one
-    matches; None where the gold fails on one (the official script aborts), is cut, or the column search
-    gives up, unless a database already showed a mismatch (the official loop stops at the first)."""
-    if first != 1:
-        return first
-    assert item.gold_sql is not None
-    g_sql = ts_gold_sql(item.gold_sql, keep_distinct=keep)
-    p_sql = ts_pred_sql(item.pred_sql, keep_distinct=keep)
-    for db in variants:
-        g, p = executor.run(db, g_sql, role="gold"), executor.run(db, p_sql, role="pred")
-        if g.result is None:
-            return None
-        if p.result is None:
-            return 0
-        if g.result.truncated or p.result.truncated:
-            return None
-        equal = ts_equal(g.result.rows, p.result.rows, ts_order_matters(g_sql))
-        if equal is None:
-            return None
-        if not equal:
-            return 0
-    return 1
-
-
-def _ts(item: Item, db: Database, gold: Execution, pred: Execution, executor: Executor, keep: bool) -> int | None:
-    assert item.gold_sql is not None
-    g_sql = ts_gold_sql(item.gold_sql, keep_distinct=keep)
-    p_sql = ts_pred_sql(item.pred_sql, keep_distinct=keep)
-    g = gold if g_sql == item.gold_sql else executor.run(db, g_sql, role="gold")
-    p = pred if p_sql == item.pred_sql else executor.run(db, p_sql, role="pred")
-    if g.result is None:
-        return None  # the official script aborts the whole run here
-    if p.result is None:
-        return 0
-    if g.result.truncated or p.result.truncated:
-        return None
-    equal = ts_equal(g.result.rows, p.result.rows, ts_order_matters(g_sql))
-    return None if equal is None else int(equal)
 
 
 # --------------------------------------------------------------------------- judging

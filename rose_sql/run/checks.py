@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.errors import UsageError
-from rose_sql.items import Item, Loaded
+from rose_sql.items.load import Item, Loaded
 
 
 def check_config(config: Config, items: Sequence[Item]) -> None:

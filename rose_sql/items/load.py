@@ -3,8 +3,8 @@
 Every loader returns the same thing: a list of :class:`Item` plus warnings (problems that do
 not stop the run, like BIRD prediction keys that are not ``0..N-1``). Malformed input raises
 :class:`~rose_sql.errors.InputError` naming the file and the line or key, before any item is
-evaluated: files are read through :mod:`rose_sql.readers` (size bound, encoding, strict JSON and
-CSV), and every value an item takes is checked by :mod:`rose_sql.fields` (ids are strings or
+evaluated: files are read through :mod:`rose_sql.items.readers` (size bound, encoding, strict JSON and
+CSV), and every value an item takes is checked by :mod:`rose_sql.items.fields` (ids are strings or
 integers, text is text, a ``db_id`` is a folder name). Nothing is dropped: a file with no items is an error, and empty
 predictions are kept (they score 0) and counted in a warning. A question of a gold file that a BIRD or
 SQLExam prediction file has no prediction for is an item too, without SQL (``pred_sql`` None): counted
@@ -44,10 +44,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rose_sql import fields
 from rose_sql.config import MAX_INPUT_BYTES
 from rose_sql.errors import InputError, UsageError
-from rose_sql.readers import json_lines, lines, parse_json, read_csv, read_text
+from rose_sql.items import fields
+from rose_sql.items.readers import json_lines, lines, parse_json, read_csv, read_text
 
 FORMATS = ("bird", "spider", "sqlexam", "dincsv", "generic")
 BIRD_SEPARATOR = "\t----- bird -----\t"

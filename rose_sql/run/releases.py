@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rose_sql.items import Item, Loaded
+from rose_sql.items.load import Item, Loaded
 from rose_sql.provenance import Manifest
 
 DEV = "BIRD dev_20240627"

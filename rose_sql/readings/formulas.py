@@ -17,7 +17,7 @@
 ``spider_em``
     Spider's exact-set match (test-suite-sql-eval ``evaluation.py --etype match``): 1 iff the
     prediction, parsed by the official grammar, has the gold's components (see
-    :mod:`rose_sql.spider_match`; a prediction the grammar rejects is 0). Defined where Spider's
+    :mod:`rose_sql.readings.spider_match`; a prediction the grammar rejects is 0). Defined where Spider's
     ``tables.json`` is beside the database folder (its release layout) and names the db_id.
 ``ts_ex`` / ``ts_ex_keep_distinct``
     Test-suite accuracy as defined: the same rules, and the prediction must match the gold on *every*
@@ -48,7 +48,7 @@ from typing import Any
 from sqlparse.engine import FilterStack
 from sqlparse.lexer import tokenize
 
-from rose_sql.columns import Budget, column_maps
+from rose_sql.compare.columns import Budget, column_maps
 from rose_sql.results import Row
 
 
@@ -188,7 +188,7 @@ def _quick_reject(gold: Sequence[Row], pred: Sequence[Row], ordered: bool) -> bo
 def ts_equal(gold: Sequence[Row], pred: Sequence[Row], ordered: bool, budget: Budget | None = None) -> bool | None:
     """Test-suite result equality: bags (or lists) of rows up to one column permutation.
 
-    None when the column search gave up (:mod:`rose_sql.columns`; ``budget``, by default
+    None when the column search gave up (:mod:`rose_sql.compare.columns`; ``budget``, by default
     :data:`rose_sql.config.COLUMN_WORK` units): the official search can run for hours on wide results
     whose columns look alike; we say the reading is undecided instead.
     """

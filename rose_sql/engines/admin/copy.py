@@ -509,8 +509,8 @@ def check_golds(
     path: Path, db: Database, pairs: Sequence[tuple[Any, str, str]], config: Config | None = None
 ) -> list[GoldCheck]:
     """Run each (id, SQLite gold, engine gold) on both sides and compare the results (our comparator)."""
-    from rose_sql.compare import compare
-    from rose_sql.execute import Executor
+    from rose_sql.compare.comparator import compare
+    from rose_sql.engines.execute import Executor
     from rose_sql.sql import has_top_level_order_by
 
     out = []

@@ -14,7 +14,7 @@ Where the batches run is a :class:`Backend`: this machine's worker processes by 
 cluster (:class:`rose_sql.distributed.cluster.RayBackend`, ``rose run --ray``), whose actors each run
 an :class:`Evaluator` as this process does. Either way only this process writes the records, the
 manifest and the summaries. ``shard`` (``--shard I/N``) restricts a run to a stable share of each
-file's items (:mod:`rose_sql.distributed.shard`), recorded in its manifest.
+file's items (:mod:`rose_sql.run.shard`), recorded in its manifest.
 """
 
 from __future__ import annotations
@@ -27,23 +27,12 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from rose_sql.config import Config, Subset
 from rose_sql.decide import UNSCORED
-from rose_sql.distributed.shard import Shard
 from rose_sql.engines import Source
+from rose_sql.engines.execute import Executor
+from rose_sql.engines.workers import Pool
 from rose_sql.errors import EndpointUnreachable, Lost, UsageError
-from rose_sql.evaluate import (
-    Executed,
-    Worker,
-    execute_item,
-    failed_record,
-    gather_or_stop,
-    init_worker,
-    judge_item,
-    record_for,
-    to_record,
-    unjudged_record,
-)
-from rose_sql.execute import Executor
-from rose_sql.items import Item, Loaded
+from rose_sql.items.load import Item, Loaded
+from rose_sql.items.subset import read_ids, restrict, select
 from rose_sql.provenance import (
     FileId,
     Manifest,
@@ -56,10 +45,21 @@ from rose_sql.provenance import (
     write_manifest,
 )
 from rose_sql.record import Record, RecordWriter, id_key, read_records
-from rose_sql.releases import mismatches
-from rose_sql.subset import read_ids, restrict, select
+from rose_sql.run.evaluate import (
+    Executed,
+    Worker,
+    execute_item,
+    failed_record,
+    gather_or_stop,
+    init_worker,
+    judge_item,
+    record_for,
+    to_record,
+    unjudged_record,
+)
+from rose_sql.run.releases import mismatches
+from rose_sql.run.shard import Shard
 from rose_sql.summary import Brief, Summary, summarize_briefs, write_summary
-from rose_sql.workers import Pool
 
 if TYPE_CHECKING:  # evidence and judges are loaded only when configured: a judge-free run starts faster
     from rose_sql.judges.context import Fences
@@ -109,13 +109,13 @@ def plan(
     """Decide each file's output folder, its manifest, and which of its items still need evaluating.
 
     With ``subset`` (``--limit``, ``--ids``), each file's items are first restricted to it
-    (:func:`rose_sql.subset.select`), the manifest saying so: the items outside it are not part of the run.
+    (:func:`rose_sql.items.subset.select`), the manifest saying so: the items outside it are not part of the run.
 
     With ``shard``, each file's items are restricted to that shard's share (the manifest, still of the
     whole input, says which share: ``rose merge`` checks the shards against each other).
 
     A file's items of a BIRD benchmark whose SQLite databases are of another BIRD release get a warning
-    naming both (:func:`rose_sql.releases.mismatches`; each database hashed at most once for all files).
+    naming both (:func:`rose_sql.run.releases.mismatches`; each database hashed at most once for all files).
 
     Resuming checks the earlier run's manifest (:func:`rose_sql.provenance.differences`): other inputs or
     score-changing options are refused with :class:`UsageError` naming them. Items the earlier run left
@@ -304,7 +304,7 @@ def _execute_batch(worker: Worker, batch: tuple[list[Item], Source, bool]) -> li
 
     Items of several systems with the same database, gold and prediction share one outcome: their
     executions (cached), their evidence, and without a judge their decision, which is the first one's
-    record with the item's own fields (:func:`rose_sql.evaluate.record_for`)."""
+    record with the item's own fields (:func:`rose_sql.run.evaluate.record_for`)."""
     items, db_root, final = batch
     out: list[Outcome] = []
     alike: dict[tuple[str, str | None, str | None], Executed | Record] = {}  # systems that predicted the same SQL
@@ -332,7 +332,7 @@ def _execute_batch(worker: Worker, batch: tuple[list[Item], Source, bool]) -> li
 
 
 class Stage1:
-    """Runs the deterministic stages on batches, in worker processes (see :mod:`rose_sql.workers`)."""
+    """Runs the deterministic stages on batches, in worker processes (see :mod:`rose_sql.engines.workers`)."""
 
     def __init__(self, config: Config) -> None:
         self.pool = Pool(config.workers, init_worker, config)
