@@ -4,11 +4,15 @@
 For every record whose BIRD EX is defined (its database exists, its gold ran), on SQLite:
 
 - **steps** (deterministic): gold VM steps / predicted VM steps for an item with BIRD EX 1, counted in a
-  pass of their own at progress-handler grain 1 (:func:`rose_sql.readings.efficiency.vm_steps`); 0 otherwise;
+  pass of their own at progress-handler grain 1 in the sandbox
+  (:meth:`rose_sql.engines.execute.Executor.count_steps`); 0 otherwise;
 - **timed** (``--timed``, as published): the mean of ``--iterations`` wall-time ratios (each iteration
-  runs and fetches the prediction then the gold, each on a fresh connection opened before the clock
-  starts, as mini-dev's script does), values beyond 3 sigma removed. Machine- and load-dependent:
-  printed with the load average, never used to decide.
+  runs and fetches the prediction then the gold, each on a fresh sandbox connection opened before the
+  clock starts, as mini-dev's script does: :meth:`rose_sql.engines.execute.Executor.time_pass`), values
+  beyond 3 sigma removed; an item whose pass stopped is left out. Machine- and load-dependent: printed
+  with the load average, never used to decide.
+
+Every statement runs in the sandbox's guarded worker process, as under ``rose run``.
 
 Then mini-dev's R-VES and BIRD's VES over those ratios, for ``all`` and each difficulty, each with its n.
 
@@ -28,11 +32,14 @@ from pathlib import Path
 
 from rose_sql.analysis.runs import load_run
 from rose_sql.config import Config
-from rose_sql.readings.efficiency import by_difficulty, published_ratio, r_ves, step_ratio, timed_ratios, ves, vm_steps
+from rose_sql.engines import Database
+from rose_sql.engines.execute import Executor
+from rose_sql.readings.efficiency import by_difficulty, published_ratio, r_ves, step_ratio, timed_ratios, ves
 
 
-def _timed_ratio(db: Path, gold: str, pred: str, iterations: int) -> float:
-    return published_ratio(timed_ratios(db, gold, pred, iterations))
+def _timed_ratio(ex: Executor, db: Database, gold: str, pred: str, iterations: int) -> float | None:
+    ratios, _ = timed_ratios(ex, db, gold, pred, iterations)
+    return None if ratios is None else published_ratio(ratios)
 
 
 def main() -> None:
@@ -42,7 +49,7 @@ def main() -> None:
     ap.add_argument("--timed", action="store_true", help="also the published wall-time ratio")
     ap.add_argument("--iterations", type=int, default=100)
     args = ap.parse_args()
-    bound = Config().max_steps
+    ex = Executor(Config())
     print(f"load average at start: {os.getloadavg()}", file=sys.stderr)
     for path in args.runs:
         run = load_run(path)
@@ -52,13 +59,13 @@ def main() -> None:
         for r in run.records:
             if r.readings.bird_ex is None or r.gold_sql is None or r.dialect is not None:
                 continue
-            db = args.db_root / r.db_id / f"{r.db_id}.sqlite"
+            db = Database.file(args.db_root / r.db_id / f"{r.db_id}.sqlite")
             correct = r.readings.bird_ex == 1 and r.pred_sql is not None
-            g = vm_steps(db, r.gold_sql, bound) if correct else None
-            p = vm_steps(db, r.pred_sql or "", bound) if correct else None
+            g = ex.count_steps(db, r.gold_sql).steps if correct else None
+            p = ex.count_steps(db, r.pred_sql or "").steps if correct else None
             steps.append((r.difficulty, step_ratio(g, p, correct)))
             if args.timed:
-                ratio = _timed_ratio(db, r.gold_sql, r.pred_sql or "", args.iterations) if correct else 0.0
+                ratio = _timed_ratio(ex, db, r.gold_sql, r.pred_sql or "", args.iterations) if correct else 0.0
                 timed.append((r.difficulty, ratio))
         seconds = time.monotonic() - started
         print(f"{run.name}: {len(steps)} items with BIRD EX defined, of {len(run.records)}; {seconds:.1f} s")
@@ -72,6 +79,7 @@ def main() -> None:
                     for label, (value, n, left) in by_difficulty(items, formula).items()
                 ]
                 print(f"  {base:>10} {name:>5}: " + "; ".join(cells))
+    ex.close()
     print(f"load average at end: {os.getloadavg()}", file=sys.stderr)
 
 

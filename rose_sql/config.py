@@ -612,12 +612,23 @@ class Config:
     (deterministic), ``time`` its published wall-time ratio (in fields of ``record.EXEMPT``), ``both``
     both. A recorded reading, so ``--resume`` refuses another value; the wall-time ratio never decides
     anything."""
+    efficiency_budget_s: float | None = None
+    """The wall-clock bound of one item's timed efficiency pass (``--efficiency time`` or ``both``: the
+    prediction and the gold run one after the other, 100 times), from its start; past it the execution
+    running is stopped and the item's ``efficiency.time_reason`` says so. None: ``timeout_s`` for each
+    iteration, as the published script bounds an item (``meta_time_out * iterate_num``, ``--timeout``
+    standing for its ``meta_time_out``). Each execution of the pass is bounded besides as any statement
+    is (``max_steps``, ``timeout_s``, the worker's guard). A guard: the time ratio decides nothing."""
     judge: JudgeConfig | None = None
     """The LLM judges; None runs the deterministic stages only (items then await a judge)."""
 
     def with_(self, **changes: object) -> Self:
         """A copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+    def time_pass_s(self, iterations: int) -> float:
+        """The wall-clock bound of a timed pass of ``iterations`` (:attr:`efficiency_budget_s`)."""
+        return self.efficiency_budget_s if self.efficiency_budget_s is not None else self.timeout_s * iterations
 
     @property
     def limits(self) -> Limits:

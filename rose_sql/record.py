@@ -41,7 +41,8 @@ Layout versions (``schema``):
   A witness of layout 5 or before had no grade and counted as doubt: it reads as plausible, with the
   ``plausibility`` :data:`UNGRADED`, so that replaying an old run decides as the run did. A run with
   ``--efficiency`` carries ``efficiency`` on the items whose BIRD EX is defined; written only when set, so
-  other records are unchanged and earlier readers of this layout ignore it.
+  other records are unchanged and earlier readers of this layout ignore it. Its ``steps_reason`` and
+  ``time_reason`` (why a pass gave no ratio) are written the same way, only when set.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from rose_sql.decide import DatasetLabels, DecidedBy, Decision, Unscored
 from rose_sql.errors import InputError
 from rose_sql.evidence.findings import Evidence
 from rose_sql.items.load import ItemId
-from rose_sql.readings.efficiency import TIME_FIELDS, Efficiency
+from rose_sql.readings.efficiency import REASONS, TIME_FIELDS, Efficiency
 from rose_sql.readings.formulas import Readings
 from rose_sql.results import Execution, Limit, Status
 
@@ -334,7 +335,8 @@ class Record:
         if self.efficiency is None:  # not asked: the layout as it always was
             del data["efficiency"]
         else:
-            data["efficiency"] = _plain(self.efficiency, _EFFICIENCY_FIELDS)
+            eff = {name: getattr(self.efficiency, name) for name in _EFFICIENCY_FIELDS}
+            data["efficiency"] = {k: v for k, v in eff.items() if v is not None or k not in REASONS}  # when set
         return data
 
     def to_json(self) -> str:
@@ -377,8 +379,8 @@ EXEMPT = frozenset({"seconds", "cached", "llm_calls", "cost_usd", "batch_id", *T
 at any load: timing (``seconds`` at every level), cache flags (``cached``: which executions or replies a
 cache served; ``batch_id``: which Batch API batch answered), and this run's own counters of calls made
 and their cost (``llm_calls``, and the record's ``cost_usd``), and the published wall-time efficiency ratio
-(``efficiency.time_ratio``, ``time_kept``: ``rose run --efficiency time``). Everything else is the same, for a given
-SQLite version."""
+(``efficiency.time_ratio``, ``time_kept``, and ``time_reason`` when its pass stopped: ``rose run --efficiency
+time``). Everything else is the same, for a given SQLite version."""
 
 
 def comparable(record: Record) -> dict[str, Any]:

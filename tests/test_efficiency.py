@@ -7,6 +7,7 @@ import json
 import math
 import random
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,9 @@ from conftest import make_record
 from rose_sql.cli import main
 from rose_sql.config import Config
 from rose_sql.engines import Database
+from rose_sql.engines.base import Counted, Timed
+from rose_sql.engines.execute import Executor
+from rose_sql.engines.workers import Watch
 from rose_sql.items.load import Item
 from rose_sql.readings.efficiency import (
     Efficiency,
@@ -29,7 +33,6 @@ from rose_sql.readings.efficiency import (
     reward,
     step_ratio,
     ves,
-    vm_steps,
 )
 from rose_sql.readings.formulas import Readings
 from rose_sql.readings.official import _efficiency
@@ -37,6 +40,12 @@ from rose_sql.record import EXEMPT, Record, comparable, read_records
 from rose_sql.summary import Brief, efficiency_table
 
 BOUND = 10**8
+
+
+def vm_steps(db: Path, sql: str, max_steps: int) -> int | None:
+    """The count of the sandbox's exact pass, in this process (a no-op watch)."""
+    with Executor(Config(max_steps=max_steps), watch=Watch()) as ex:
+        return ex.count_steps(Database.file(db), sql).steps
 
 
 @pytest.mark.parametrize(
@@ -227,7 +236,7 @@ def test_off_sqlite_the_ratios_are_null(tmp_path: Path) -> None:
     eff = _efficiency(item, db, Readings(bird_ex=1), _Server())  # type: ignore[arg-type]
     assert eff == Efficiency(None, base="both")
     assert _efficiency(item, Database.file(tmp_path / "t.sqlite"), Readings(), _Server()) is None  # type: ignore[arg-type]
-    assert measure(None, "SELECT 1", "SELECT 1", True, "steps", BOUND) == Efficiency(None, base="steps")
+    assert measure(_Server(), db, "SELECT 1", "SELECT 1", True, "steps") == Efficiency(None, base="steps")  # type: ignore[arg-type]
     record = make_record(
         {"id": 1, "db_id": "t", "score": None, "readings": {"bird_ex": 1}, "dialect": "duckdb", "server": "DuckDB 1",
          "efficiency": {"steps_ratio": None, "base": "both"}, "difficulty": "simple"}
@@ -246,3 +255,140 @@ def test_resume_refuses_another_efficiency(tmp_path: Path) -> None:
     args = ["run", str(items), "--db-root", str(dbs), "--out", str(tmp_path / "o"), "--workers", "1", "--resume"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code != 0 and "option efficiency differs ('steps' then, 'off' now)" in result.output
+
+
+# --------------------------------------------------------------------------- the passes run in the sandbox
+
+RUNAWAY_AT = 20
+"""The timed execution of the prediction that runs away (the run's own execution of it comes first)."""
+PRED = (
+    "SELECT v FROM t WHERE id = 3 AND (WITH RECURSIVE c(n) AS (SELECT random() UNION ALL SELECT n FROM c "
+    f"WHERE n = {RUNAWAY_AT + 1}) SELECT count(*) FROM c) > 0"
+)
+"""A correct prediction whose cost depends on ``random()``, called once per execution: when it draws
+``RUNAWAY_AT + 1``, its recursive CTE never ends."""
+
+
+def _scripted_random(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every connection the sandbox opens in this process (and in the workers forked from it) gets a
+    ``random()`` that counts its calls in the process: 1, 2, 3, ... So the run's execution of ``PRED``
+    draws 1 and its timed executions 2, 3, ...: the ``RUNAWAY_AT``-th runs away."""
+    from rose_sql.engines import sqlite as sqlite_engine
+    from rose_sql.engines import workers as workers_module
+
+    real = sqlite_engine.connect_read_only
+    calls = [0]
+
+    def draw() -> int:
+        calls[0] += 1
+        return calls[0]
+
+    def scripted(path: Path, **kwargs: Any) -> sqlite3.Connection:
+        conn = real(path, **kwargs)
+        conn.create_function("random", 0, draw)
+        return conn
+
+    monkeypatch.setattr(sqlite_engine, "connect_read_only", scripted)
+    monkeypatch.setattr(workers_module, "can_fork", lambda: True)  # the workers inherit the scripted random()
+
+
+def test_a_prediction_that_runs_away_on_its_20th_timed_execution_ends_with_a_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timed pass runs in the worker's sandbox: its 20th execution of the prediction is stopped by the
+    wall clock of one statement (``--timeout 1``), the pass stops there, and the record says where and why;
+    the item's other readings and its score stand."""
+    _scripted_random(monkeypatch)
+    (tmp_path / "dbs" / "t").mkdir(parents=True)
+    _db(tmp_path / "dbs" / "t" / "t.sqlite", 100)
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": 1, "db_id": "t", "gold_sql": "SELECT v FROM t WHERE id = 3", "pred_sql": PRED}))
+    started = time.monotonic()
+    (record,), summary, _ = _rose_run(items, tmp_path / "dbs", tmp_path / "o", "--efficiency", "time", "--timeout", "1")
+    seconds = time.monotonic() - started
+    assert seconds < 30  # one statement's wall clock, not a pass that never ends (the guard: 1 s + 5 s)
+    e = record.efficiency
+    assert e is not None and (e.time_ratio, e.time_kept, e.steps_ratio) == (None, None, None)
+    assert e.time_reason == (
+        f"iteration {RUNAWAY_AT} of 100, the prediction: stopped by the wall-time guard after 1 s (--timeout), "
+        "before its step budget"
+    )
+    assert record.readings.bird_ex == 1 and record.pred.status == "ok"
+    (plain,), _, _ = _rose_run(items, tmp_path / "dbs", tmp_path / "plain", "--timeout", "1")
+    assert (record.readings, record.score, record.unscored_reason) == (
+        plain.readings,
+        plain.score,
+        plain.unscored_reason,
+    )
+    assert record.to_dict()["efficiency"]["time_reason"] == e.time_reason
+    assert "time_reason" in EXEMPT and "steps_reason" not in record.to_dict()["efficiency"]
+    assert summary["efficiency"]["time"]["all"]["left_out"] == {"no_count": 1}
+
+
+class _Recording(Watch):
+    """A watch that records what it was armed with (and answers the statements ``poisoned`` names)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed: list[tuple[bytes, float]] = []
+
+    def arm(self, key: bytes, seconds: float) -> None:
+        self.armed.append((key, seconds))
+
+
+ENDLESS = "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT count(*) FROM c"
+
+
+def test_the_timed_pass_is_bounded_as_a_whole_and_guarded_execution_by_execution(tmp_path: Path) -> None:
+    """Each execution arms the worker's guard for at most what is left of the pass's bound (plus the
+    guard's margin), and an execution still running at the bound is stopped there: the pass says so."""
+    from rose_sql.config import GUARD_MARGIN_S
+
+    db = Database.file(_db(tmp_path / "t.sqlite", 100))
+    watch = _Recording()
+    config = Config(timeout_s=60, efficiency_budget_s=0.3)
+    with Executor(config, watch=watch) as ex:
+        done = ex.time_pass(db, ("SELECT v FROM t WHERE id = 3", ENDLESS), 100)
+    assert (done.times, done.at) == ((), (1, 1))
+    assert done.error == "the timed pass ran past its bound of 0.3 s"
+    assert len(watch.armed) == 2 and len({key for key, _ in watch.armed}) == 1  # one key: the pass's
+    assert all(seconds <= 0.3 + GUARD_MARGIN_S for _, seconds in watch.armed)
+    assert Config(timeout_s=2).time_pass_s(100) == 200  # by default: --timeout per iteration, as published
+    with Executor(Config(max_steps=100_000), watch=Watch()) as ex:  # an execution's own step budget
+        done = ex.time_pass(db, ("SELECT v FROM t WHERE id = 3", ENDLESS), 100)
+    assert done.at == (1, 1) and done.error == "stopped after 100,000 steps (the --max-steps budget)"
+
+
+def test_a_pass_its_guard_stopped_is_answered_never_run_again(tmp_path: Path) -> None:
+    """The worker's guard stops a worker whose call SQLite cannot interrupt and sends its unit again with
+    the statement's key poisoned: the timed pass, the count and the catalogue read are then answered with
+    why, without running."""
+    from rose_sql.engines.base import GUARD_STOPPED
+
+    db = Database.file(_db(tmp_path / "t.sqlite", 10))
+    watch = _Recording()
+    statements = ("SELECT v FROM t WHERE id = 3", "SELECT v FROM t")
+    with Executor(Config(), watch=watch) as ex:
+        assert len(ex.time_pass(db, statements, 3).times) == 3
+        assert ex.count_steps(db, statements[0]).steps is not None
+        assert ex.catalogue(db) == (("t", ("id", "v")),)
+    keys = [key for key, _ in watch.armed]
+    assert len(set(keys)) == 3  # the pass, the count, the catalogue: each its own key
+    watch.poisoned = frozenset(keys)
+    watch.armed.clear()
+    with Executor(Config(), watch=watch) as ex:
+        assert ex.time_pass(db, statements, 3) == Timed((), GUARD_STOPPED)
+        assert ex.count_steps(db, statements[0]) == Counted(None, GUARD_STOPPED)
+        assert ex.catalogue(db) is None
+    assert watch.armed == []  # nothing ran
+
+
+def test_the_passes_use_the_sandbox_connection(tmp_path: Path) -> None:
+    """What the sandbox refuses, the passes refuse: a write is not authorized there either."""
+    db = Database.file(_db(tmp_path / "t.sqlite", 10))
+    with Executor(Config(), watch=Watch()) as ex:
+        counted = ex.count_steps(db, "DELETE FROM t")
+        timed = ex.time_pass(db, ("DELETE FROM t",), 1)
+    assert counted.steps is None and counted.error is not None and "not authorized" in counted.error
+    assert timed.at == (1, 0) and timed.error is not None and "not authorized" in timed.error
+    assert sqlite3.connect(db.path).execute("SELECT count(*) FROM t").fetchone() == (10,)

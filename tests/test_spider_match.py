@@ -19,6 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rose_sql.config import Config
+from rose_sql.engines import Database
+from rose_sql.engines.execute import Executor
+from rose_sql.engines.workers import Watch
 from rose_sql.items.load import load_items
 from rose_sql.readings.spider_match import (
     _NON_WORD,
@@ -39,7 +43,11 @@ EXPECTED = sorted((Path(__file__).parent / "data" / "official" / "spider-match")
 
 @cache
 def _schema(path: str) -> Schema:
-    return Schema.from_sqlite(path)
+    """The schema as a run reads it: the catalogue through the sandbox (here in this process)."""
+    with Executor(Config(), watch=Watch()) as ex:
+        catalogue = ex.catalogue(Database.file(path))
+    assert catalogue is not None, path
+    return Schema.of(catalogue)
 
 
 def test_expected_files_present() -> None:
@@ -76,7 +84,7 @@ def test_hardness_and_em_equal_the_official_script_on_every_item(path: Path, sha
 @pytest.fixture(scope="module")
 def concert(shared: Path) -> tuple[Schema, dict[str, str]]:
     db = shared / "spider" / "database" / "concert_singer" / "concert_singer.sqlite"
-    return Schema.from_sqlite(db), foreign_key_maps(shared / "spider" / "tables.json")["concert_singer"]
+    return _schema(str(db)), foreign_key_maps(shared / "spider" / "tables.json")["concert_singer"]
 
 
 REJECTED = [
@@ -313,6 +321,61 @@ def test_no_match_reading_outside_spiders_layout(tmp_path: Path) -> None:
     db = tmp_path / "spider" / "database" / "shop" / "shop.sqlite"
     db.parent.mkdir(parents=True)
     sqlite3.connect(db).execute("CREATE TABLE t (a)").connection.close()
-    assert for_database(db, "shop") is None  # no tables.json beside the database folder
+    asked: list[str] = []
+
+    def catalogue() -> tuple[tuple[str, tuple[str, ...]], ...]:
+        asked.append("catalogue")
+        return (("t", ("a",)),)
+
+    assert for_database(db, "shop", catalogue) is None  # no tables.json beside the database folder
     (tmp_path / "spider" / "tables.json").write_text("[]")
-    assert for_database(db, "shop") is None  # one that does not name the db_id
+    assert for_database(db, "shop", catalogue) is None  # one that does not name the db_id
+    assert asked == []  # the database is not read outside Spider's layout
+    tables = [{"db_id": "shop", "table_names_original": ["t"], "column_names_original": [[-1, "*"], [0, "a"]],
+               "foreign_keys": []}]  # fmt: skip
+    (tmp_path / "spider" / "tables.json").write_text(json.dumps(tables))
+    from rose_sql.readings.spider_match import _fk_maps_at
+
+    _fk_maps_at.cache_clear()
+    found = for_database(db, "shop", catalogue)
+    assert found is not None and dict(found[0].tables) == {"t": ("a",)} and asked == ["catalogue"]
+    assert for_database(db, "shop", lambda: None) is None  # a catalogue that cannot be read: no reading
+
+
+def _get_schema(path: Path) -> dict[str, list[str]]:
+    """The statements of the official ``process_sql.get_schema``, as it runs them (the name left unquoted
+    there; quoted here, as the module docstring says)."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        tables = [str(t[0].lower()) for t in conn.execute("SELECT name FROM sqlite_master WHERE type='table';")]
+        quoted = {t: '"' + t.replace('"', '""') + '"' for t in tables}
+        return {t: [str(c[1].lower()) for c in conn.execute(f"PRAGMA table_info({quoted[t]})")] for t in tables}
+    finally:
+        conn.close()
+
+
+def test_the_schema_read_through_the_sandbox_is_the_official_scripts(make_db: Any) -> None:
+    """Every ``type='table'`` row, SQLite's own ``sqlite_sequence`` too, in the catalogue's order; names
+    lower-cased by Python, then looked up by SQLite, which folds ASCII letters only: ``Ärzte`` lower-cased
+    is ``ärzte``, which names no table there (no columns), and ``Œuvre`` finds ``œuvre``'s columns."""
+    db = make_db(
+        "CREATE TABLE Zeta (Id INTEGER PRIMARY KEY AUTOINCREMENT, Name TEXT);"
+        'CREATE TABLE "Ärzte" (A INT);'
+        'CREATE TABLE "Œuvre" (B INT);'
+        'CREATE TABLE "œuvre" (C INT, D INT);'
+        'CREATE TABLE "we""ird" (E INT);'
+        "CREATE VIEW v AS SELECT 1;"
+        "INSERT INTO Zeta (Name) VALUES ('x');"
+    )
+    with Executor(Config(), watch=Watch()) as ex:
+        catalogue = ex.catalogue(Database.file(db))
+    assert catalogue is not None
+    assert [name for name, _ in catalogue] == ["Zeta", "sqlite_sequence", "Ärzte", "Œuvre", "œuvre", 'we"ird']
+    schema = Schema.of(catalogue)
+    official = _get_schema(db)
+    assert {t: list(c) for t, c in schema.tables.items()} == official
+    assert list(schema.tables) == list(official)  # the same order
+    assert schema.tables["ärzte"] == () and schema.tables["œuvre"] == ("c", "d")
+    assert Schema.of(catalogue) is schema  # one Schema per catalogue: the parser's lookups stay cached

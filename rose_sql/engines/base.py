@@ -328,6 +328,71 @@ class Engine(Protocol):
         ...
 
 
+Catalogue = tuple[tuple[str, tuple[str, ...]], ...]
+"""Every table a database's catalogue holds, the engine's own included, with its columns' names, in the
+catalogue's order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """A statement's virtual-machine steps, counted exactly, or why there is no count."""
+
+    steps: int | None
+    """The steps of executing the statement and stepping through every row (None: no count)."""
+    error: str | None = None
+    """Why there is no count: the statement failed, passed the step budget, or a wall clock stopped it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """One timed execution, as BIRD's ``evaluation_ves.py`` times it."""
+
+    seconds: float
+    """Running the statement, fetching its rows and closing its connection (the opening is not timed)."""
+    failure: Execution | None = None
+    """How it ended when it did not run to its end (its seconds then mean nothing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timed:
+    """A timed pass: statements run one after the other, again and again, each execution timed."""
+
+    times: tuple[tuple[float, ...], ...]
+    """Each finished iteration's seconds, one per statement in the order given."""
+    error: str | None = None
+    """Why the pass stopped before its iterations were done (None: they were)."""
+    at: tuple[int, int] | None = None
+    """Where it stopped: the iteration (from 1) and the index of the statement (None: before any ran)."""
+
+
+class Scripted(Engine, Protocol):
+    """What the official scripts do with a database besides running a statement, offered by the engines
+    they read through Python's ``sqlite3`` (:attr:`KindInfo.python_sqlite3
+    <rose_sql.engines.kinds.KindInfo.python_sqlite3>`): Spider's reading of the schema, and BIRD's
+    efficiency passes. Each is bounded as any statement is (a step budget, the wall clock of
+    ``Limits.timeout_s``, a read-only connection), and :class:`rose_sql.engines.execute.Executor` runs it
+    under the worker's wall-time guard."""
+
+    def catalogue(self, db: Database) -> Catalogue | None:
+        """Every table of the catalogue (its own too: SQLite's ``sqlite_sequence``), in the catalogue's
+        order, with its columns' names: what Spider's ``get_schema`` reads. None when it cannot be read
+        within ``Limits.schema_steps`` and the wall clock."""
+        ...
+
+    def count_steps(self, db: Database, sql: str) -> Counted:
+        """The virtual-machine steps executing ``sql`` and stepping through every row take, counted one by
+        one on a connection of its own (opened afresh, as the count includes reading the schema), within
+        the step budget and the wall clock of one statement; no row is kept."""
+        ...
+
+    def timed(self, db: Database, sql: str, until: float) -> Timing:
+        """One execution of ``sql`` timed as BIRD's ``evaluation_ves.py`` times it: a connection opened
+        before the clock starts; running it, fetching its rows and closing the connection timed. The
+        connection is the sandbox's own (read-only, the authorizer, the step budget, the row and byte caps,
+        the wall clock of one statement, and ``until``: a ``time.monotonic()`` past which it is stopped)."""
+        ...
+
+
 # --------------------------------------------------------------------------- the function policy
 
 

@@ -11,24 +11,49 @@ an :class:`~rose_sql.results.Execution`, is the engines' (:mod:`rose_sql.engines
 An executor made without a watch (the library's, from Python) keeps the CLI's guarantee: it runs its
 statements in a guarded worker process of its own (:class:`rose_sql.engines.workers.Pool`, started at its first
 statement), where an executor with that worker's watch runs them, so a call the engine cannot interrupt
-is stopped with its worker and answered ``guard``. The catalogue's reads (:meth:`Executor.describe`,
-:meth:`~Executor.fingerprint`, ...) run in the calling process. From Python, :func:`run_query` runs one
-statement in a fresh sandbox, guarded alike.
+is stopped with its worker and answered ``guard``. The catalogue's reads for the judges and the manifest
+(:meth:`Executor.describe`, :meth:`~Executor.fingerprint`, ...) run in the calling process. From Python,
+:func:`run_query` runs one statement in a fresh sandbox, guarded alike.
+
+What the official scripts do with an item's database besides running a statement runs here too, in the
+worker, under the same guard, on the engines that offer it (:class:`~rose_sql.engines.base.Scripted`:
+those the scripts read through Python's ``sqlite3``): Spider's reading of the schema
+(:meth:`Executor.catalogue`), and BIRD's efficiency passes, the exact count of a statement's steps
+(:meth:`~Executor.count_steps`) and the published timed pass (:meth:`~Executor.time_pass`), whose
+executions are each bounded as any statement is and whose whole is bounded by
+:meth:`~rose_sql.config.Config.time_pass_s`. No statement of an item runs on a connection opened anywhere
+else.
 """
 
 from __future__ import annotations
 
 import pickle
 import threading
+import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import Future
+from typing import Any, cast
 
 from rose_sql.config import GUARD_MARGIN_S, Config
 from rose_sql.engines import Database, Engine, Kind, TableInfo, open_engine
-from rose_sql.engines.base import CONTRACT, GUARD_STOPPED, UNREADABLE, DbKey, Fingerprint
+from rose_sql.engines.base import (
+    CONTRACT,
+    GUARD_STOPPED,
+    UNREADABLE,
+    Catalogue,
+    Counted,
+    DbKey,
+    Fingerprint,
+    Scripted,
+    Timed,
+)
 from rose_sql.engines.workers import Pool, Watch, limit_memory, statement_key
 from rose_sql.results import Execution
+
+_CATALOGUES = 256
+"""Catalogues an executor keeps (by the database's identity), least recently read dropped beyond it."""
 
 
 class Executor:
@@ -57,6 +82,7 @@ class Executor:
         self._cache_bytes = 0
         self._inflight: dict[tuple[DbKey, str], Future[Execution]] = {}
         self._engines: dict[Kind, Engine] = {}
+        self._catalogues: OrderedDict[DbKey, Catalogue | None] = OrderedDict()
         self.executed = 0
         """Number of executions that actually ran (cache misses)."""
 
@@ -68,7 +94,7 @@ class Executor:
         Guarded (no watch given): a statement whose worker kept dying raises
         :class:`~rose_sql.errors.Lost`, as ``rose run`` reports its items."""
         if self.guarded:
-            return self._run_guarded(db, sql, role)
+            return cast("Execution", self._in_worker("run", db, sql, role=role))
         engine = self.engine(db.kind)
         try:
             dbk = engine.identity(db)
@@ -100,6 +126,100 @@ class Executor:
             self._inflight.pop(key, None)
         fut.set_result(execution)
         return execution
+
+    def catalogue(self, db: Database) -> Catalogue | None:
+        """Every table of ``db``'s catalogue with its columns' names, as Spider's ``get_schema`` reads them
+        (:meth:`Scripted.catalogue <rose_sql.engines.base.Scripted.catalogue>`), read in the worker under
+        its guard and kept by the database's identity; None when it cannot be read."""
+        if self.guarded:
+            return cast("Catalogue | None", self._in_worker("catalogue", db))
+        engine = self._scripted(db)
+        try:
+            dbk = engine.identity(db)
+        except OSError:
+            return None
+        with self._lock:
+            if dbk in self._catalogues:
+                self._catalogues.move_to_end(dbk)
+                return self._catalogues[dbk]
+        key = statement_key("catalogue", dbk[0])
+        if key in self.watch.poisoned:
+            return None
+        self.watch.arm(key, engine.guard_s + GUARD_MARGIN_S)
+        try:
+            found = engine.catalogue(db)
+        finally:
+            self.watch.disarm()
+        with self._lock:
+            self._catalogues[dbk] = found
+            while len(self._catalogues) > _CATALOGUES:
+                self._catalogues.popitem(last=False)
+        return found
+
+    def count_steps(self, db: Database, sql: str) -> Counted:
+        """The exact virtual-machine steps of ``sql`` on ``db`` (:meth:`Scripted.count_steps
+        <rose_sql.engines.base.Scripted.count_steps>`: the step budget and wall clock of one statement), in
+        the worker under its guard; a count its guard stopped is answered with why when its unit is sent
+        again, never run twice."""
+        if self.guarded:
+            return cast("Counted", self._in_worker("count_steps", db, sql))
+        engine = self._scripted(db)
+        try:
+            dbk = engine.identity(db)
+        except OSError as e:
+            return Counted(None, f"{UNREADABLE}: {e.strerror or e}")
+        key = statement_key("steps", dbk[0], sql)
+        if key in self.watch.poisoned:
+            return Counted(None, GUARD_STOPPED)
+        self.watch.arm(key, engine.guard_s + GUARD_MARGIN_S)
+        try:
+            return engine.count_steps(db, sql)
+        finally:
+            self.watch.disarm()
+
+    def time_pass(self, db: Database, statements: Sequence[str], iterations: int) -> Timed:
+        """BIRD's timed pass (``evaluation_ves.py``): ``iterations`` times, each statement in turn, each
+        execution timed on a connection of its own (:meth:`Scripted.timed
+        <rose_sql.engines.base.Scripted.timed>`), in the worker.
+
+        Each execution is bounded as any statement is (the step budget, the row and byte caps, the wall
+        clock of ``--timeout``, the worker's guard armed for it), and the pass as a whole by
+        :meth:`Config.time_pass_s <rose_sql.config.Config.time_pass_s>` from its start: past it, the
+        execution running is stopped, and the pass with it. The first execution that does not run to its
+        end stops the pass: what ran is kept, with why and where it stopped. A pass whose worker the guard
+        stopped is answered with why when its unit is sent again, never run twice."""
+        if self.guarded:
+            return cast("Timed", self._in_worker("time_pass", db, tuple(statements), iterations))
+        engine = self._scripted(db)
+        try:
+            dbk = engine.identity(db)
+        except OSError as e:
+            return Timed((), f"{UNREADABLE}: {e.strerror or e}")
+        key = statement_key("time", dbk[0], *statements)
+        if key in self.watch.poisoned:
+            return Timed((), GUARD_STOPPED)
+        budget = self.config.time_pass_s(iterations)
+        deadline = time.monotonic() + budget
+        past = f"the timed pass ran past its bound of {budget:g} s"
+        times: list[tuple[float, ...]] = []
+        try:
+            for i in range(1, iterations + 1):
+                row: list[float] = []
+                for j, sql in enumerate(statements):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return Timed(tuple(times), past, (i, j))
+                    self.watch.arm(key, min(engine.guard_s, left) + GUARD_MARGIN_S)
+                    timing = engine.timed(db, sql, deadline)
+                    failure = timing.failure
+                    if failure is not None:
+                        bound = failure.limit == "wall" and time.monotonic() >= deadline  # the pass's, not its own
+                        return Timed(tuple(times), past if bound else failure.error or failure.status, (i, j))
+                    row.append(timing.seconds)
+                times.append(tuple(row))
+        finally:
+            self.watch.disarm()
+        return Timed(tuple(times))
 
     def engine(self, kind: Kind) -> Engine:
         """This executor's engine of ``kind`` (made on first use, with this executor's limits)."""
@@ -153,18 +273,26 @@ class Executor:
 
     # ------------------------------------------------------------------ internals
 
-    def _run_guarded(self, db: Database, sql: str, role: str) -> Execution:
+    def _in_worker(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """This executor's ``method`` called in its guarded worker process (started at the first call)."""
         with self._lock:
             if self._pool is None:
                 self._pool = Pool(1, _sandbox, self.config)
                 weakref.finalize(self, self._pool.close, now=True)  # an executor never closed: at its end
             pool = self._pool
-        ((out, ran),) = pool.submit(_run_in_worker, [(db, sql, role)]).result()
-        if isinstance(out, BaseException):  # raised in the worker: raised here, as an unguarded run would
+        ((out, ran),) = pool.submit(_call_in_worker, [(method, args, kwargs)]).result()
+        if isinstance(out, BaseException):  # raised in the worker: raised here, as an unguarded call would
             raise out
         with self._lock:
             self.executed += ran
         return out
+
+    def _scripted(self, db: Database) -> Scripted:
+        """The engine of ``db``, which must be one that offers what the official scripts do
+        (:attr:`KindInfo.python_sqlite3 <rose_sql.engines.kinds.KindInfo.python_sqlite3>`)."""
+        if not db.info.python_sqlite3:
+            raise ValueError(f"{db.info.name} offers no reading of the official SQLite scripts")
+        return cast("Scripted", self.engine(db.kind))
 
     def _execute(self, engine: Engine, db: Database, dbk: DbKey, sql: str, role: str) -> tuple[Execution, int]:
         key = statement_key(dbk[0], sql)
@@ -204,12 +332,12 @@ def _sandbox(config: Config, watch: Watch) -> Executor:
     return Executor(config, watch=watch)
 
 
-def _run_in_worker(ex: Executor, job: tuple[Database, str, str]) -> tuple[Execution | Exception, int]:
-    """One statement of a guarded executor, in its worker: the execution (or what it raised), and whether it ran."""
-    db, sql, role = job
+def _call_in_worker(ex: Executor, job: tuple[str, tuple[Any, ...], dict[str, Any]]) -> tuple[Any, int]:
+    """One call of a guarded executor, in its worker: what it returned (or raised), and the statements it ran."""
+    method, args, kwargs = job
     before = ex.executed
     try:
-        return ex.run(db, sql, role=role), ex.executed - before
+        return getattr(ex, method)(*args, **kwargs), ex.executed - before
     except Exception as e:  # raised again in the caller, its type kept where it crosses processes
         try:
             pickle.loads(pickle.dumps(e))

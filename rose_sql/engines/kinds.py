@@ -55,7 +55,9 @@ class KindInfo:
     folder of ``<db_id><suffix>`` files (SQLite's folders are laid out as BIRD and Spider ship them)."""
     python_sqlite3: bool = False
     """The official scripts run it through Python's ``sqlite3`` (Spider's test suite, BIRD's SQLite script):
-    their readings and quirks apply (an empty statement returns no rows, text that is not UTF-8 fails)."""
+    their readings and quirks apply (an empty statement returns no rows, text that is not UTF-8 fails), and
+    its engine does what those scripts do besides running a statement (:class:`~rose_sql.engines.base.Scripted`:
+    Spider's reading of the schema, BIRD's efficiency passes, in the sandbox like any statement)."""
 
     @property
     def files(self) -> bool:

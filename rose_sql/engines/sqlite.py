@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import csv
+import math
 import os
 import shutil
 import sqlite3
@@ -41,13 +42,18 @@ from typing import Any, Literal
 
 from rose_sql.engines.base import (
     CELL_BYTES,
+    Catalogue,
     Classified,
     ColumnInfo,
+    Counted,
     DbKey,
+    Failure,
     Fingerprint,
     Pooled,
     TableInfo,
+    Timing,
     examples,
+    failed,
     file_fingerprint,
 )
 from rose_sql.engines.kinds import Database, Kind
@@ -345,17 +351,17 @@ class SQLite(Pooled[_Conn]):
 
     # ------------------------------------------------------------------ a statement
 
-    def _statement(self, conn: _Conn, sql: str) -> tuple[ResultSet, int, str | None]:
-        start = time.monotonic()
+    def _statement(self, conn: _Conn, sql: str, until: float = math.inf) -> tuple[ResultSet, int, str | None]:
+        deadline = min(time.monotonic() + self.limits.timeout_s, until)
         try:
             try:
-                result, nbytes = self._fetch(conn, sql, start)
+                result, nbytes = self._fetch(conn, sql, deadline)
             except sqlite3.OperationalError as e:
                 if not str(e).startswith(_NOT_UTF8):
                     raise
                 conn.conn.text_factory = conn._text  # again, decoding what can be decoded, with a flag
                 try:
-                    result, nbytes = self._fetch(conn, sql, start)
+                    result, nbytes = self._fetch(conn, sql, deadline)
                 finally:
                     conn.conn.text_factory = str
         except sqlite3.OperationalError as e:
@@ -366,9 +372,9 @@ class SQLite(Pooled[_Conn]):
             raise _Stopped(Classified("wall", "the rows past the cap were still being counted"))
         return result, nbytes, None
 
-    def _fetch(self, c: _Conn, sql: str, start: float) -> tuple[ResultSet, int]:
+    def _fetch(self, c: _Conn, sql: str, deadline: float) -> tuple[ResultSet, int]:
         limits = self.limits
-        c.limit(limits.max_steps, start + limits.timeout_s)
+        c.limit(limits.max_steps, deadline)
         c.decode_errors = False
         c.auth.begin()
         cur = c.conn.execute(sql)
@@ -435,6 +441,87 @@ class SQLite(Pooled[_Conn]):
 
     def _version(self, conn: _Conn) -> str:
         return f"SQLite {sqlite3.sqlite_version}"
+
+    # ------------------------------------------------------------------ what the official scripts do besides
+
+    def catalogue(self, db: Database) -> Catalogue | None:
+        """Every ``type = 'table'`` row of ``sqlite_master`` (SQLite's own tables too), in the order a scan
+        gives them, with its columns by ``PRAGMA table_info``: the statements Spider's ``get_schema`` runs,
+        on a read-only connection, within ``Limits.schema_steps`` and the wall clock of one statement."""
+        left = [self.limits.schema_steps // STEP_GRAIN]
+        deadline = time.monotonic() + self.limits.timeout_s
+        try:
+            conn = connect_read_only(db.path)
+        except (OSError, sqlite3.Error):
+            return None
+        conn.set_progress_handler(lambda: _spend(left) or time.monotonic() > deadline, STEP_GRAIN)
+        try:
+            names = [str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            return tuple(
+                (name, tuple(str(r[1]) for r in conn.execute(f"PRAGMA table_info({quote_identifier(name)})")))
+                for name in names
+            )
+        except (sqlite3.Error, MemoryError):  # unreadable, or out of its budget: no reading
+            return None
+        finally:
+            conn.close()
+
+    def count_steps(self, db: Database, sql: str) -> Counted:
+        """Counted by a progress handler called on every virtual-machine instruction (grain 1), on a
+        sandbox connection of its own opened for the count (so the count includes reading the schema, the
+        same for every statement on a fresh connection). The rows are stepped through, none kept; past
+        ``Limits.max_steps`` or the wall clock of one statement there is no count, never a made-up one."""
+        limits = self.limits
+        try:
+            c = _Conn(db.path, db_key(db.target), limits)
+        except (OSError, sqlite3.Error) as e:
+            return Counted(None, failed(self._classify(e), 0.0, self.name, limits).error)
+        count = 0
+        stopped: Failure | None = None
+        deadline = time.monotonic() + limits.timeout_s
+
+        def step() -> bool:
+            nonlocal count, stopped
+            count += 1
+            if count > limits.max_steps:
+                stopped = "steps"
+                return True
+            if count % STEP_GRAIN == 0 and time.monotonic() > deadline:
+                stopped = "wall"
+                return True
+            return False
+
+        c.conn.set_progress_handler(step, 1)
+        c.auth.begin()
+        try:
+            cur = c.conn.execute(sql)
+            for _ in cur:
+                pass
+        except Exception as e:
+            kind = Classified(stopped, "interrupted") if stopped is not None else self._classify(e)
+            return Counted(None, failed(kind, 0.0, self.name, limits).error)
+        finally:
+            c.close()
+        return Counted(count)
+
+    def timed(self, db: Database, sql: str, until: float) -> Timing:
+        """On a sandbox connection opened for it (untimed, as the published script opens its own before
+        its clock starts); the statement run and its rows fetched as every statement's are (one at a time
+        against the row and byte caps, with the progress handler every :data:`STEP_GRAIN` steps), then
+        the connection closed, all three timed with ``time.perf_counter``."""
+        start = time.monotonic()
+        try:
+            c = _Conn(db.path, db_key(db.target), self.limits)
+        except Exception as e:
+            return Timing(0.0, failed(self._classify(e), time.monotonic() - start, self.name, self.limits))
+        clock = time.perf_counter()
+        try:
+            self._statement(c, sql, until)
+        except Exception as e:
+            c.close()
+            return Timing(0.0, failed(self._classify(e), time.monotonic() - start, self.name, self.limits))
+        c.close()
+        return Timing(time.perf_counter() - clock)
 
     # ------------------------------------------------------------------ the catalogue
 

@@ -11,9 +11,23 @@ counts 0, and every item is in the denominator:
 
 The published ratio is a mean of wall-time ratios over 100 iterations with the values beyond 3 sigma
 removed (:func:`clean_abnormal`): it depends on the machine and its load, so it decides nothing here.
-The deterministic ratio is the SQLite virtual machine's steps (:func:`vm_steps`: the progress handler
-called on every instruction, grain 1, in a pass of its own), gold steps / predicted steps: the same on
-any machine. It is defined on SQLite only: elsewhere plan costs depend on sampled statistics.
+The deterministic ratio is the SQLite virtual machine's steps (the progress handler called on every
+instruction, grain 1, in a pass of its own), gold steps / predicted steps: the same on any machine. It is
+defined on SQLite only: elsewhere plan costs depend on sampled statistics.
+
+Both passes run where every statement of an item runs: in the sandbox of the item's worker process, through
+:class:`~rose_sql.engines.execute.Executor` (:meth:`~rose_sql.engines.execute.Executor.count_steps`,
+:meth:`~rose_sql.engines.execute.Executor.time_pass`), on the sandbox's read-only connections (the
+authorizer, ``query_only``, the heap limit), within the step budget (``--max-steps``), the row and byte
+caps and the wall clock of one statement (``--timeout``) and under the worker's guard; the timed pass as a
+whole within :meth:`Config.time_pass_s <rose_sql.config.Config.time_pass_s>` (by default ``--timeout``
+for each iteration, as the published script bounds an item). A pass that does not run to its end gives no
+ratio, and the record says why (``steps_reason``, ``time_reason``); the item's other readings stand.
+
+What the sandbox changes in the published timing: each execution opens the sandbox's connection (the
+pragmas and the authorizer set, untimed, as the published script opens its own before its clock starts),
+and what is timed (running, fetching every row, closing) includes the progress handler's call every 1,000
+steps and the fetch one row at a time against the caps, where the published script calls ``fetchall()``.
 
 A quirk of the published code, kept by :func:`published_ratio`: :func:`clean_abnormal` keeps values
 strictly inside mean ± 3 sigma, so 100 identical ratios (sigma 0) keep none, the mean divides by zero,
@@ -23,18 +37,22 @@ and the official script scores the item 0. A deterministic ratio is therefore ne
 from __future__ import annotations
 
 import math
-import sqlite3
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rose_sql.config import EfficiencyBase as Base
 
+if TYPE_CHECKING:
+    from rose_sql.engines import Database
+    from rose_sql.engines.execute import Executor
+
 TIME_ITERATIONS = 100
 """The published script's iterations per item (``evaluation_ves.py``: ``iterate_num=100``)."""
-TIME_FIELDS = ("time_ratio", "time_kept")
+TIME_FIELDS = ("time_ratio", "time_kept", "time_reason")
 """The wall-time fields of :class:`Efficiency`: machine- and load-dependent, in ``record.EXEMPT``."""
+REASONS = ("steps_reason", "time_reason")
+"""The fields of :class:`Efficiency` written only when set (a record without them is as it always was)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +77,12 @@ class Efficiency:
     the machine and its load: in ``record.EXEMPT``, decides nothing."""
     time_kept: int | None = None
     """Of the iterations, those the 3-sigma rule kept (None where ``time_ratio`` is)."""
+    steps_reason: str | None = None
+    """Why a count is missing (``steps_ratio`` None for a correct prediction): which query, and what
+    stopped it (an error, the step budget, the wall clock or the worker's guard)."""
+    time_reason: str | None = None
+    """Why the timed pass gave no ratio: where it stopped (iteration and query) and what stopped it, or the
+    pass's own bound (:meth:`Config.time_pass_s <rose_sql.config.Config.time_pass_s>`)."""
 
 
 def reward(ratio: float) -> float:
@@ -107,74 +131,49 @@ def published_ratio(ratios: Sequence[float]) -> float:
     return sum(kept) / len(kept) if kept else 0.0
 
 
-def vm_steps(db: Path, sql: str, max_steps: int) -> int | None:
-    """The SQLite virtual machine instructions executing ``sql`` and fetching every row take, counted
-    exactly (progress handler at grain 1), on a read-only connection; None when it fails or passes
-    ``max_steps``."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    count = 0
-
-    def step() -> int:
-        nonlocal count
-        count += 1
-        return 1 if count > max_steps else 0
-
-    try:
-        conn.set_progress_handler(step, 1)
-        conn.execute(sql).fetchall()
-    except (sqlite3.Error, OverflowError, ValueError, MemoryError):
-        return None
-    finally:
-        conn.close()
-    return count
-
-
-def _timed(db: Path, sql: str) -> float:
-    """One timing as the published ``execute_sql`` takes it: the connection is opened before the clock
-    starts; running the query, fetching every row and closing the connection are timed."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    start = time.perf_counter()
-    try:
-        conn.execute(sql).fetchall()
-    finally:
-        conn.close()
-    return time.perf_counter() - start
-
-
-def timed_ratios(db: Path, gold: str, pred: str, iterations: int = TIME_ITERATIONS) -> list[float]:
-    """The published script's per-iteration ratios: each iteration runs and fetches the prediction, then
-    the gold, each on a connection of its own (opened untimed), and takes gold time / predicted time."""
-    ratios = []
-    for _ in range(iterations):
-        p = _timed(db, pred)
-        g = _timed(db, gold)
-        ratios.append(g / p if p > 0 else 0.0)
-    return ratios
-
-
 def measure(
-    db: Path | None, gold: str, pred: str | None, correct: bool, base: Base, max_steps: int
+    executor: Executor, db: Database, gold: str, pred: str | None, correct: bool, base: Base
 ) -> Efficiency | None:
-    """One item's :class:`Efficiency` under ``base`` (None when ``off``); ``db`` None: not SQLite."""
+    """One item's :class:`Efficiency` under ``base`` (None when ``off``), its passes run by ``executor``
+    on engines that offer them (:attr:`KindInfo.python_sqlite3 <rose_sql.engines.kinds.KindInfo.python_sqlite3>`;
+    elsewhere every ratio is None)."""
     if base == "off":
         return None
     timed, counted = base in ("time", "both"), base in ("steps", "both")
-    if db is None:
+    if not db.info.python_sqlite3:
         return Efficiency(None, base=base)
     if not correct or pred is None:
         zero = 0.0 if timed else None
         return Efficiency(0.0 if counted else None, base=base, time_ratio=zero, time_kept=0 if timed else None)
-    g = vm_steps(db, gold, max_steps) if counted else None
-    p = vm_steps(db, pred, max_steps) if counted else None
-    ratio, kept = None, None
+    g = p = None
+    steps_reason = None
+    if counted:
+        gc, pc = executor.count_steps(db, gold), executor.count_steps(db, pred)
+        g, p = gc.steps, pc.steps
+        missing = [f"the {side}: {c.error}" for side, c in (("gold", gc), ("prediction", pc)) if c.steps is None]
+        steps_reason = "; ".join(missing) or None
+    ratio, kept, time_reason = None, None, None
     if timed:
-        try:
-            ratios = timed_ratios(db, gold, pred)
-        except (sqlite3.Error, OverflowError, ValueError, MemoryError):
-            pass
-        else:
+        ratios, time_reason = timed_ratios(executor, db, gold, pred)
+        if ratios is not None:
             ratio, kept = published_ratio(ratios), len(clean_abnormal(ratios))
-    return Efficiency(step_ratio(g, p, True) if counted else None, g, p, base, ratio, kept)
+    counts = step_ratio(g, p, True) if counted else None
+    return Efficiency(counts, g, p, base, ratio, kept, steps_reason, time_reason)
+
+
+def timed_ratios(
+    executor: Executor, db: Database, gold: str, pred: str, iterations: int = TIME_ITERATIONS
+) -> tuple[list[float] | None, str | None]:
+    """The published script's per-iteration ratios: each iteration runs and fetches the prediction, then
+    the gold, each on a connection of its own (opened untimed), and takes gold time / predicted time; or,
+    when the pass stopped before its end, None and why (which iteration and query, and what stopped it)."""
+    done = executor.time_pass(db, (pred, gold), iterations)
+    if done.error is not None:
+        if done.at is None:
+            return None, done.error
+        iteration, index = done.at
+        return None, f"iteration {iteration} of {iterations}, the {('prediction', 'gold')[index]}: {done.error}"
+    return [g / p if p > 0 else 0.0 for p, g in done.times], None
 
 
 def step_ratio(gold_steps: int | None, pred_steps: int | None, correct: bool) -> float | None:

@@ -48,7 +48,7 @@ def read_official(
     """The official readings of an item whose database is present and readable: ``gold`` its gold's
     execution (None without gold SQL), ``pred`` its prediction's (None without a prediction: 0, as
     leaderboards count a question left unanswered)."""
-    em, hardness = _spider_match(item, db, executor.config.max_sql_chars)
+    em, hardness = _spider_match(item, db, executor)
     if item.pred_sql is None or pred is None:
         readings = _no_prediction(db, gold)
     elif gold is not None and gold.ok and pred.status != "unreadable":
@@ -64,20 +64,20 @@ def _efficiency(item: Item, db: Database, readings: Readings, executor: Executor
     base = executor.config.efficiency
     if base == "off" or readings.bird_ex is None or item.gold_sql is None:
         return None
-    path = db.path if db.info.python_sqlite3 else None
-    return measure(path, item.gold_sql, item.pred_sql, readings.bird_ex == 1, base, executor.config.max_steps)
+    return measure(executor, db, item.gold_sql, item.pred_sql, readings.bird_ex == 1, base)
 
 
-def _spider_match(item: Item, db: Database, max_chars: int) -> tuple[int | None, str | None]:
-    """Spider's exact-set match and the gold's hardness, where Spider's ``tables.json`` is found."""
-    if db.kind != "sqlite" or item.gold_sql is None:
+def _spider_match(item: Item, db: Database, executor: Executor) -> tuple[int | None, str | None]:
+    """Spider's exact-set match and the gold's hardness, where Spider's ``tables.json`` is found beside a
+    database the official script reads through Python's ``sqlite3`` (its schema read by ``executor``)."""
+    if not db.info.python_sqlite3 or item.gold_sql is None:
         return None, None
     from rose_sql.readings.spider_match import for_database, spider_match
 
-    found = for_database(db.target, item.db_id)
+    found = for_database(db.target, item.db_id, lambda: executor.catalogue(db))
     if found is None:
         return None, None
-    m = spider_match(item.pred_sql or "", item.gold_sql, *found, max_chars=max_chars)
+    m = spider_match(item.pred_sql or "", item.gold_sql, *found, max_chars=executor.config.max_sql_chars)
     return m.em, m.hardness
 
 

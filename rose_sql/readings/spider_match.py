@@ -38,13 +38,11 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 HARDNESS_LEVELS = ("easy", "medium", "hard", "extra")
 
@@ -207,20 +205,37 @@ class Schema:
         return _ids(self)
 
     @classmethod
-    def from_sqlite(cls, path: str | Path) -> Schema:
-        con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
-        try:
-            names = [str(r[0]).lower() for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-            tables = {}
-            for t in names:
-                quoted = '"' + t.replace('"', '""') + '"'
-                tables[t] = tuple(str(r[1]).lower() for r in con.execute(f"PRAGMA table_info({quoted})"))
-        finally:
-            con.close()
-        return cls(tables)
+    def of(cls, catalogue: Iterable[tuple[str, Iterable[str]]]) -> Schema:
+        """The schema the official ``get_schema`` reads from a database whose catalogue (every
+        ``type='table'`` row of ``sqlite_master``, SQLite's own included, in its order, with each table's
+        columns: :meth:`rose_sql.engines.execute.Executor.catalogue`) is ``catalogue``: each name lower-cased
+        by Python, and the columns of the table SQLite finds by that lower-cased name (SQLite folds only
+        ASCII letters: a table named with another capital finds none, or another table's)."""
+        return _schema_of(tuple((name, tuple(columns)) for name, columns in catalogue))
 
     def __hash__(self) -> int:
         return id(self)
+
+
+@lru_cache(maxsize=256)
+def _schema_of(catalogue: tuple[tuple[str, tuple[str, ...]], ...]) -> Schema:
+    """One Schema per catalogue (the parser's lookups are cached by the Schema)."""
+    by_sqlite_name: dict[str, tuple[str, ...]] = {}
+    for name, columns in catalogue:
+        by_sqlite_name.setdefault(_ascii_lower(name), columns)
+    tables = {}
+    for name, _ in catalogue:
+        t = str(name).lower()
+        tables[t] = tuple(str(c).lower() for c in by_sqlite_name.get(_ascii_lower(t), ()))
+    return Schema(tables)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _ascii_lower(name: str) -> str:
+    """A name as SQLite compares identifiers: ASCII letters folded, every other character as it is."""
+    return name.translate(_ASCII_LOWER)
 
 
 @lru_cache(maxsize=256)
@@ -818,23 +833,19 @@ def _fk_maps_at(path: str) -> dict[str, dict[str, str]] | None:
         return None  # not Spider's tables.json: the reading is not defined
 
 
-@lru_cache(maxsize=256)
-def _schema_at(path: str) -> Schema | None:
-    try:
-        return Schema.from_sqlite(path)
-    except sqlite3.Error:
-        return None
-
-
-def for_database(db_file: str | Path, db_id: str) -> tuple[Schema, dict[str, str]] | None:
+def for_database(
+    db_file: str | Path, db_id: str, catalogue: Callable[[], Iterable[tuple[str, Iterable[str]]] | None]
+) -> tuple[Schema, dict[str, str]] | None:
     """The schema and foreign-key map of a database in Spider's layout (``<root>/<db_id>/<db_id>.sqlite``
     with ``tables.json`` beside ``<root>`` naming ``db_id``), as ``evaluation.py --db <root> --table
-    tables.json`` reads them; None elsewhere (the match reading is then not defined)."""
+    tables.json`` reads them, ``catalogue()`` reading the database's catalogue (asked only in that layout;
+    see :meth:`Schema.of`); None elsewhere, or when it cannot be read (the match reading is then not
+    defined)."""
     f = Path(db_file)
     if f.name != f"{db_id}.sqlite" or f.parent.name != db_id:
         return None
     maps = _fk_maps_at(str(f.parent.parent.parent / "tables.json"))
     if maps is None or db_id not in maps:
         return None
-    schema = _schema_at(str(f))
-    return None if schema is None else (schema, maps[db_id])
+    read = catalogue()
+    return None if read is None else (Schema.of(read), maps[db_id])
