@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import sqlite3
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from rose_sql.config import Config, JudgeConfig, score_fields, scores
 from rose_sql.engines import Source
 from rose_sql.engines.base import Fingerprint
+from rose_sql.engines.sqlite import library_version
 from rose_sql.items.load import Loaded
 
 if TYPE_CHECKING:
@@ -328,7 +328,7 @@ def build(loaded: Loaded, gold: Path | None, db_root: Source, config: Config, *,
     where = _databases(db_root, db_ids, config)
     return Manifest(
         rose_sql=__version__,
-        sqlite=sqlite3.sqlite_version,
+        sqlite=library_version(),
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}",
         command=command,

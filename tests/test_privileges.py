@@ -170,6 +170,24 @@ def test_the_reader_command_takes_the_limit(pg_roles: Callable[..., str], superh
         assert c.execute("SHOW temp_file_limit").fetchone() == ("100MB",)
 
 
+def test_the_reader_command_names_no_bound_where_the_role_has_none(superhero_on: Callable[..., Any]) -> None:
+    """MariaDB bounds temporary tables statement by statement, not by role: the message says no bound."""
+    import pymysql
+
+    from rose_sql.engines.mysql import connect_args
+
+    admin, _ = superhero_on("mysql")
+    name = _name("my")
+    try:
+        result = CliRunner().invoke(main, ["db", "reader", admin, "--name", name, "--temp-file-limit", "100"])
+        assert result.exit_code == 0 and f"created {name}: it can read " in result.output, result.output
+        assert "temporary files" not in result.output
+    finally:
+        with pymysql.connect(**connect_args(admin), autocommit=True) as c, c.cursor() as cur:
+            for host in ("%", "localhost"):
+                cur.execute("DROP USER IF EXISTS %s@%s", (name, host))
+
+
 # --------------------------------------------------------------------------- MariaDB users
 
 

@@ -135,12 +135,12 @@ def reader_cmd(url: str, name: str, password: str | None, db_id: str | None, tem
         source = Source.parse(url)
         if source.per_db and not db_id:
             raise UsageError("the URL has a {db_id} placeholder: say which database with --db-id")
-        shown = create_reader(source.locate(db_id or ""), name, password, temp_bytes=temp_mb * 2**20)
+        made = create_reader(source.locate(db_id or ""), name, password, temp_bytes=temp_mb * 2**20)
     except RoseError as e:
         fail(e)
-    bound = f", its temporary files at most {temp_mb} MiB a session" if source.kind == "postgresql" else ""
+    bound = "" if made.temp_bytes is None else f", its temporary files at most {made.temp_bytes // 2**20} MiB a session"
     console.print(
-        f"created {name}: it can read {shown} and write nothing{bound}; use it in the URL of --db", highlight=False
+        f"created {name}: it can read {made.where} and write nothing{bound}; use it in the URL of --db", highlight=False
     )
 
 

@@ -92,6 +92,12 @@ _COPIES: dict[tuple[str, tuple[tuple[int, int], ...]], Path] = {}
 _COPIES_LOCK = threading.Lock()
 
 
+def library_version() -> str:
+    """The version of the SQLite library Python's ``sqlite3`` runs (query plans, and so step counts, depend
+    on it: every run's manifest records it)."""
+    return sqlite3.sqlite_version
+
+
 # --------------------------------------------------------------------------- opening a file read-only
 
 
@@ -440,7 +446,7 @@ class SQLite(Pooled[_Conn]):
         return None  # the authorizer's DENIED_FUNCTIONS
 
     def _version(self, conn: _Conn) -> str:
-        return f"SQLite {sqlite3.sqlite_version}"
+        return f"SQLite {library_version()}"
 
     # ------------------------------------------------------------------ what the official scripts do besides
 

@@ -11,6 +11,8 @@ administrator's URL; running it again grants again.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rose_sql.config import Config
 from rose_sql.engines.kinds import Database
 from rose_sql.errors import UsageError
@@ -19,13 +21,24 @@ TEMP_BYTES = Config().engine_temp_bytes
 """The PostgreSQL reader's ``temp_file_limit`` unless told otherwise (``Config.engine_temp_bytes``)."""
 
 
-def create_reader(db: Database, name: str, password: str | None, *, temp_bytes: int = TEMP_BYTES) -> str:
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """The role :func:`create_reader` made."""
+
+    where: str
+    """Where it can read, for people."""
+    temp_bytes: int | None = None
+    """The temporary files one of its sessions may write, where the role itself bounds them (PostgreSQL's
+    ``temp_file_limit``); None where it does not (MariaDB bounds them statement by statement)."""
+
+
+def create_reader(db: Database, name: str, password: str | None, *, temp_bytes: int = TEMP_BYTES) -> Reader:
     """Create (or re-grant) the read-only role ``name`` on ``db``'s database, its PostgreSQL temporary files
-    bounded to ``temp_bytes`` a session; where it can read, for people."""
+    bounded to ``temp_bytes`` a session."""
     if db.kind == "postgresql":
-        return _postgres(db, name, password, temp_bytes)
+        return Reader(_postgres(db, name, password, temp_bytes), temp_bytes)
     if db.kind == "mysql":
-        return _mysql(db, name, password)
+        return Reader(_mysql(db, name, password))
     raise UsageError(f"{db.info.name} databases are always opened read-only: no role is needed")
 
 
