@@ -5,6 +5,11 @@
 - Databases: :class:`rose_sql.engines.Database` and :class:`~rose_sql.engines.Source` are the only values
   that name them. No annotation outside the engines unions a path with them, no alias names such a union,
   and no code outside the engines asks ``isinstance`` of what kind a database is.
+- The engine seam: no module outside ``rose_sql/engines`` imports a database driver (in any form, anywhere
+  in it), except the few listed in :data:`DRIVER_EXCEPTIONS` with why, which open connections for other
+  purposes than an item's statements; and none branches on an engine kind's name (a comparison, a
+  membership test, a dict key or a ``case``): what differs between engines is a capability of
+  ``KindInfo`` or a method of the engine.
 - Limits: every limit's default is written once, in :mod:`rose_sql.config`; no other module passes a limit
   as a number, or gives a parameter of a limit's name a number as its default.
 """
@@ -14,10 +19,27 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
+
+from rose_sql.engines.kinds import KINDS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rose_sql"
 ENGINES = PACKAGE / "engines"
+DRIVERS = frozenset({"sqlite3", "_sqlite3", *(info.driver for info in KINDS.values() if info.driver is not None)})
+"""The client libraries of the engines (``KindInfo.driver``) and Python's own ``sqlite3``."""
+KIND_NAMES = frozenset({*KINDS, *(scheme for info in KINDS.values() for scheme in info.schemes)})
+"""The engines' kinds and their URL schemes (``sqlite``, ``postgresql``, ``postgres``, ``mysql``, ...)."""
+DRIVER_EXCEPTIONS = {
+    "rose_sql/review/store.py": "the review app's own store of annotators' labels: its file, never an item's database",
+    "rose_sql/demo/build.py": "writes the demo's database from the demo's own SQL text, before any item runs",
+}
+"""The modules outside the engines that import a driver, and why: each opens a connection of its own for
+another purpose than running an item's statements."""
+KIND_NAME_EXCEPTIONS = {
+    ("rose_sql/reward/extract.py", "_SQL_LANGS"): "the languages a completion's code fence may name: text, no engine",
+}
+"""Containers of kind names outside the engines that are not about engines, and why."""
 DATABASE_TYPES = {"Database", "Source", "Remote", "Space", "Copy", "Workspace", "EngineReader", "EngineSpace"}
 """Names of the values that stand for a database (and of the spaces made of one)."""
 DATABASE_NAMES = {"db", "db_root", "root", "source", "database"}
@@ -59,9 +81,16 @@ def modules() -> dict[str, Path]:
     return found
 
 
+@cache
+def _parsed() -> tuple[tuple[str, Path, ast.Module], ...]:
+    """Every module of the package, parsed once for all the checks (none changes a tree)."""
+    return tuple(
+        (name, path, ast.parse(path.read_text(encoding="utf-8"), str(path))) for name, path in sorted(modules().items())
+    )
+
+
 def trees() -> Iterator[tuple[str, Path, ast.Module]]:
-    for name, path in sorted(modules().items()):
-        yield name, path, ast.parse(path.read_text(encoding="utf-8"), str(path))
+    yield from _parsed()
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -208,6 +237,186 @@ def test_no_code_outside_the_engines_asks_what_kind_a_database_is() -> None:
             if kind_names & DATABASE_TYPES or ("Path" in kind_names and subject_names & DATABASE_NAMES):
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {ast.unparse(node)}")
     assert not found, "isinstance on a database kind outside rose_sql/engines:\n" + "\n".join(found)
+
+
+def driver_imports(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """Every import of a driver in a module, in any form (``import``, ``from ... import``, an alias,
+    ``importlib.import_module`` and ``__import__`` of a written name), wherever it stands."""
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if called in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                names = [node.args[0].value]
+        for name in names:
+            if name.partition(".")[0] in DRIVERS:
+                yield node.lineno, ast.unparse(node)
+
+
+def _kind_name(node: ast.AST | None) -> bool:
+    """Whether ``node`` is a string that names an engine: a kind or a scheme (any case), or a URL of one."""
+    if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+        return False
+    text = node.value.lower()
+    return text in KIND_NAMES or any(text.startswith(f"{name}:") for name in KIND_NAMES)
+
+
+def _of_kind_names(node: ast.AST) -> bool:
+    """Whether ``node`` is a written tuple, list, set or dict that holds a kind's name."""
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_kind_name(e) for e in node.elts)
+    return isinstance(node, ast.Dict) and any(_kind_name(k) for k in node.keys)
+
+
+DICT_METHODS = {"get", "pop", "setdefault", "startswith", "endswith", "removeprefix", "partition"}
+"""Methods whose argument is a key or a prefix: ``d.get("sqlite")``, ``url.startswith("postgresql://")``."""
+
+
+def kind_branches(tree: ast.Module) -> Iterator[tuple[int, str, str | None]]:
+    """Every branch on an engine kind's name in a module: ``==``, ``!=``, ``is``, ``is not`` with one;
+    ``in`` / ``not in`` a written container of them or a name bound to one (the name given, for
+    :data:`KIND_NAME_EXCEPTIONS`); a dict literal keyed by one, ``dict(sqlite=...)``, ``x["sqlite"]``,
+    ``x.get("sqlite")``, ``x.startswith("postgresql://")``; a ``case "sqlite":``."""
+    containers = {
+        t.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None and _of_kind_names(node.value)
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            lefts = [node.left, *node.comparators[:-1]]
+            for op, left, right in zip(node.ops, lefts, node.comparators, strict=True):
+                through = right.id if isinstance(right, ast.Name) and right.id in containers else None
+                if _compares_a_kind(op, left, right) or through is not None:
+                    yield node.lineno, ast.unparse(node), through
+        elif isinstance(node, ast.match_case):
+            if any(isinstance(p, ast.MatchValue) and _kind_name(p.value) for p in ast.walk(node.pattern)):
+                yield node.pattern.lineno, f"case {ast.unparse(node.pattern)}", None
+        elif _keys_by_a_kind(node):
+            yield getattr(node, "lineno", 0), ast.unparse(node), None
+
+
+def _compares_a_kind(op: ast.cmpop, left: ast.expr, right: ast.expr) -> bool:
+    if isinstance(op, ast.Eq | ast.NotEq | ast.Is | ast.IsNot):
+        return _kind_name(left) or _kind_name(right)
+    return isinstance(op, ast.In | ast.NotIn) and (_kind_name(left) or _of_kind_names(right))
+
+
+def _keys_by_a_kind(node: ast.AST) -> bool:
+    """A dict literal keyed by a kind's name, ``dict(sqlite=...)``, ``x["sqlite"]``, ``x.get("sqlite")``..."""
+    if isinstance(node, ast.Dict):
+        return any(_kind_name(k) for k in node.keys)
+    if isinstance(node, ast.Subscript):
+        return _kind_name(node.slice)
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Name) and func.id == "dict":
+        return any(kw.arg in KIND_NAMES for kw in node.keywords)
+    return isinstance(func, ast.Attribute) and func.attr in DICT_METHODS and any(map(_kind_name, node.args))
+
+
+def test_no_driver_is_imported_outside_the_engines() -> None:
+    """Every statement of an item runs through the engine seam: no module outside ``rose_sql/engines``
+    imports a driver, but the exceptions listed, each of which does (none is stale)."""
+    found, seen, scanned, inside = [], set(), 0, 0
+    for _name, path, tree in trees():
+        where = str(path.relative_to(PACKAGE.parent))
+        imports = list(driver_imports(tree))
+        if path.is_relative_to(ENGINES):
+            inside += bool(imports)
+            continue
+        scanned += 1
+        if imports and where in DRIVER_EXCEPTIONS:
+            seen.add(where)
+            continue
+        found += [f"{where}:{line}: {code}" for line, code in imports]
+    assert scanned > 100 and inside >= 4  # the check reads the package, and sees the engines' own imports
+    assert seen == set(DRIVER_EXCEPTIONS), f"exceptions that import no driver now: {set(DRIVER_EXCEPTIONS) - seen}"
+    assert not found, "a driver imported outside rose_sql/engines:\n" + "\n".join(found)
+
+
+def test_no_branch_on_a_kinds_name_outside_the_engines() -> None:
+    """What differs between engines is a capability (``KindInfo``) or a method of the engine, never a test
+    of a kind's name outside ``rose_sql/engines``."""
+    found, seen, scanned, inside = [], set(), 0, 0
+    for _name, path, tree in trees():
+        where = str(path.relative_to(PACKAGE.parent))
+        branches = list(kind_branches(tree))
+        if path.is_relative_to(ENGINES):
+            inside += len(branches)
+            continue
+        scanned += 1
+        for line, code, through in branches:
+            if (where, through) in KIND_NAME_EXCEPTIONS:
+                seen.add((where, through))
+            else:
+                found.append(f"{where}:{line}: {code}")
+    assert scanned > 100 and inside >= 10  # the check reads the package, and sees the engines' own branches
+    assert seen == set(KIND_NAME_EXCEPTIONS), f"stale exceptions: {set(KIND_NAME_EXCEPTIONS) - seen}"
+    assert not found, "a branch on an engine kind's name outside rose_sql/engines:\n" + "\n".join(found)
+
+
+PLANTED_IMPORTS = """
+import sqlite3
+import psycopg.sql as q
+from pymysql import connect
+from duckdb import sql
+import importlib
+importlib.import_module("psycopg")
+__import__("duckdb")
+def f():
+    import sqlite3 as lite
+"""
+PLANTED_BRANCHES = """
+a = db.kind == "sqlite"
+b = "postgresql" != source.kind
+c = kind is "duckdb"
+d = db.kind in ("mysql", "duckdb")
+e = kind not in {"sqlite"}
+f = kind in ["postgresql"]
+g = kind in {"mysql": 1}
+SERVERS = ("postgresql", "mysql")
+h = kind in SERVERS
+i = {"sqlite": 1}
+j = dict(duckdb=2)
+k = TABLE["mariadb"]
+l = TABLE.get("postgres")
+m = url.startswith("postgresql://")
+match kind:
+    case "SQLite":
+        pass
+"""
+PLANTED_SAFE = """
+DEFAULT_DIALECT = "sqlite"
+def f(dialect: str = "sqlite") -> None:
+    for name in ("rose_sql", "sqlite"):
+        print(name)
+    if db.info.python_sqlite3 and kind in SERVERS_FROM_KINDS:
+        pass
+LANGS = {"sql", "plsql"}
+ok = lang in LANGS
+"""
+
+
+def test_the_seam_checks_catch_a_planted_example_of_each_kind() -> None:
+    """The two checks above read real code: every form of a driver import and of a branch on a kind's name
+    is caught, and code that only mentions a name (a default, a loop, a capability) is not."""
+    imports = [line for line, _ in driver_imports(ast.parse(PLANTED_IMPORTS))]
+    assert imports == [2, 3, 4, 5, 7, 8, 10]
+    branches = [(line, through) for line, _, through in kind_branches(ast.parse(PLANTED_BRANCHES))]
+    lines = sorted({line for line, _ in branches})  # a dict literal in a membership test is caught twice
+    assert lines == [2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 17], branches
+    assert (10, "SERVERS") in branches  # a membership test through a name bound to kind names, named
+    assert list(kind_branches(ast.parse(PLANTED_SAFE))) == []
+    assert not list(driver_imports(ast.parse("import sqlite_utils\nfrom rose_sql.engines import sqlite")))
 
 
 def _numeric(node: ast.expr) -> bool:
