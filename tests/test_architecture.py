@@ -55,6 +55,7 @@ LIMITS = {
     "gold_timeout_s",
     "server_timeout_s",
     "evidence_budget_s",
+    "efficiency_budget_s",
     "max_rows",
     "max_result_bytes",
     "max_value_bytes",
