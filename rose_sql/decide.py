@@ -62,6 +62,7 @@ Unscored = Literal[
     "wall_guard",
     "no_score",
     "absent_from_outputs",
+    "failed_in_their_run",
     "not_replayable",
     "undecided",
 ]
@@ -144,7 +145,14 @@ UNSCORED: dict[Unscored, Reason] = {
     ),
     "no_score": Reason("the scores file gives no score for this item", "nothing: imported as it was"),
     "absent_from_outputs": Reason(
-        "the item is labelled but the imported outputs have no entry for it", "nothing: their run dropped it"
+        "the imported outputs have no entry for this item of the benchmark (or labels), and their run recorded no "
+        "failure for it: it was dropped silently (the record's why says more when the predictions file is known)",
+        "nothing: their run dropped it",
+    ),
+    "failed_in_their_run": Reason(
+        "the imported outputs have no entry for this item, and their run recorded it as failed "
+        "(problem_question_ids.json) and left it out",
+        "nothing: their run failed on it",
     ),
     "not_replayable": Reason(
         "the policy replayed needs a judge reply that the original run never asked for",
