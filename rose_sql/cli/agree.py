@@ -464,27 +464,45 @@ def judge_card_cmd(
 ) -> None:
     """Write a judge card named ROSE_<model>-<yyyymm>: the judge's configuration and its agreement.
 
-    Model, provider, prompt hashes and parameters come from the runs' summary.json; agreement
+    Model, provider, method, prompt hashes and parameters come from the runs' summary.json; agreement
     (with 95% intervals) is measured against the labels, per subset and merged. Runs pair with the
-    labels files as in rose agree.
+    labels files as in rose agree. Several runs with one labels file are repeats of one configuration
+    (the same model and method run again): the card keeps each run's metrics and their spread, its
+    headline being the run of median kappa, and rose judge-compare then refuses an upgrade whose margin
+    lies within that spread. Cards of other methods than ROSE are named after them (FLEX_o3-...).
 
     \b
-    Example:
+    Examples:
       rose judge-card runs/my-run --labels labels.json --validation-set ROSE-VEC --out cards/new.json
+      rose judge-card runs/o3 runs/o3-t4 runs/o3-t8 --labels rose-vec-bird.json --validation-set ROSE-VEC-BIRD \\
+          --out cards/o3-bird.json
     """
-    from rose_sql.analysis.judge_card import build_card
+    from rose_sql.analysis.judge_card import build_card, build_repeated_card
 
     try:
         loaded = one_run_each(runs)
         sets = _label_sets(labels, goldx_ids, ambq_ids, reviewed_only)
-        result = agree(pair_runs(loaded, sets), unscored=unscored_policy(unscored), resamples=bootstrap, seed=seed)
-        card = build_card(loaded, sets, result, validation_set=validation_set, date=date, version=__version__)
+        policy = unscored_policy(unscored)
+        if len(sets) == 1 and len(loaded) > 1:
+            reports = [agree(pair_runs([r], sets), unscored=policy, resamples=bootstrap, seed=seed) for r in loaded]
+            card = build_repeated_card(
+                loaded, sets[0], reports, validation_set=validation_set, date=date, version=__version__
+            )
+            warnings = [w for rep in reports for w in rep.warnings]
+        else:
+            result = agree(pair_runs(loaded, sets), unscored=policy, resamples=bootstrap, seed=seed)
+            card = build_card(loaded, sets, result, validation_set=validation_set, date=date, version=__version__)
+            warnings = result.warnings
     except RoseError as e:
         fail(e)
-    warn(result.warnings)
+    warn(warnings)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(card.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     console.print(f"{card_line(card)} -> {out}", highlight=False)
+    if card.repeats:
+        runs_kappa = ", ".join(_fmt(r.kappa) for r in card.repeats)
+        widths = ", ".join(f"{m} {card.spread_width(m):.2f}" for m in card.spread)
+        console.print(f"{len(card.repeats)} runs of one configuration: kappa {runs_kappa}; spread {widths}")
 
 
 def card_line(card: JudgeCard) -> str:
