@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, TypedDict, cast
@@ -551,17 +551,42 @@ def write_run(imported: Imported, out: Path, *, force: bool = False) -> Summary:
     records_path = out / "records.jsonl"
     if records_path.exists() and not force:
         raise UsageError(f"{records_path} already exists; pass --force to replace it, or choose another --out")
+    return write_run_records(
+        imported.records,
+        out,
+        None,
+        format=f"rose-import:{imported.kind}",
+        warnings=imported.warnings,
+        judge=judge_info(imported),
+    )
+
+
+def write_run_records(
+    records: Sequence[Record],
+    out: Path,
+    like: Summary | None,
+    *,
+    format: str | None = None,
+    warnings: Sequence[str] | None = None,
+    judge: JudgeInfo | None = None,
+) -> Summary:
+    """Write imported records as a run folder (``records.jsonl``, replaced, and ``summary.json``), its summary
+    saying what ``like``'s does unless told otherwise (the format, the warnings, the judge)."""
+    records_path = out / "records.jsonl"
     out.mkdir(parents=True, exist_ok=True)
     records_path.unlink(missing_ok=True)
     writer = RecordWriter(records_path)
     try:
-        for r in imported.records:
+        for r in records:
             writer.write(r)
     finally:
         writer.close()
     summary = summarize(records_path)
     summary = replace(
-        summary, format=f"rose-import:{imported.kind}", warnings=imported.warnings, judge=judge_info(imported)
+        summary,
+        format=format if format is not None else like.format if like is not None else "rose-import",
+        warnings=list(warnings) if warnings is not None else like.warnings if like is not None else [],
+        judge=judge if judge is not None else like.judge if like is not None else None,
     )
     write_summary(summary, out / "summary.json")
     return summary

@@ -41,6 +41,7 @@ COMMANDS = {
     "judge-compare": "rose_sql.cli.agree:judge_compare_cmd",
     "calibrate": "rose_sql.cli.calibrate:calibrate_cmd",
     "compare": "rose_sql.cli.analysis:compare_cmd",
+    "join": "rose_sql.cli.reeval:join_cmd",
     "diff": "rose_sql.cli.analysis:diff_cmd",
     "report": "rose_sql.cli.analysis:report_cmd",
     "audit": "rose_sql.cli.analysis:audit_cmd",
