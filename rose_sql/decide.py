@@ -163,8 +163,9 @@ UNSCORED: dict[Unscored, Reason] = {
 NO_PREDICTION = "no prediction for this question of the gold file: counted wrong (no_prediction), as leaderboards do"
 """The decision's ``why`` for a question without a prediction."""
 
-DecidedBy = Literal["execution", "prover", "refuter", "imported"]
-"""The stage that settled a score (``imported``: taken as published from outputs we could not re-decide)."""
+DecidedBy = Literal["execution", "prover", "refuter", "imported", "panel"]
+"""The stage that settled a score (``imported``: taken as published from outputs we could not re-decide;
+``panel``: several stored runs' scores combined by a rule, ``rose panel``)."""
 Step = Literal["prover", "refuter", "refuter_matched"]
 """A judge the table asks for: the Prover, the Refuter on a Prover's pass, or the Refuter on a match."""
 JudgeOutcome = Literal["failed", "invalid", "no_budget", "split"]

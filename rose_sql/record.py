@@ -47,8 +47,8 @@ Layout versions (``schema``):
   texts were checked against, the fields of theirs that differ from it), kept beside our decision and never
   under an official reading's name; written only when set. An imported item without an entry in their
   outputs is unscored ``absent_from_outputs`` (dropped silently) or ``failed_in_their_run`` (their run
-  recorded the failure), a reason layout 6 did not have. Nothing was renamed: a record of layout 6 reads as
-  it was.
+  recorded the failure), a reason layout 6 did not have; a record of a panel of runs (``rose panel``) is
+  ``decided_by`` ``panel``. Nothing was renamed: a record of layout 6 reads as it was.
 """
 
 from __future__ import annotations

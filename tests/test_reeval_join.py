@@ -138,6 +138,7 @@ def test_join_by_hand() -> None:
     assert (m.overturned, m.overturned_questioned) == (2, 1)
     assert joined[2].doubts == [EMPTY] and joined[3].doubts[0].startswith(OURS_DIFFER)  # type: ignore[index]
     assert joined[0].readings.bird_ex == 1 and joined[0].imported is not None  # ours beside theirs
+    assert len(joined) == 6 and joined[5] == theirs.records[5]  # their items ours lacks stay as they were
     # recorded and always: 1, 4 pass (2, 3 overturned, 5 rejected); evidence asks the Refuter on 3 and 4 only,
     # so 2's overturn is dropped; never drops every overturn
     assert result.policies == {"recorded": (2, 5), "always": (2, 5), "evidence": (3, 5), "never": (4, 5)}
@@ -154,6 +155,7 @@ def test_join_cli_refuses_our_own_runs_as_theirs(tmp_path: Path) -> None:
     write_records(tmp_path / "a" / "s", [make_record(_ours(1, 1, True))])
     res = CliRunner().invoke(main, ["join", str(tmp_path / "a"), str(tmp_path / "a")])
     assert res.exit_code == 2 and "not an import" in res.output
+    write_records(tmp_path / "a" / "s2", [make_record(_ours(1, 1, True))])
     write_records(tmp_path / "b" / "other", [make_record(_theirs(1, 1, True, False, 1))])
     res = CliRunner().invoke(main, ["join", str(tmp_path / "a"), str(tmp_path / "b")])
     assert res.exit_code == 2 and "no system name is on both sides" in res.output

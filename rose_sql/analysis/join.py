@@ -215,7 +215,8 @@ def _matched(system: str, pairs: Sequence[tuple[Record, Record, Record]]) -> Mat
 
 
 def join(ours: Run, theirs: Run, variants: Sequence[Variant]) -> tuple[SystemJoin, list[Record]]:
-    """The join of our run and their imported run of one system, and the joined records."""
+    """The join of our run and their imported run of one system; and their run's records, with ours grafted
+    onto the joined items (:func:`joined_record`), the others as they were."""
     if not any(r.imported is not None for r in theirs.records):
         raise UsageError(f"{theirs.path} is not an import of another evaluator's outputs (rose import-rose)")
     releases = other_release(ours)
@@ -236,7 +237,7 @@ def join(ours: Run, theirs: Run, variants: Sequence[Variant]) -> tuple[SystemJoi
             agree += 1
             continue
         causes, detail = _causes(o, t, releases)
-        disagreements.append(Disagreement(ours.name, t.id_key, o.db_id, o.readings.bird_ex, their_ex, causes, detail))
+        disagreements.append(Disagreement(theirs.name, t.id_key, o.db_id, o.readings.bird_ex, their_ex, causes, detail))
     joined = [j for _, _, j in pairs]
     policies = {"recorded": _rose(joined)}
     for v in variants:
@@ -244,8 +245,10 @@ def join(ours: Run, theirs: Run, variants: Sequence[Variant]) -> tuple[SystemJoi
         # search stopped by its wall-clock guard leaves an item unscored under evidence only)
         facts = joined if v == "evidence" else [t for _, t, _ in pairs]
         policies[v] = _rose([replay_record(j, v) for j in facts])
+    grafted = {j.id_key: j for _, _, j in pairs}
+    records = [grafted.get(t.id_key, t) for t in theirs.records]
     result = SystemJoin(
-        ours.name,
+        theirs.name,
         len(pairs),
         len(mine.keys() - {t.id_key for _, t, _ in pairs}),
         agree,
@@ -254,7 +257,7 @@ def join(ours: Run, theirs: Run, variants: Sequence[Variant]) -> tuple[SystemJoi
         policies,
         sum(1 for o, _, _ in pairs if o.evidence is not None and o.evidence.guard),
     )
-    return result, joined
+    return result, records
 
 
 def _rose(records: Sequence[Record]) -> tuple[int, int]:
@@ -263,7 +266,10 @@ def _rose(records: Sequence[Record]) -> tuple[int, int]:
 
 
 def pair_systems(ours: Sequence[Run], theirs: Sequence[Run]) -> list[tuple[Run, Run]]:
-    """Our runs and their imports, paired by system name (each name once on each side)."""
+    """Our runs and their imports, paired by system name; our one run beside each of theirs when ours is one
+    (one set of predictions, judged by several of their judges: ROSE-VEC's)."""
+    if len(ours) == 1:
+        return [(ours[0], t) for t in theirs]
     mine = {r.name: r for r in ours}
     pairs = [(mine[t.name], t) for t in theirs if t.name in mine]
     if not pairs:

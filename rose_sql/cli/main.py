@@ -42,6 +42,8 @@ COMMANDS = {
     "calibrate": "rose_sql.cli.calibrate:calibrate_cmd",
     "compare": "rose_sql.cli.analysis:compare_cmd",
     "join": "rose_sql.cli.reeval:join_cmd",
+    "panel": "rose_sql.cli.reeval:panel_cmd",
+    "select": "rose_sql.cli.reeval:select_cmd",
     "diff": "rose_sql.cli.analysis:diff_cmd",
     "report": "rose_sql.cli.analysis:report_cmd",
     "audit": "rose_sql.cli.analysis:audit_cmd",

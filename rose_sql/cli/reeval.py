@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -11,12 +12,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from rose_sql.analysis.join import CAUSES, Disagreement, SystemJoin
+from rose_sql.analysis.panel import Policy, Rule, Selection
 from rose_sql.analysis.replay import MEANING, VARIANTS, Variant
+from rose_sql.analysis.runs import Run
+from rose_sql.cli.agree import GreedyCommand
 from rose_sql.cli.common import all_runs
 from rose_sql.cli.main import PATH, console, fail
 from rose_sql.cli.options import json_file_option
 from rose_sql.cli.tables import name_column, number_columns, show
 from rose_sql.errors import RoseError, UsageError
+from rose_sql.provenance import JudgeInfo
 
 
 def variants_of(text: str) -> list[Variant]:
@@ -46,7 +51,10 @@ def join_cmd(ours: Path, theirs: Path, policies: str, out: Path | None, json_out
     """Our run of each system beside the import of their run of it, item by item.
 
     OURS is `rose run`'s --out folder (or one system's folder), THEIRS the folder of `rose import-rose`
-    runs; systems pair by folder name. On the items both have where our gold ran, it lists every item
+    runs; systems pair by folder name, and one run of ours goes beside each of theirs (the same
+    predictions judged by several of their judges, as ROSE-VEC's). --out writes their runs with our
+    readings, evidence and doubts on the joined items (for rose replay, rose panel, rose select).
+    On the items both have where our gold ran, it lists every item
     where their EX and our BIRD EX disagree, with its cause (their gold, their prediction, the
     database's release, or unexplained); our evidence on the items their comparator matched (our
     comparator, plausible witnesses, cheap doubts, gold smells: whether our evidence policy would ask
@@ -171,3 +179,203 @@ def policy_table(results: Sequence[SystemJoin], policies: Sequence[str]) -> Tabl
             cells.append(f"{shown}{scored} #{ranked[p][r.system]}{arrow}")
         t.add_row(escape(r.system), str(r.joined), *cells)
     return t
+
+
+@click.command("panel")
+@click.argument("runs", nargs=-1, required=True, type=PATH)
+@click.option("--rule", type=click.Choice(["majority", "any", "all"]), default="majority", show_default=True)
+@click.option(
+    "--policy",
+    type=click.Choice(["recorded", "always", "evidence", "never", "no-refuter"]),
+    default="recorded",
+    show_default=True,
+    help="Decide each run's items under this policy first (recorded: as they are).",
+)
+@click.option("--out", type=PATH, required=True, help="Run folder to write the panel's records.jsonl and summary.json.")
+def panel_cmd(runs: tuple[Path, ...], rule: str, policy: str, out: Path) -> None:
+    """Combine finished runs of the same items into one, item by item, by a rule: a panel of judges, or
+    the self-consistency of one judge run several times. No model is called.
+
+    \b
+      majority   correct when more than half of the runs that scored the item say so (a tie is unscored)
+      any        correct when any run says so (the lenient panel)
+      all        correct only when every run that scored the item says so (the strict panel)
+
+    Each run may first be re-decided under a policy (as rose replay does; evidence uses the deterministic
+    evidence the records carry). The panel is a run folder: rose agree, rose judge-card and rose compare
+    read it. Its records name every member's score; its judge calls stay in the members' runs.
+
+    \b
+    Example (o3's three ROSE runs of ROSE-VEC's BIRD part, imported with rose import-rose):
+      rose panel runs/o3-ROSE runs/o3-ROSE-thread-4 runs/o3-ROSE-thread-8 --out runs/o3-majority
+    """
+    from rose_sql.analysis.panel import combine, decided
+    from rose_sql.analysis.rose_import import write_run_records
+
+    try:
+        loaded = all_runs(runs)
+        chosen = _policy(policy)
+        members = [decided(r, chosen) for r in loaded]
+        rule_ = _rule(rule)
+        panel = combine(members, rule_, out.name)
+        judge = panel_judge(loaded, rule_, chosen)
+        summary = write_run_records(panel.records, out, None, format="rose-panel", judge=judge)
+    except RoseError as e:
+        fail(e)
+    mean = "undefined" if summary.rose is None else f"{100 * summary.rose:.2f}"
+    console.print(
+        f"{out}: {rule} of {len(loaded)} runs ({', '.join(r.name for r in loaded)}), policy {policy}: "
+        f"ROSE {mean} over {summary.scored} of {summary.n} items",
+        highlight=False,
+    )
+
+
+def _policy(text: str) -> Policy:
+    from rose_sql.analysis.panel import POLICIES
+
+    found = next((p for p in POLICIES if p == text), None)
+    if found is None:
+        raise UsageError(f"unknown policy {text!r}: choose among {', '.join(POLICIES)}")
+    return found
+
+
+def _rule(text: str) -> Rule:
+    from rose_sql.analysis.panel import RULES
+
+    found = next((r for r in RULES if r == text), None)
+    if found is None:
+        raise UsageError(f"unknown rule {text!r}: choose among {', '.join(RULES)}")
+    return found
+
+
+def panel_judge(runs: Sequence[Run], rule: Rule, policy: Policy) -> JudgeInfo | None:
+    """What judged a panel: the members' model (joined with + when they differ) and method, the rule."""
+    from rose_sql.analysis.judge_card import method_of
+
+    judges = [r.summary.judge for r in runs if r.summary is not None and r.summary.judge is not None]
+    if len(judges) != len(runs):
+        return None
+    models = sorted({j.model for j in judges})
+    methods = sorted({method_of(j) for j in judges})
+    return JudgeInfo(
+        model="+".join(models),
+        provider=f"panel of {len(runs)} stored runs: {', '.join(str(r.path) for r in runs)}",
+        settings={"method": "+".join(methods), "panel": f"{rule} of {len(runs)} runs", "policy": policy},
+    )
+
+
+@click.command("select", cls=GreedyCommand)
+@click.argument("runs", nargs=-1, required=True, type=PATH)
+@click.option(
+    "--labels",
+    "labels",
+    multiple=True,
+    required=True,
+    type=PATH,
+    help="The labels files, one per part (ROSE-VEC's BIRD and Spider parts); each run goes with the one it is about.",
+)
+@click.option(
+    "--pool",
+    "pools",
+    multiple=True,
+    metavar="NAME=PATTERN[,PATTERN]",
+    help="A pool of configurations (run folder names, shell patterns) to choose among; several may be given "
+    "(default: one pool of every run).",
+)
+@click.option(
+    "--policies",
+    default="recorded,never,no-refuter,evidence",
+    show_default=True,
+    help="The policies each run may be decided under (rose replay's, and recorded: as they are).",
+)
+@click.option("--rules", default="majority,any,all", show_default=True, help="The panel rules to consider.")
+@click.option("--max-size", type=click.IntRange(1, 5), default=3, show_default=True, help="Largest panel.")
+@json_file_option("Also write every selection as JSON here.")
+def select_cmd(
+    runs: tuple[Path, ...],
+    labels: tuple[Path, ...],
+    pools: tuple[str, ...],
+    policies: str,
+    rules: str,
+    max_size: int,
+    json_out: Path | None,
+) -> None:
+    """Choose a judge, panel and policy among stored runs with the choice made on other labels than the
+    figure is reported on.
+
+    Candidates: every run under every policy, and every panel of up to --max-size runs of distinct
+    configurations under every rule (see rose panel). For configurations run on two parts, the
+    candidate that agrees best (Cohen's kappa) on one part is reported on the other, both ways, with
+    and without items labelled without review (ROSE-VEC's 50 Spider items labelled by EX); within each
+    part, leave one database out: the candidate best on the other databases decides the items of the
+    one left out. The best in-sample figure (chosen and reported on the same labels) is shown beside,
+    for how much choosing on the reported labels flatters.
+
+    \b
+    Example (every judge the ROSE authors ran on ROSE-VEC, imported under runs/bird/ and runs/spider/):
+      rose select runs/bird runs/spider --labels rose-vec-bird.json rose-vec-spider.json \\
+          --pool 'o3-class=o3-*,gemini-*' --pool 'open-32b=qwen3-30b-*,deepseek-r1-distill-*'
+    """
+    from rose_sql.analysis.agree import pair
+    from rose_sql.analysis.labels import load_labels
+    from rose_sql.analysis.panel import Pool, build_part, select
+
+    try:
+        sets = [load_labels(p) for p in labels]
+        chosen_policies = [_policy(p.strip()) for p in policies.split(",") if p.strip()]
+        chosen_rules = [_rule(r.strip()) for r in rules.split(",") if r.strip()]
+        by_part: dict[str, list[Run]] = {s.name: [] for s in sets}
+        for run in all_runs(runs):
+            fits = [(pair(run, s).with_record, s.name) for s in sets]
+            best, name = max(fits)
+            if best * 2 < len(next(s for s in sets if s.name == name).labels):
+                raise UsageError(f"{run.path} is about none of the labels files (at most {best} labelled items)")
+            by_part[name].append(run)
+        parts = [build_part(s, by_part[s.name], chosen_policies) for s in sets if by_part[s.name]]
+        found = [
+            sel
+            for pool in [Pool.parse(p) for p in pools] or [Pool("all")]
+            for sel in select(parts, pool, max_size=max_size, rules=chosen_rules)
+        ]
+    except RoseError as e:
+        fail(e)
+    show(selection_table(found))
+    for p in parts:
+        for note in p.notes:
+            console.print(f"{p.name}: {note}", highlight=False)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps([asdict(s) for s in found], indent=2) + "\n", encoding="utf-8")
+        console.print(f"wrote {json_out}", highlight=False)
+
+
+def selection_table(found: Sequence[Selection]) -> Table:
+    """One line per choice: the held-out figure, what was chosen, the in-sample best beside it."""
+    title = "Chosen on some labels, reported on others: Cohen's kappa (percent) over the items reported on"
+    t = Table(title=title, title_justify="left", show_lines=True)
+    name_column(t, "pool")
+    t.add_column("protocol", no_wrap=True)
+    t.add_column("chosen on")
+    t.add_column("reported on")
+    number_columns(t, "held-out kappa", "n", "candidates")
+    t.add_column("chosen", overflow="fold")
+    t.add_column("in-sample best (kappa)", overflow="fold")
+    for s in found:
+        chosen = "; ".join(f"{name} ×{n}" if n > 1 else name for name, n in s.chosen.items())
+        best, scored = s.in_sample
+        t.add_row(
+            escape(s.pool),
+            s.protocol,
+            escape(s.chosen_on),
+            escape(s.reported_on),
+            _k(s.held_out.kappa),
+            str(s.held_out.n),
+            str(s.candidates),
+            escape(chosen),
+            escape(f"{best} ({_k(scored.kappa)})"),
+        )
+    return t
+
+
+def _k(x: float | None) -> str:
+    return "undefined" if x is None else f"{x:.2f}"
