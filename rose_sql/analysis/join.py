@@ -33,6 +33,8 @@ CAUSES = {
     "gold_differs": "their gold SQL is not the benchmark's gold that we ran",
     "prediction_differs": "their predicted SQL is not the prediction file's that we ran",
     "database_differs": "the database here is another release's than the one the benchmark is read on",
+    "duplicates": "the results hold the same distinct rows, duplicated differently: BIRD EX compares sets of rows, "
+    "their EX counted the duplicates",
     "unexplained": "the same SQL on the same database: the readings disagree",
 }
 """Why their EX and our BIRD EX may disagree on an item, in the order they are looked for."""
@@ -140,6 +142,9 @@ def _causes(ours: Record, theirs: Record, other_release: dict[str, str]) -> tupl
     if ours.db_id in other_release:
         causes.append("database_differs")
         detail.append(other_release[ours.db_id])
+    if not causes and ours.comparison is not None and ours.comparison.reason == "multiplicity":
+        causes.append("duplicates")
+        detail.append(f"{ours.comparison.detail}: {ours.pred.row_count} rows against the gold's {ours.gold.row_count}")
     if not causes:
         causes.append("unexplained")
         detail.append(f"ours: prediction {ours.pred.preview} vs gold {ours.gold.preview}")

@@ -359,8 +359,23 @@ def paired_table(pairs: Sequence[PairedComparison], resamples: int, seed: int, *
 @click.argument("runs", nargs=-1, required=True, type=PATH)
 @click.option("--compare", "several", is_flag=True, help="Compare several runs on one page.")
 @out_option("HTML file (default: RUN/report.html, or rose-compare.html).", required=False)
-@click.option("--reading", type=click.Choice(READINGS), default="bird_ex", show_default=True, help="Which EX.")
-def report_cmd(runs: tuple[Path, ...], several: bool, out: Path | None, reading: str) -> None:
+@click.option("--reading", type=click.Choice(READINGS), default=None, help=READING_HELP)
+@click.option(
+    "--systems",
+    "systems_file",
+    type=PATH,
+    help="A systems file (CSV, or JSON) with a 'system' column and what you know of each (type, base_model, "
+    "release_date...): charts of the ROSE-EX gap by it.",
+)
+@click.option("--group-by", help="The systems file's column to group and colour the systems by (e.g. type).")
+def report_cmd(
+    runs: tuple[Path, ...],
+    several: bool,
+    out: Path | None,
+    reading: str | None,
+    systems_file: Path | None,
+    group_by: str | None,
+) -> None:
     """Write a self-contained HTML report: the official readings and ROSE, charts (EX vs ROSE, gap by
     difficulty, discordance, calls and cost per stage) and a filterable browser of every item with its
     evidence and judge reasoning.
@@ -368,24 +383,34 @@ def report_cmd(runs: tuple[Path, ...], several: bool, out: Path | None, reading:
     RUN is the --out folder of `rose run` (its systems on one page), a system folder, a records.jsonl
     or an id -> score file. Without a judge the page shows the official readings and says that ROSE
     awaits a judge; a partial run (interrupted or unfinished) gets a banner. The page loads nothing
-    from the network; open it from the file.
+    from the network; open it from the file. With --systems, the ROSE-EX gap per system and per
+    difficulty grouped by a column of that file (--group-by), and over release dates when it has a
+    release_date column.
 
     \b
     Examples:
       rose report runs/c3sql                  writes runs/c3sql/report.html
       rose report runs/                       every system in runs/, on runs/report.html
       rose report runs/a runs/b --compare --out compare.html
+      rose report reeval/ --systems systems.csv --group-by type
     """
     from rose_sql.analysis.html import write_report
+    from rose_sql.analysis.html.groups import load_systems
+    from rose_sql.analysis.systems import default_reading
 
     try:
         if len(runs) > 1 and not several:
             raise UsageError("several runs: pass --compare to put them on one page")
+        if group_by is not None and systems_file is None:
+            raise UsageError("--group-by names a column of the --systems file: give it")
         loaded = all_runs(runs)
         if len({r.name for r in loaded}) != len(loaded):
             raise UsageError("two runs share a name; the report tells systems apart by folder name")
+        systems = load_systems(systems_file) if systems_file is not None else None
         default = runs[0] / "report.html" if len(runs) == 1 and runs[0].is_dir() else Path("rose-compare.html")
-        path = write_report(loaded, out or default, reading=reading, version=__version__)
+        which = reading or default_reading(loaded)
+        page = out or default
+        path = write_report(loaded, page, reading=which, version=__version__, systems=systems, group_by=group_by)
     except RoseError as e:
         fail(e)
     for run in loaded:
