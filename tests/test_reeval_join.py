@@ -160,3 +160,14 @@ def test_join_cli_refuses_our_own_runs_as_theirs(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["join", str(tmp_path / "a"), str(tmp_path / "b")])
     assert res.exit_code == 2 and "no system name is on both sides" in res.output
     assert load_run(tmp_path / "b" / "other").records[0].imported is not None
+
+
+def test_rows_duplicated_differently_are_named_as_the_cause() -> None:
+    """BIRD EX compares sets of rows: a prediction that repeats rows the gold has once is 1 there; an EX that
+    counts duplicates says 0 (ROSE-VEC 275, which the authors' EX scores 0)."""
+    comparison = {"equal": False, "reason": "multiplicity", "detail": "the same distinct rows, duplicated differently"}
+    ours = Run("s", Path("s"), [make_record(_ours(1, 1, False, comparison=comparison))])
+    theirs = Run("s", Path("t"), [make_record(_theirs(1, 0, False, None, 0))])
+    result, _ = join(ours, theirs, [])
+    [d] = result.disagreements
+    assert d.causes == ["duplicates"] and d.detail.startswith("the same distinct rows, duplicated differently")
