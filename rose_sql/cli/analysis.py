@@ -235,7 +235,7 @@ def compare_cmd(
     Examples:
       rose compare runs/                     every system rose run wrote into runs/
       rose compare runs/a runs/b --reading spider_ex --csv table.csv
-      rose compare reeval/ --common          the paper's systems on the items all of them kept
+      rose compare reeval/ --common          the systems on the items all of them have
     """
     from rose_sql.analysis.paired import all_pairs, neighbour_pairs
     from rose_sql.analysis.systems import (
