@@ -902,3 +902,6 @@ BATCH_MAX_ATTEMPTS = 3
 """Times a request is sent in a batch before its call fails (the item: ``judge_error``)."""
 BATCH_POLL_S = 30.0
 """Seconds between two polls of a batch (a batch takes minutes to hours)."""
+SELECT_MAX_CANDIDATES = 2_000_000
+"""Most candidates ``rose select`` scores (runs under policies, and their panels): about a minute of one core.
+The 21 ROSE-VEC BIRD runs of the published judges under four policies, panels of three, make 5,000."""

@@ -24,11 +24,13 @@ from rose_sql.analysis.panel import (
     by_part,
     candidates,
     combine,
+    count,
     vote,
 )
 from rose_sql.analysis.rose_import import import_outputs
 from rose_sql.analysis.runs import Run
 from rose_sql.cli import main
+from rose_sql.errors import UsageError
 
 
 def _bits(scores: list[int | None]) -> Votes:
@@ -64,6 +66,14 @@ def test_candidates_are_panels_of_distinct_configurations() -> None:
     assert not [n for n in names if n.startswith("majority(") and n.count(",") == 1]  # even majority: none
     assert not [n for n in names if "a, a@never" in n]  # one configuration once per panel
     assert len(names) == 4 + 5 * 2 + 2 * 3  # pairs: 5 of distinct configs x any/all; triples: 2 x 3 rules
+    assert count(members, 3) == len(names) and count(members, 2, ["any"]) == 4 + 5
+
+
+def test_select_refuses_a_choice_it_cannot_score_in_time() -> None:
+    members = {Member(f"c{i}", p): Votes(0, 0) for i in range(60) for p in ("recorded", "never")}
+    part = Part("p", ["1"], 0, 1, {"d": 1}, members)
+    with pytest.raises(UsageError, match="candidates on p, more than"):
+        by_database(part, Pool("all"), max_size=5)
 
 
 def _part(name: str, labels: list[int], dbs: list[str], members: dict[str, list[int | None]]) -> Part:

@@ -37,6 +37,7 @@ from rose_sql.analysis.agree import Confusion, kappa, pair, pct
 from rose_sql.analysis.labels import LabelSet, key
 from rose_sql.analysis.replay import Variant, carries_evidence, replay_record
 from rose_sql.analysis.runs import Run
+from rose_sql.config import SELECT_MAX_CANDIDATES
 from rose_sql.decide import Unscored
 from rose_sql.errors import UsageError
 from rose_sql.record import Record
@@ -370,11 +371,37 @@ def _neg(name: str) -> tuple[int, ...]:
     return (*(-ord(c) for c in name), 0)
 
 
+def count(members: Iterable[Member], max_size: int, rules: Sequence[Rule] = RULES) -> int:
+    """How many candidates :func:`candidates` makes, without making them."""
+    per_config = Counter(m.config for m in members)
+    sizes = list(per_config.values())
+    total = sum(sizes)
+    for size in range(2, max_size + 1):
+        groups = _choose_distinct(sizes, size)
+        total += groups * sum(1 for r in rules if not (r == "majority" and size % 2 == 0))
+    return total
+
+
+def _choose_distinct(sizes: Sequence[int], k: int) -> int:
+    """Ways to pick k members of k distinct configurations (``sizes``: members per configuration)."""
+    ways = [1] + [0] * k  # elementary symmetric polynomials of the sizes
+    for n in sizes:
+        for j in range(k, 0, -1):
+            ways[j] += ways[j - 1] * n
+    return ways[k]
+
+
 def _scored(
     part: Part, pool: Pool, members: set[Member], max_size: int, rules: Sequence[Rule]
 ) -> list[tuple[Candidate, Votes]]:
     """Every candidate of the pool's members, with its decisions on the part's items."""
     admitted = [m for m in members if pool.admits(m.config)]
+    n = count(admitted, max_size, rules)
+    if n > SELECT_MAX_CANDIDATES:
+        raise UsageError(
+            f"pool {pool.name}: {n:,} candidates on {part.name}, more than {SELECT_MAX_CANDIDATES:,}: "
+            "give a smaller --max-size, fewer --policies or --rules, or a narrower --pool"
+        )
     out = []
     for c in candidates(admitted, max_size, rules):
         votes = [part.members[m] for m in c.members]
