@@ -7,12 +7,17 @@ While items await a judge (a run without ``--judge-model``) ROSE is no number bu
 scores execution settles alone are the 0s of predictions that fail, and their mean says nothing about a
 system. An undefined number is None here and a word in every view (:meth:`Figure.cell`), never 0.
 
-Where ROSE exists, EX (the ``bird_ex`` reading by default) and ROSE are compared on the items where
-*both* are defined, so the gap compares like with like; the same by difficulty; and the discordance
-between them (items where EX and ROSE differ) overall and inside the items the judges flagged GoldX
-(gold SQL wrong) or AmbQ (question ambiguous), with the share of all discordance each subset
-explains, as in the ROSE paper's analysis. Items missing either number are counted (``ex_undefined``,
+Where ROSE exists, EX (the ``bird_ex`` reading by default; ``their_ex``, an imported run's own EX, when no
+run has ours: :func:`default_reading`) and ROSE are compared on the items where *both* are defined, so
+the gap compares like with like; the same by difficulty; and the discordance between them (items where
+EX and ROSE differ) overall and inside the items the judges flagged GoldX (gold SQL wrong) or AmbQ
+(question ambiguous), with the share of all discordance each subset explains, as in the ROSE paper's
+analysis. Items missing either number are counted (``ex_undefined``,
 ``unscored``), never silently dropped.
+
+Runs over different items (an imported run holds only the entries its authors' pipeline kept) compare on the
+same footing once cut to the items every run has (:func:`common_items`, :func:`restricted`: ``rose compare
+--common``); :func:`rank_moves` says how each system's rank moves from its own items to those.
 """
 
 from __future__ import annotations
