@@ -178,7 +178,7 @@ def other_release(run: Run) -> dict[str, str]:
     return out
 
 
-def _matched(system: str, pairs: Sequence[tuple[Record, Record, Record]]) -> Matched:
+def _matched(pairs: Sequence[tuple[Record, Record, Record]]) -> Matched:
     from rose_sql.evidence.findings import questions_match
 
     matched = [(o, t, j) for o, t, j in pairs if t.comparison is not None and t.comparison.equal is True]
@@ -258,7 +258,7 @@ def join(ours: Run, theirs: Run, variants: Sequence[Variant]) -> tuple[SystemJoi
         len(mine.keys() - {t.id_key for _, t, _ in pairs}),
         agree,
         disagreements,
-        _matched(ours.name, pairs),
+        _matched(pairs),
         policies,
         sum(1 for o, _, _ in pairs if o.evidence is not None and o.evidence.guard),
     )
