@@ -50,6 +50,7 @@ NAMES = {
     "ts_ex_keep_distinct": "TS EX keep-distinct",
     "soft_f1": "Soft-F1",
     "spider_em": "Spider EM",
+    "their_ex": "their EX",
 }
 """How the views name the figures."""
 AWAITING, UNDEFINED = "awaiting judge", "undefined"
@@ -64,12 +65,22 @@ GAPS: dict[str, str] = {
     "no_variants": "test-suite accuracy needs the test suite's variant databases in the db_id's folder, and it "
     "holds one database: the reading on that one is spider_ex",
     "not_recorded": "the record holds no such reading (an imported run, or a scores file)",
+    "not_in_their_ex": "their EX outputs have no entry for this item, although their ROSE outputs have one",
 }
 """Why a reading is undefined on an item whose gold ran, beside the unscored reasons of
 :data:`rose_sql.decide.UNSCORED` (an item whose gold could not run leaves every reading out for its own
 reason)."""
 _ITEM_REASONS = frozenset(
-    {"db_missing", "db_unreadable", "gold_error", "internal_error", "wall_guard", "no_score", "absent_from_outputs"}
+    {
+        "db_missing",
+        "db_unreadable",
+        "gold_error",
+        "internal_error",
+        "wall_guard",
+        "no_score",
+        "absent_from_outputs",
+        "failed_in_their_run",
+    }
 )
 """Unscored reasons that leave the readings out too: nothing was compared."""
 
@@ -239,6 +250,41 @@ def figures(items: Iterable[Counted]) -> Figures:
     return Figures(of, rose, *readings)
 
 
+IMPORTED = ("their_ex",)
+"""Readings an imported run carries as theirs (``rose import-rose``): named apart from the official ones."""
+NOT_EVALUATED = frozenset({"absent_from_outputs", "failed_in_their_run"})
+"""Unscored reasons of items the imported run never evaluated (no entry in its outputs)."""
+
+
+def value(record: Record, name: str) -> float | None:
+    """One figure of a record by name: ``rose`` is the score, ``their_ex`` the imported EX (None for our own
+    runs), anything else an official reading (None where undefined)."""
+    if name == "rose":
+        return record.score
+    if name == "their_ex":
+        return record.imported.ex if record.imported is not None else None
+    v: float | None = getattr(record.readings, name, None)
+    return v
+
+
+def imported_figure(name: str, records: Iterable[Record]) -> Figure:
+    """A reading of :data:`IMPORTED` over records, with what it left out: the item's own reason when their run
+    never evaluated it (:data:`NOT_EVALUATED`), ``not_in_their_ex`` when only their EX lacks it,
+    ``not_recorded`` on records of our own runs."""
+    group = list(records)
+    values: list[float] = []
+    gaps: Counter[str] = Counter()
+    for r in group:
+        v = value(r, name)
+        if v is not None:
+            values.append(v)
+        elif r.unscored_reason in NOT_EVALUATED:
+            gaps[str(r.unscored_reason)] += 1
+        else:
+            gaps["not_in_their_ex" if r.imported is not None else "not_recorded"] += 1
+    return Figure(name, float(sum(values)), len(values), len(group), _sorted(gaps))
+
+
 def by_difficulty(items: Sequence[Counted]) -> dict[str, Figures]:
     """The figures per difficulty label, where items have one (labels in order of first appearance sorted)."""
     labels = sorted({c.difficulty for c in items if c.difficulty})
@@ -253,6 +299,8 @@ def gaps(record: Record) -> tuple[str | None, ...]:
 def _gap(r: Record, name: str) -> str:
     if r.unscored_reason in _ITEM_REASONS:
         return r.unscored_reason
+    if r.imported is not None:  # another evaluator's outputs: nothing of ours was read
+        return "not_recorded"
     if r.gold_sql is None:
         return "no_gold"
     gold, pred = r.gold, r.pred

@@ -913,3 +913,7 @@ BATCH_MAX_ATTEMPTS = 3
 """Times a request is sent in a batch before its call fails (the item: ``judge_error``)."""
 BATCH_POLL_S = 30.0
 """Seconds between two polls of a batch (a batch takes minutes to hours)."""
+SELECT_MAX_CANDIDATES = 300_000
+"""Most candidates ``rose select`` scores (runs under policies, and their panels): measured, 57,650 candidates
+over 322 items and 11 folds take 4.4 s and 90 MB, so this bound about 25 s of one core and a few hundred MB.
+The published judges' ROSE-VEC BIRD runs in the o3-class pool, under four policies, panels of three, make 4,976."""

@@ -62,6 +62,7 @@ Unscored = Literal[
     "wall_guard",
     "no_score",
     "absent_from_outputs",
+    "failed_in_their_run",
     "not_replayable",
     "undecided",
 ]
@@ -144,7 +145,14 @@ UNSCORED: dict[Unscored, Reason] = {
     ),
     "no_score": Reason("the scores file gives no score for this item", "nothing: imported as it was"),
     "absent_from_outputs": Reason(
-        "the item is labelled but the imported outputs have no entry for it", "nothing: their run dropped it"
+        "the imported outputs have no entry for this item of the benchmark (or labels), and their run recorded no "
+        "failure for it: it was dropped silently (the record's why says more when the predictions file is known)",
+        "nothing: their run dropped it",
+    ),
+    "failed_in_their_run": Reason(
+        "the imported outputs have no entry for this item, and their run recorded it as failed "
+        "(problem_question_ids.json) and left it out",
+        "nothing: their run failed on it",
     ),
     "not_replayable": Reason(
         "the policy replayed needs a judge reply that the original run never asked for",
@@ -155,8 +163,9 @@ UNSCORED: dict[Unscored, Reason] = {
 NO_PREDICTION = "no prediction for this question of the gold file: counted wrong (no_prediction), as leaderboards do"
 """The decision's ``why`` for a question without a prediction."""
 
-DecidedBy = Literal["execution", "prover", "refuter", "imported"]
-"""The stage that settled a score (``imported``: taken as published from outputs we could not re-decide)."""
+DecidedBy = Literal["execution", "prover", "refuter", "imported", "panel"]
+"""The stage that settled a score (``imported``: taken as published from outputs we could not re-decide;
+``panel``: several stored runs' scores combined by a rule, ``rose panel``)."""
 Step = Literal["prover", "refuter", "refuter_matched"]
 """A judge the table asks for: the Prover, the Refuter on a Prover's pass, or the Refuter on a match."""
 JudgeOutcome = Literal["failed", "invalid", "no_budget", "split"]

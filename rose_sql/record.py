@@ -43,6 +43,13 @@ Layout versions (``schema``):
   ``--efficiency`` carries ``efficiency`` on the items whose BIRD EX is defined; written only when set, so
   other records are unchanged and earlier readers of this layout ignore it. Its ``steps_reason`` and
   ``time_reason`` (why a pass gave no ratio) are written the same way, only when set.
+- 7: an item imported from another evaluator's outputs (``rose import-rose``) carries ``imported``: what those
+  outputs said of it (their score, their EX, the error their run recorded, the benchmark file its db_id and
+  texts were checked against, the fields of theirs that differ from it), kept beside our decision and never
+  under an official reading's name; written only when set. An imported item without an entry in their
+  outputs is unscored ``absent_from_outputs`` (dropped silently) or ``failed_in_their_run`` (their run
+  recorded the failure), a reason layout 6 did not have; a record of a panel of runs (``rose panel``) is
+  ``decided_by`` ``panel``. Nothing was renamed: a record of layout 6 reads as it was.
 """
 
 from __future__ import annotations
@@ -69,7 +76,7 @@ if TYPE_CHECKING:  # pydantic models: imported by the judges and by readers, nev
 
     from rose_sql.verdicts import ProverReply, RefuterReply, ReplyFormat
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The layout this version writes; :func:`migrate` reads every earlier one."""
 UNGRADED = "[ungraded] recorded before witnesses were graded (record layout 5 or before): counted as doubt, as it was"
 """The ``plausibility`` a witness of layout 5 or before reads with."""
@@ -156,6 +163,27 @@ class ComparisonInfo:
         if c is None:
             return None
         return cls(c.equal, c.reason, c.detail, list(c.notes), c.pred_only, c.gold_only)
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedScores:
+    """What another evaluator's per-item outputs said of an item (``rose import-rose``), kept as theirs.
+
+    Their EX is theirs: it never becomes the ``bird_ex`` reading, which is the official script's number as
+    we compute it; views name it "their EX" (``their_ex``)."""
+
+    method: str
+    """The method whose outputs these are: ``ROSE``, ``ProverOnly``, ``FLEX``, ``llmsolver``, ``EX``..."""
+    score: int | None = None
+    """Their published score for the item, 1 or 0 (None: no entry, or their run recorded an error instead)."""
+    ex: int | None = None
+    """Their EX for the item, 1 or 0 (None: their EX outputs have no entry for it)."""
+    error: str | None = None
+    """The error their run recorded for the item (``Connection error.``), when it recorded one."""
+    benchmark: str | None = None
+    """The file whose entry gave the item's db_id and against which their texts were checked (None: unchecked)."""
+    differs: list[str] = field(default_factory=list)
+    """Their entry's fields that differ from that file's (``gold_sql``, ``question``, ``evidence``, ``difficulty``)."""
 
 
 Tier = Literal["first", "escalated"]
@@ -311,6 +339,9 @@ class Record:
     efficiency: Efficiency | None = None
     """BIRD's efficiency ratios (``rose run --efficiency``), for an item whose BIRD EX is defined; None when
     not asked (written only when set: other records keep their layout)."""
+    imported: ImportedScores | None = None
+    """What another evaluator's outputs said of the item (``rose import-rose``); None for our own runs (written
+    only when set)."""
     schema: int = SCHEMA_VERSION
     """Version of this record's layout."""
 
@@ -337,6 +368,10 @@ class Record:
         else:
             eff = {name: getattr(self.efficiency, name) for name in _EFFICIENCY_FIELDS}
             data["efficiency"] = {k: v for k, v in eff.items() if v is not None or k not in REASONS}  # when set
+        if self.imported is None:  # our own run: the layout as it always was
+            del data["imported"]
+        else:
+            data["imported"] = _plain(self.imported, _IMPORTED_FIELDS)
         return data
 
     def to_json(self) -> str:
@@ -372,6 +407,7 @@ _LABEL_FIELDS = tuple(f.name for f in fields(DatasetLabels))
 _CALL_FIELDS = tuple(f.name for f in fields(JudgeCall))
 _VOTES_FIELDS = tuple(f.name for f in fields(StageVotes))
 _EFFICIENCY_FIELDS = tuple(f.name for f in fields(Efficiency))
+_IMPORTED_FIELDS = tuple(f.name for f in fields(ImportedScores))
 
 
 EXEMPT = frozenset({"seconds", "cached", "llm_calls", "cost_usd", "batch_id", *TIME_FIELDS})
@@ -432,6 +468,7 @@ def migrate(data: Any) -> Any:
         if "plausible" not in witness:
             witness = {**witness, "plausible": True, "plausibility": UNGRADED}
             data = {**data, "evidence": {**evidence, "witness": witness}}
+    # 6 -> 7: an optional field (imported) and an unscored reason (failed_in_their_run) are new; nothing renamed
     return {**data, "schema": SCHEMA_VERSION}
 
 

@@ -84,7 +84,9 @@ def test_records_keep_their_replies_and_flags(imported: dict[str, Path]) -> None
     assert calls == 235 + 233 and run.summary is not None and run.summary.llm.calls_per_item == 1.4534
     assert sum(r.labels.goldx is True for r in run.records) == 35  # gold_correct false
     assert sum(r.labels.ambq is True for r in run.records) == 16  # "ambiguous question" only
-    assert all(r.readings.bird_ex is not None for r in run.records)  # their EX, found beside the run
+    # their EX, found beside the run, is theirs: never our BIRD EX reading
+    assert all(r.imported is not None and r.imported.ex is not None for r in run.records)
+    assert all(r.readings.bird_ex is None for r in run.records)
     assert run.summary.judge.model == "o3" and run.summary.judge.matched_refuter == "always"
 
 
@@ -218,7 +220,8 @@ def test_synthetic_import_recovers_the_flow(outputs: tuple[Path, Path], tmp_path
     assert recs[3].judges[0].reply.answers_question is False
     assert (recs[1].labels.ambq, recs[2].labels.goldx, recs[4].labels.ambq) == (True, True, False)
     assert recs[4].labels.ambiguity == "schema" and recs[5].labels.goldx is None
-    assert [recs[i].readings.bird_ex for i in range(1, 6)] == [1, 1, 0, 0, 0]
+    assert [recs[i].imported.ex for i in range(1, 6)] == [1, 1, 0, 0, 0]  # type: ignore[union-attr]
+    assert all(r.readings.bird_ex is None for r in recs.values())
     summary = write_run(imp, tmp_path / "run")
     assert (summary.n, summary.scored, summary.unscored) == (6, 5, {"absent_from_outputs": 1})
 
@@ -270,8 +273,9 @@ def test_a_score_contradicting_the_replies_is_reported(outputs: tuple[Path, Path
 def test_scores_only_folders_import_as_scores(outputs: tuple[Path, Path]) -> None:
     root, labels = outputs
     imp = import_outputs(root.parent.parent / "decisive" / "EX", load_labels(labels))
-    assert imp.kind == "scores" and imp.model == "EX"
-    assert [r.score for r in imp.records][:5] == [1, 1, 0, 0, 0] and imp.records[0].readings.bird_ex == 1
+    assert imp.kind == "scores" and (imp.model, imp.method) == (None, "EX")  # a deterministic method: no judge
+    assert [r.score for r in imp.records][:5] == [1, 1, 0, 0, 0] and imp.records[0].readings.bird_ex is None
+    assert imp.records[0].imported is not None and imp.records[0].imported.ex == 1
 
 
 # --------------------------------------------------------------------------- replaying our own judged runs

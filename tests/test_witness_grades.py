@@ -173,7 +173,7 @@ def test_a_witness_of_layout_4_reads_as_plausible_so_a_replay_decides_as_the_run
     del w["plausible"], w["plausibility"]
     data |= {"schema": 4, "evidence": {**Evidence().to_dict(), "witness": w}}
     rec = Record.from_dict(data)
-    assert rec.schema == SCHEMA_VERSION == 6
+    assert rec.schema == SCHEMA_VERSION
     assert rec.evidence is not None and rec.evidence.witness is not None
     assert rec.evidence.witness.plausible and rec.evidence.witness.plausibility == UNGRADED
     again = Record.from_dict(json.loads(rec.to_json()))
@@ -191,7 +191,7 @@ def test_a_record_of_layout_5_keeps_its_test_suite_reading_and_gets_its_witness_
     readings.pop("ts_ex_keep_distinct", None)
     data |= {"schema": 5, "readings": readings, "evidence": {**Evidence().to_dict(), "witness": w}}
     rec = Record.from_dict(data)
-    assert rec.schema == 6
+    assert rec.schema == SCHEMA_VERSION
     assert (rec.readings.spider_ex, rec.readings.ts_ex, rec.readings.ts_databases) == (1, 0, 3)
     assert rec.evidence is not None and rec.evidence.witness is not None
     assert rec.evidence.witness.plausible and rec.evidence.witness.plausibility == UNGRADED

@@ -30,17 +30,19 @@ import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
-from itertools import combinations
+from itertools import combinations, pairwise
 
-from rose_sql.accounting import NAMES, READINGS
+from rose_sql.accounting import IMPORTED, NAMES, READINGS
+from rose_sql.accounting import value as figure_value
 from rose_sql.analysis.runs import Run
 from rose_sql.record import Record
 
 CONTINUOUS = frozenset({"soft_f1"})
 """Readings that are not 1 or 0 per item: no McNemar test, no paired difference of proportions."""
-BINARY = ("rose", *(r for r in READINGS if r not in CONTINUOUS), "spider_em")
+BINARY = ("rose", *(r for r in READINGS if r not in CONTINUOUS), "spider_em", *IMPORTED)
 """The figures tested, in the order the views show them (a reading added to ``READINGS`` joins); Spider's
-exact-set match too, which is on the records (and ``summary.json``'s ``spider_match``) but no headline column."""
+exact-set match too, which is on the records (and ``summary.json``'s ``spider_match``) but no headline column;
+and an imported run's own EX (``their_ex``), under its own name."""
 RESAMPLES = 2000
 """Bootstrap resamples by default."""
 SEED = 20260101
@@ -50,10 +52,9 @@ LEVEL = 0.95
 
 
 def value(record: Record, name: str) -> int | None:
-    """A binary figure of a record: ``rose`` is the score, anything else a reading (None where undefined)."""
-    if name == "rose":
-        return record.score
-    v = getattr(record.readings, name, None)
+    """A binary figure of a record: ``rose`` is the score, ``their_ex`` the imported EX, anything else a reading
+    (None where undefined)."""
+    v = figure_value(record, name)
     return None if v is None else int(v)
 
 
@@ -244,6 +245,11 @@ def compare_pair(a: Run, b: Run, *, resamples: int = RESAMPLES, seed: int = SEED
 def all_pairs(runs: Sequence[Run], *, resamples: int = RESAMPLES, seed: int = SEED) -> list[PairedComparison]:
     """Every pair of runs in the order given (A before B), each compared on its shared items."""
     return [compare_pair(a, b, resamples=resamples, seed=seed) for a, b in combinations(runs, 2)]
+
+
+def neighbour_pairs(runs: Sequence[Run], *, resamples: int = RESAMPLES, seed: int = SEED) -> list[PairedComparison]:
+    """Each run against the next in the order given (a ranked table: A is the row above B)."""
+    return [compare_pair(a, b, resamples=resamples, seed=seed) for a, b in pairwise(runs)]
 
 
 def interval_cell(t: PairedTest) -> str:

@@ -48,7 +48,7 @@ MEANING: dict[Variant, str] = {
 }
 """What each policy does, in the words of ``rose run --matched-refuter`` (which has the first three)."""
 R = TypeVar("R", ProverReply, RefuterReply)
-_KEEP = ("internal_error", "no_score", "absent_from_outputs", "db_missing", "db_unreadable")
+_KEEP = ("internal_error", "no_score", "absent_from_outputs", "failed_in_their_run", "db_missing", "db_unreadable")
 """Unscored reasons a replay keeps: there is nothing to re-decide."""
 
 

@@ -20,12 +20,12 @@ from rose_sql.readings.formulas import Readings
 from rose_sql.record import ExecutionInfo, Record, read_records
 from rose_sql.summary import Summary
 
-Completeness = Literal["complete", "subset", "partial", "unknown", "imported", "scores file"]
+Completeness = Literal["complete", "subset", "partial", "unknown", "imported", "panel", "scores file"]
 """Whether a run covers its whole input: ``complete`` or ``partial`` (interrupted, or still running) as
 its manifest says, ``subset`` for a finished run of a subset (``--limit``, ``--ids``: never a full
 run); ``unknown`` for a run folder without one (older rose-sql); ``imported`` for
-``rose import-rose`` (every labelled item has a record, absent ones unscored); ``scores file`` for a
-plain file of scores, which holds what it holds."""
+``rose import-rose`` (every labelled item has a record, absent ones unscored); ``panel`` for ``rose panel``
+(the items of its first run); ``scores file`` for a plain file of scores, which holds what it holds."""
 PARTIAL_HELP = "interrupted or unfinished: not every item of its input has a record"
 """What ``partial`` means, in the words every view uses."""
 
@@ -62,6 +62,8 @@ def completeness(manifest: Manifest | None, summary: Summary | None, *, scores_f
         return "subset" if manifest.subset is not None else "complete"
     if summary is not None and summary.format.startswith("rose-import"):
         return "imported"
+    if summary is not None and summary.format.startswith("rose-panel"):
+        return "panel"
     return "scores file" if scores_file else "unknown"
 
 

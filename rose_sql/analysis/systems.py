@@ -7,12 +7,17 @@ While items await a judge (a run without ``--judge-model``) ROSE is no number bu
 scores execution settles alone are the 0s of predictions that fail, and their mean says nothing about a
 system. An undefined number is None here and a word in every view (:meth:`Figure.cell`), never 0.
 
-Where ROSE exists, EX (the ``bird_ex`` reading by default) and ROSE are compared on the items where
-*both* are defined, so the gap compares like with like; the same by difficulty; and the discordance
-between them (items where EX and ROSE differ) overall and inside the items the judges flagged GoldX
-(gold SQL wrong) or AmbQ (question ambiguous), with the share of all discordance each subset
-explains, as in the ROSE paper's analysis. Items missing either number are counted (``ex_undefined``,
+Where ROSE exists, EX (the ``bird_ex`` reading by default; ``their_ex``, an imported run's own EX, when no
+run has ours: :func:`default_reading`) and ROSE are compared on the items where *both* are defined, so
+the gap compares like with like; the same by difficulty; and the discordance between them (items where
+EX and ROSE differ) overall and inside the items the judges flagged GoldX (gold SQL wrong) or AmbQ
+(question ambiguous), with the share of all discordance each subset explains, as in the ROSE paper's
+analysis. Items missing either number are counted (``ex_undefined``,
 ``unscored``), never silently dropped.
+
+Runs over different items (an imported run holds only the entries its authors' pipeline kept) compare on the
+same footing once cut to the items every run has (:func:`common_items`, :func:`restricted`: ``rose compare
+--common``); :func:`rank_moves` says how each system's rank moves from its own items to those.
 """
 
 from __future__ import annotations
@@ -24,8 +29,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from rose_sql.accounting import AWAITING, NAMES, READINGS, UNDEFINED, Figure, Figures, figures
-from rose_sql.analysis.paired import PairedComparison
+from rose_sql.accounting import (
+    AWAITING,
+    IMPORTED,
+    NAMES,
+    NOT_EVALUATED,
+    READINGS,
+    UNDEFINED,
+    Figure,
+    Figures,
+    figures,
+    imported_figure,
+    value,
+)
+from rose_sql.analysis.paired import PairedComparison, item_key
 from rose_sql.analysis.runs import Completeness, Run, completeness
 from rose_sql.provenance import SubsetInfo
 from rose_sql.record import Record
@@ -95,9 +112,36 @@ def _pct(part: float, whole: int) -> float | None:
 
 
 def reading(record: Record, name: str) -> int | None:
-    """An official reading of a record by name (``bird_ex``, ``ts_ex``, ``ts_ex_keep_distinct``)."""
-    value: int | None = getattr(record.readings, name)
-    return value
+    """An EX reading of a record by name: an official one (``bird_ex``, ``ts_ex``...), or ``their_ex``, the
+    imported run's own EX (:data:`rose_sql.accounting.IMPORTED`)."""
+    v = value(record, name)
+    return None if v is None else int(v)
+
+
+def ex_figure(records: Sequence[Record], name: str) -> Figure:
+    """The EX reading ``name`` over records, with its denominator and what it left out."""
+    if name in IMPORTED:
+        return imported_figure(name, records)
+    return figures(Brief.of(r) for r in records).reading(name)
+
+
+def default_reading(runs: Sequence[Run]) -> str:
+    """The EX the views compare ROSE with when none is asked for: BIRD EX where any run has it (ours), else
+    the imported runs' own EX (their_ex), labelled as theirs."""
+    has = {name for run in runs for r in run.records for name in ("bird_ex", *IMPORTED) if value(r, name) is not None}
+    return "bird_ex" if "bird_ex" in has or not has else next(n for n in IMPORTED if n in has)
+
+
+def common_items(runs: Sequence[Run]) -> set[tuple[str, str, str]]:
+    """The items every run has: a record that is not an item its (imported) run never evaluated
+    (:data:`rose_sql.accounting.NOT_EVALUATED`)."""
+    keys = [{item_key(r) for r in run.records if r.unscored_reason not in NOT_EVALUATED} for run in runs]
+    return set.intersection(*keys) if keys else set()
+
+
+def restricted(runs: Sequence[Run], keys: set[tuple[str, str, str]]) -> list[Run]:
+    """The runs cut down to the items ``keys`` names (:func:`common_items`)."""
+    return [replace(run, records=[r for r in run.records if item_key(r) in keys]) for run in runs]
 
 
 def headline(records: Sequence[Record], state: Completeness = "unknown") -> Headline:
@@ -156,6 +200,10 @@ class SystemRow:
     """Items without the EX reading compared."""
     ex_by_difficulty: dict[str, Figure]
     """The EX reading compared, per difficulty label, over the items where it is defined."""
+    ex: Figure
+    """The EX reading compared, over the run's items (an official reading, or their EX)."""
+    rose_by_difficulty: dict[str, Figure]
+    """ROSE per difficulty label, over the items it scored."""
     overall: Scores
     """EX, ROSE and gap on every item where both are defined."""
     by_difficulty: dict[str, Scores]
@@ -189,13 +237,15 @@ def system_row(run: Run, which: str = "bird_ex") -> SystemRow:
     briefs = [Brief.of(r) for r in run.records]
     head = Headline(len(briefs), run.completeness, figures(briefs), run.manifest.subset if run.manifest else None)
     difficulties = ordered_difficulties(str(r.difficulty) for r in run.records if r.difficulty)
-    ex_by_difficulty = {d: figures(b for b in briefs if b.difficulty == d).reading(which) for d in difficulties}
+    groups = {d: [r for r in run.records if r.difficulty == d] for d in difficulties}
     row = SystemRow(
         system=run.name,
         headline=head,
         unscored=sum(1 for r in run.records if r.score is None),
         ex_undefined=sum(1 for r in run.records if reading(r, which) is None),
-        ex_by_difficulty=ex_by_difficulty,
+        ex_by_difficulty={d: ex_figure(g, which) for d, g in groups.items()},
+        ex=ex_figure(run.records, which),
+        rose_by_difficulty={d: figures(Brief.of(r) for r in g).rose for d, g in groups.items()},
         overall=Scores(0, None, None, None),
         by_difficulty={},
         discordant=None,
@@ -231,17 +281,91 @@ def leaderboard(runs: Sequence[Run], reading: str = "bird_ex") -> list[SystemRow
     """One row per run, ranked by ROSE (then the EX reading), best first; runs without ROSE after."""
 
     def rank(row: SystemRow) -> tuple[float, float, str]:
-        h = row.headline
-        rose, ex = h.figures.rose.value, h.figures.reading(reading).value
+        rose, ex = row.headline.figures.rose.value, row.ex.value
         return -(rose if rose is not None else -1.0), -(ex if ex is not None else -1.0), row.system
 
     return sorted((system_row(r, reading) for r in runs), key=rank)
 
 
-def to_json(rows: Sequence[SystemRow], reading: str = "bird_ex", pairs: Sequence[PairedComparison] = ()) -> str:
+@dataclass(frozen=True, slots=True)
+class RankMove:
+    """One system ranked on its own items and on the items every system has (``rose compare --common``)."""
+
+    system: str
+    rose_own: Figure
+    """ROSE over the run's own items."""
+    rose_common: Figure
+    """ROSE over the common items."""
+    ex_own: Figure
+    """The EX reading over the run's own items."""
+    ex_common: Figure
+    """The EX reading over the common items."""
+    ranks: dict[str, int]
+    """1-based ranks: ``rose_own``, ``rose_common``, ``ex_own``, ``ex_common`` (ties share the better rank)."""
+
+    @property
+    def rose_move(self) -> int:
+        """Places gained on the common items by ROSE (negative: lost)."""
+        return self.ranks["rose_own"] - self.ranks["rose_common"]
+
+    @property
+    def ex_move(self) -> int:
+        """Places gained on the common items by the EX reading."""
+        return self.ranks["ex_own"] - self.ranks["ex_common"]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "system": self.system,
+            **{name: getattr(self, name).to_dict() for name in ("rose_own", "rose_common", "ex_own", "ex_common")},
+            "ranks": dict(self.ranks),
+            "rose_move": self.rose_move,
+            "ex_move": self.ex_move,
+        }
+
+
+def _ranks(values: dict[str, float | None]) -> dict[str, int]:
+    """1-based competition ranks, best (highest) first; an undefined value ranks last."""
+    order = sorted(values.values(), key=lambda v: -(v if v is not None else -1.0))
+    return {name: order.index(v) + 1 for name, v in values.items()}
+
+
+def rank_moves(own: Sequence[SystemRow], common: Sequence[SystemRow]) -> list[RankMove]:
+    """Each system's ranks on its own items (``own``) and on the common items (``common``, the same systems),
+    in the order of ``common``."""
+    by_name = {r.system: r for r in own}
+    ranks = {
+        "rose_own": _ranks({r.system: r.headline.figures.rose.value for r in own}),
+        "rose_common": _ranks({r.system: r.headline.figures.rose.value for r in common}),
+        "ex_own": _ranks({r.system: r.ex.value for r in own}),
+        "ex_common": _ranks({r.system: r.ex.value for r in common}),
+    }
+    return [
+        RankMove(
+            r.system,
+            by_name[r.system].headline.figures.rose,
+            r.headline.figures.rose,
+            by_name[r.system].ex,
+            r.ex,
+            {name: ranked[r.system] for name, ranked in ranks.items()},
+        )
+        for r in common
+    ]
+
+
+def to_json(
+    rows: Sequence[SystemRow],
+    reading: str = "bird_ex",
+    pairs: Sequence[PairedComparison] = (),
+    moves: Sequence[RankMove] = (),
+    common: int | None = None,
+) -> str:
     """The table as JSON (percent values, two decimals; an undefined number is null); ``pairs``: the paired
-    comparisons of :mod:`rose_sql.analysis.paired`, under ``pairs``."""
+    comparisons of :mod:`rose_sql.analysis.paired`, under ``pairs``; with ``--common``, the number of common
+    items and each system's ranks on its own items and on them (``ranks``)."""
     data: dict[str, object] = {"reading": reading, "systems": [_row_dict(r) for r in rows]}
+    if common is not None:
+        data["common_items"] = common
+        data["ranks"] = [m.to_dict() for m in moves]
     if pairs:
         data["pairs"] = [p.to_dict() for p in pairs]
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
@@ -251,6 +375,8 @@ def _row_dict(row: SystemRow) -> dict[str, object]:
     data = asdict(row)
     data["headline"]["figures"] = row.headline.figures.to_dict()
     data["ex_by_difficulty"] = {d: f.to_dict() for d, f in row.ex_by_difficulty.items()}
+    data["ex"] = row.ex.to_dict()
+    data["rose_by_difficulty"] = {d: f.to_dict() for d, f in row.rose_by_difficulty.items()}
     return data
 
 

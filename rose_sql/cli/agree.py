@@ -233,11 +233,24 @@ POLICIES = "\n    ".join(f"  {v:<11} {MEANING[v]}" for v in VARIANTS)
 
 @click.command("import-rose")
 @click.argument("outputs", type=PATH)
-@click.option("--labels", required=True, type=PATH, help="The ROSE-VEC labels file of this part (gives db_id, ids).")
+@click.option("--labels", type=PATH, help="The ROSE-VEC labels file of this part (gives db_id and the items).")
+@click.option(
+    "--benchmark",
+    "benchmarks",
+    multiple=True,
+    type=PATH,
+    help="The benchmark the outputs are over (gives db_id, the texts checked and the items): a BIRD-format JSON "
+    "file, the first being the benchmark and later ones resolving ids outside it; a BIRD data folder stands "
+    "for its mini_dev_sqlite.json and dev.json.",
+)
+@click.option(
+    "--predictions", type=PATH, help="The system's predictions file: says whether an item dropped silently had one."
+)
 @out_option("Run folder to write records.jsonl and summary.json into.")
-@click.option("--ex", "ex_dir", type=PATH, help="Their EX folder (default: <part>/decisive/EX when present).")
+@click.option("--ex", "ex_dir", type=PATH, help="Their EX folder (default: decisive/EX or EX-<system>-eval beside).")
 @click.option("--difficulty", type=PATH, help="A JSON list with question_id and difficulty (e.g. BIRD dev.json).")
-@click.option("--model", help="Judge model name (default: the folder above OUTPUTS, e.g. o3).")
+@click.option("--model", help="Judge model name (default: from the path, e.g. o3).")
+@click.option("--method", help="Method name (default: the folder's, e.g. ROSE, FLEX; ROSE for <judge>-<system>-eval).")
 @click.option(
     "--replay",
     type=click.Choice(VARIANTS),
@@ -248,49 +261,78 @@ POLICIES = "\n    ".join(f"  {v:<11} {MEANING[v]}" for v in VARIANTS)
 @click.option("--force", is_flag=True, help="Replace an existing records.jsonl in --out.")
 def import_rose_cmd(
     outputs: Path,
-    labels: Path,
+    labels: Path | None,
+    benchmarks: tuple[Path, ...],
+    predictions: Path | None,
     out: Path,
     ex_dir: Path | None,
     difficulty: Path | None,
     model: str | None,
+    method: str | None,
     replay: str,
     force: bool,
 ) -> None:
-    """Import the ROSE authors' outputs (e.g. reference_outputs/rose-vec-bird/o3/ROSE) as records.
+    """Import the ROSE authors' outputs as records: ROSE-VEC's (with --labels) or the re-evaluation's
+    (with --benchmark).
 
-    Keeps their Prover and Refuter replies in each record's judges, maps the Refuter's ambiguity and
-    gold_correct to the AmbQ and GoldX labels, and decides every item with our decision table from
-    the stored replies (checked against their scores), under the --replay policy:
+    A folder is read by its shape: Prover and Refuter replies (ROSE), the Prover's alone
+    (ProverOnly: the Prover decides every item), or scores only (FLEX, llmsolver, decisive/EX); an
+    entry whose call failed ("Connection error.") is unscored judge_error, never a 0. Judge replies
+    are kept in each record's judges, the Refuter's ambiguity and gold_correct become the AmbQ and
+    GoldX labels, and every item is decided with our decision table from the stored replies (checked
+    against their scores), under the --replay policy:
 
     \b
     {policies}
 
-    Folders with scores only (decisive/EX: their EX, or another method's scores) are imported as
-    scores: there is no judge reply to decide, so no policy applies.
+    Their score and their EX (the EX folder beside the run) stay on each record as theirs
+    (record.imported; "their EX" in rose compare), never as the BIRD EX reading. The items of the
+    labels or the benchmark without an entry are records too, unscored: failed_in_their_run when
+    their problem_question_ids.json lists them, absent_from_outputs when dropped silently.
 
     \b
     Examples:
       rose import-rose reference_outputs/rose-vec-bird/o3/ROSE --labels rose-vec-bird.json --out runs/o3-bird
-      rose import-rose reference_outputs/rose-vec-bird/decisive/EX --labels rose-vec-bird.json --out runs/ex-bird
+      rose import-rose reference_outputs/rose-vec-bird/o3/FLEX --labels rose-vec-bird.json --out runs/o3-flex
+      rose import-rose rose-reeval/gpt-5/o3-gpt-5-eval --benchmark ../shared/data/bird --out reeval/gpt-5
     """
-    from rose_sql.analysis.rose_import import import_outputs, write_run
+    from rose_sql.analysis.reeval import benchmark_frame, load_benchmark, with_checks
+    from rose_sql.analysis.rose_import import import_outputs, labels_frame, write_run
 
     try:
         variant = _variant(replay)
-        imported = import_outputs(
-            outputs, load_labels(labels), model=model, ex_dir=ex_dir, difficulty_path=difficulty, variant=variant
+        if (labels is None) == (not benchmarks):
+            raise UsageError(
+                "pass --labels (ROSE-VEC: the experts' labels file) or --benchmark (the re-evaluation: the "
+                "benchmark file or BIRD data folder), one of the two"
+            )
+        benchmark = load_benchmark(benchmarks) if benchmarks else None
+        frame = (
+            benchmark_frame(benchmark, outputs, predictions)
+            if benchmark is not None
+            else labels_frame(load_labels(labels))  # type: ignore[arg-type]
         )
+        imported = import_outputs(
+            outputs, frame, model=model, method=method, ex_dir=ex_dir, difficulty_path=difficulty, variant=variant
+        )
+        if benchmark is not None:
+            imported = with_checks(imported, benchmark)
         summary = write_run(imported, out, force=force)
     except RoseError as e:
         fail(e)
     for w in imported.warnings:
         err.print(f"[yellow]warning:[/] {w}", highlight=False)
     mean = "undefined" if summary.rose is None else f"{100 * summary.rose:.2f}"
+    who = imported.model or "no judge"
     if imported.kind == "scores":
-        what = f"imported scores of {imported.model} (no judge replies, so no ROSE policy), mean score {mean}"
+        what = f"imported {imported.method} scores ({who}; no judge replies, so no ROSE policy), mean score {mean}"
+    elif imported.kind == "prover-only":
+        what = f"{imported.method} judged by {who}: the Prover decides every item, mean score {mean}"
     else:
-        what = f"ROSE judged by {imported.model}, decided under policy {variant}, ROSE {mean}"
+        what = f"{imported.method} judged by {who}, decided under policy {variant}, ROSE {mean}"
     console.print(f"{out}: {summary.n} items imported, {summary.scored} scored: {what}", highlight=False)
+    for note in imported.notes:
+        console.print(note, highlight=False)
 
 
 import_rose_cmd.help = (import_rose_cmd.help or "").replace("{policies}", POLICIES)
@@ -422,27 +464,45 @@ def judge_card_cmd(
 ) -> None:
     """Write a judge card named ROSE_<model>-<yyyymm>: the judge's configuration and its agreement.
 
-    Model, provider, prompt hashes and parameters come from the runs' summary.json; agreement
+    Model, provider, method, prompt hashes and parameters come from the runs' summary.json; agreement
     (with 95% intervals) is measured against the labels, per subset and merged. Runs pair with the
-    labels files as in rose agree.
+    labels files as in rose agree. Several runs with one labels file are repeats of one configuration
+    (the same model and method run again): the card keeps each run's metrics and their spread, its
+    headline being the run of median kappa, and rose judge-compare then refuses an upgrade whose margin
+    lies within that spread. Cards of other methods than ROSE are named after them (FLEX_o3-...).
 
     \b
-    Example:
+    Examples:
       rose judge-card runs/my-run --labels labels.json --validation-set ROSE-VEC --out cards/new.json
+      rose judge-card runs/o3 runs/o3-t4 runs/o3-t8 --labels rose-vec-bird.json --validation-set ROSE-VEC-BIRD \\
+          --out cards/o3-bird.json
     """
-    from rose_sql.analysis.judge_card import build_card
+    from rose_sql.analysis.judge_card import build_card, build_repeated_card
 
     try:
         loaded = one_run_each(runs)
         sets = _label_sets(labels, goldx_ids, ambq_ids, reviewed_only)
-        result = agree(pair_runs(loaded, sets), unscored=unscored_policy(unscored), resamples=bootstrap, seed=seed)
-        card = build_card(loaded, sets, result, validation_set=validation_set, date=date, version=__version__)
+        policy = unscored_policy(unscored)
+        if len(sets) == 1 and len(loaded) > 1:
+            reports = [agree(pair_runs([r], sets), unscored=policy, resamples=bootstrap, seed=seed) for r in loaded]
+            card = build_repeated_card(
+                loaded, sets[0], reports, validation_set=validation_set, date=date, version=__version__
+            )
+            warnings = [w for rep in reports for w in rep.warnings]
+        else:
+            result = agree(pair_runs(loaded, sets), unscored=policy, resamples=bootstrap, seed=seed)
+            card = build_card(loaded, sets, result, validation_set=validation_set, date=date, version=__version__)
+            warnings = result.warnings
     except RoseError as e:
         fail(e)
-    warn(result.warnings)
+    warn(warnings)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(card.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     console.print(f"{card_line(card)} -> {out}", highlight=False)
+    if card.repeats:
+        runs_kappa = ", ".join(_fmt(r.kappa) for r in card.repeats)
+        widths = ", ".join(f"{m} {card.spread_width(m):.2f}" for m in card.spread)
+        console.print(f"{len(card.repeats)} runs of one configuration: kappa {runs_kappa}; spread {widths}")
 
 
 def card_line(card: JudgeCard) -> str:

@@ -10,18 +10,30 @@ from rich.markup import escape
 from rich.table import Table
 
 from rose_sql.__version__ import __version__
-from rose_sql.accounting import NAMES, UNDEFINED, left_out_lines
+from rose_sql.accounting import IMPORTED, NAMES, UNDEFINED, Figure, left_out_lines
 from rose_sql.analysis.diff import RunDiff, change_cell, side_cell, summary_lines
 from rose_sql.analysis.paired import RESAMPLES, SEED, PairedComparison, interval_cell, p_cell
 from rose_sql.analysis.runs import PARTIAL_HELP, Run, load_runs
-from rose_sql.analysis.systems import READING_NAMES, SUBSETS, Headline, SystemRow, ordered_difficulties
+from rose_sql.analysis.systems import (
+    READING_NAMES,
+    SUBSETS,
+    Discordance,
+    Headline,
+    RankMove,
+    SystemRow,
+    ordered_difficulties,
+)
 from rose_sql.cli.common import all_runs
 from rose_sql.cli.main import PATH, console, err, fail
 from rose_sql.cli.options import json_file_option, out_option
 from rose_sql.cli.tables import name_column, number_columns, show
 from rose_sql.errors import RoseError, UsageError
 
-READINGS = ("bird_ex", "spider_ex", "spider_ex_keep_distinct", "ts_ex", "ts_ex_keep_distinct")
+READINGS = ("bird_ex", "spider_ex", "spider_ex_keep_distinct", "ts_ex", "ts_ex_keep_distinct", "their_ex")
+READING_HELP = (
+    "Which EX to compare ROSE with (default: bird_ex, or their_ex when no run has ours: an imported run's own EX, "
+    "labelled as theirs)."
+)
 
 
 def _fmt(x: float | None, signed: bool = False) -> str:
@@ -34,16 +46,19 @@ def _count(x: int | None) -> str:
     return UNDEFINED if x is None else str(x)
 
 
-def headline_table(title: str, names: Sequence[str], heads: Sequence[Headline]) -> Table:
-    """One line per system: whether the run is complete, the official readings, and ROSE."""
+def headline_table(
+    title: str, names: Sequence[str], heads: Sequence[Headline], theirs: Sequence[Figure] | None = None
+) -> Table:
+    """One line per system: whether the run is complete, the official readings, and ROSE; with ``theirs``,
+    the imported runs' own EX beside them, under its own name."""
     table = Table(title=title, title_justify="left")
     name_column(table, "system")
     number_columns(table, "items")
     table.add_column("run", no_wrap=True)
-    number_columns(table, *READING_NAMES.values(), "ROSE")
-    for name, h in zip(names, heads, strict=True):
+    number_columns(table, *READING_NAMES.values(), *(["their EX"] if theirs else []), "ROSE")
+    for i, (name, h) in enumerate(zip(names, heads, strict=True)):
         state = f"[bold yellow]{h.state}[/]" if h.completeness in ("partial", "subset") else h.state
-        readings = (h.figures.reading(r).cell() for r in READING_NAMES)
+        readings = [h.figures.reading(r).cell() for r in READING_NAMES] + ([theirs[i].cell()] if theirs else [])
         table.add_row(escape(name), str(h.items), state, *readings, h.figures.rose.cell())
     return table
 
@@ -52,45 +67,60 @@ HEADLINE_TITLE = "percent (in brackets: the items each is over, n/items when it 
 """What a headline table's cells say."""
 
 
+IMPORTED_NOTE = (
+    "carry no official reading of ours: BIRD EX and the others are left out of their items as not_recorded "
+    "(`rose run` computes them); their EX is theirs, named apart"
+)
+"""What the notes say once for every imported run, instead of a line per reading and run."""
+
+
 def left_out_notes(names: Sequence[str], heads: Sequence[Headline]) -> list[str]:
-    """What each system's figures leave out, by reason, under the headline table (never a bare number)."""
-    return [
-        f"{name}: {line}"
-        for name, h in zip(names, heads, strict=True)
-        for line in ([h.subset_note] if h.subset_note else []) + left_out_lines(h.figures)
-    ]
+    """What each system's figures leave out, by reason, under the headline table (never a bare number). The
+    official readings an imported run never had are said once for all of them."""
+    out, imported = [], []
+    for name, h in zip(names, heads, strict=True):
+        lines = ([h.subset_note] if h.subset_note else []) + left_out_lines(h.figures)
+        if h.completeness == "imported":
+            imported.append(name)
+            lines = [line for line in lines if "not_recorded" not in line]
+        out += [f"{name}: {line}" for line in lines]
+    if imported:
+        out.append(f"imported runs ({', '.join(imported)}) {IMPORTED_NOTE}")
+    return out
 
 
 def rich_tables(rows: Sequence[SystemRow], reading: str = "bird_ex") -> list[Table]:
     """The terminal tables: the headline of every system; then, for those ROSE has scored, EX against ROSE
     overall and by difficulty; the EX reading by difficulty for the others."""
     title = f"Official readings and ROSE, {HEADLINE_TITLE}"
-    tables = [headline_table(title, [r.system for r in rows], [r.headline for r in rows])]
+    theirs = [r.ex for r in rows] if reading in IMPORTED else None
+    tables = [headline_table(title, [r.system for r in rows], [r.headline for r in rows], theirs)]
     judged = [r for r in rows if r.headline.rose_ready]
     waiting = [r for r in rows if not r.headline.rose_ready]
+    name = NAMES.get(reading, reading)
     if judged:
-        title = f"EX ({reading}) vs ROSE on the items where both are defined, percent"
+        title = f"{name} vs ROSE on the items where both are defined, percent"
         table = Table(title=title, title_justify="left")
         name_column(table, "system")
         number_columns(table, "n", "EX", "ROSE", "gap", "discordant", "EX✓ROSE✗", "EX✗ROSE✓")
-        number_columns(table, "GoldX share", "AmbQ share", "either share")
+        number_columns(table, "GoldX disc.", "AmbQ disc.", "GoldX share", "AmbQ share", "either share")
         for row in judged:
             o = row.overall
+            inside = (_inside(row.subsets.get(s)) for s in ("goldx", "ambq"))
             shares = (_fmt(row.subsets[s].share) if s in row.subsets else UNDEFINED for s in SUBSETS)
             counts = (_count(row.discordant), _count(row.ex_only), _count(row.rose_only))
-            table.add_row(escape(row.system), str(o.n), _fmt(o.ex), _fmt(o.rose), _fmt(o.gap, True), *counts, *shares)
+            table.add_row(
+                escape(row.system), str(o.n), _fmt(o.ex), _fmt(o.rose), _fmt(o.gap, True), *counts, *inside, *shares
+            )
         tables.append(table)
     difficulties = ordered_difficulties(d for row in judged for d in row.by_difficulty)
     if difficulties:
-        by = Table(title="By difficulty: EX / ROSE (gap), where both are defined", title_justify="left")
+        title = f"By difficulty: ROSE and {name}, each over its items; the gap (ROSE - EX) where both are defined"
+        by = Table(title=title, title_justify="left")
         name_column(by, "system")
         number_columns(by, *difficulties)
         for row in (r for r in judged if r.by_difficulty):
-            cells = []
-            for d in difficulties:
-                x = row.by_difficulty.get(d)
-                cells.append(f"{_fmt(x.ex)} / {_fmt(x.rose)} ({_fmt(x.gap, True)})" if x else "no item")
-            by.add_row(escape(row.system), *cells)
+            by.add_row(escape(row.system), *(_difficulty_cell(row, d) for d in difficulties))
         tables.append(by)
     difficulties = ordered_difficulties(d for row in waiting for d in row.ex_by_difficulty)
     if difficulties:
@@ -98,15 +128,39 @@ def rich_tables(rows: Sequence[SystemRow], reading: str = "bird_ex") -> list[Tab
         name_column(by, "system")
         number_columns(by, *difficulties)
         for row in (r for r in waiting if r.ex_by_difficulty):
-            ex = (f.cell() if (f := row.ex_by_difficulty.get(d)) is not None else "no item" for d in difficulties)
-            by.add_row(escape(row.system), *ex)
+            exs = (f.cell() if (f := row.ex_by_difficulty.get(d)) is not None else "no item" for d in difficulties)
+            by.add_row(escape(row.system), *exs)
         tables.append(by)
     return tables
 
 
-def notes(rows: Sequence[SystemRow]) -> list[str]:
-    """What the tables cannot say in a cell: runs awaiting a judge, partial runs, runs of unknown completeness."""
-    out = left_out_notes([r.system for r in rows], [r.headline for r in rows])
+def _difficulty_cell(row: SystemRow, d: str) -> str:
+    """ROSE and the EX reading on one difficulty, each over its items, and their gap where both are defined."""
+    rose, ex, both = row.rose_by_difficulty.get(d), row.ex_by_difficulty.get(d), row.by_difficulty.get(d)
+    if rose is None or ex is None:
+        return "no item"
+    gap = f"\n[dim]gap {_fmt(both.gap, True)} (n={both.n})[/]" if both else ""
+    return f"ROSE {rose.cell()}\nEX {ex.cell()}{gap}"
+
+
+def _inside(d: Discordance | None) -> str:
+    """Discordant items inside a flagged subset: ``3 of 12 (25.00)``."""
+    if d is None:
+        return UNDEFINED
+    return f"{d.discordant} of {d.n}" + (f" ({d.rate:.2f})" if d.rate is not None else "")
+
+
+def notes(rows: Sequence[SystemRow], runs: Sequence[Run] = ()) -> list[str]:
+    """What the tables cannot say in a cell: what imported runs' figures stand on, runs awaiting a judge,
+    partial runs, runs of unknown completeness."""
+    from rose_sql.analysis.reeval import entries_note, entries_of
+
+    out = []
+    for run in runs:
+        entries = entries_of(run.records)
+        if entries is not None:
+            out.append(f"{run.name}: imported; its figures are {entries_note(entries)}")
+    out += left_out_notes([r.system for r in rows], [r.headline for r in rows])
     waiting = [r for r in rows if r.headline.awaiting_judge]
     if waiting:
         total = sum(r.headline.awaiting_judge for r in waiting)
@@ -125,7 +179,22 @@ def notes(rows: Sequence[SystemRow]) -> list[str]:
 
 @click.command("compare")
 @click.argument("runs", nargs=-1, required=True, type=PATH)
-@click.option("--reading", type=click.Choice(READINGS), default="bird_ex", show_default=True, help="Which EX.")
+@click.option("--reading", type=click.Choice(READINGS), default=None, help=READING_HELP)
+@click.option(
+    "--common",
+    is_flag=True,
+    help="Restrict every figure to the items every run has (an imported run's items without an entry are not "
+    "its), and show how the ranks move against each run's own items.",
+)
+@click.option(
+    "--pairs",
+    "pairs_mode",
+    type=click.Choice(["auto", "all", "neighbours", "none"]),
+    default="auto",
+    show_default=True,
+    help="Paired tests: every pair, each system against the next in the ranked table, or none (auto: every pair "
+    "up to 5 systems, neighbours beyond).",
+)
 @click.option("--csv", "csv_out", type=PATH, help="Also write the table as CSV here.")
 @json_file_option("Also write the table (and the paired tests) as JSON here.")
 @click.option(
@@ -137,7 +206,14 @@ def notes(rows: Sequence[SystemRow]) -> list[str]:
 )
 @click.option("--seed", type=int, default=SEED, show_default=True, help="Seed of the paired bootstrap.")
 def compare_cmd(
-    runs: tuple[Path, ...], reading: str, csv_out: Path | None, json_out: Path | None, bootstrap: int, seed: int
+    runs: tuple[Path, ...],
+    reading: str | None,
+    common: bool,
+    pairs_mode: str,
+    csv_out: Path | None,
+    json_out: Path | None,
+    bootstrap: int,
+    seed: int,
 ) -> None:
     """Re-evaluation table across systems: the official readings and ROSE, then EX vs ROSE.
 
@@ -147,50 +223,112 @@ def compare_cmd(
     items, "awaiting judge" until then; "undefined" where nothing is defined. The run column says
     whether every item of the input has a record (partial: interrupted or unfinished). Where ROSE
     exists, EX and ROSE are compared on the items where both are defined: the gap by difficulty, and
-    the discordance overall and inside the GoldX and AmbQ subsets flagged by the judges.
+    the discordance overall and inside the GoldX and AmbQ subsets flagged by the judges. Runs imported
+    with `rose import-rose` carry their own EX ("their EX", --reading their_ex), never as BIRD EX.
 
-    With several systems, each pair (in the table's order, A above B) is compared on the items both
-    were evaluated on, for every binary figure (ROSE, BIRD EX, the test-suite readings): the difference
-    A - B in points with its 95 % paired bootstrap interval (seeded: the same runs and seed give the
-    same interval), the discordant items each way, and McNemar's exact p-value.
+    With several systems, pairs of systems (in the table's order, A above B) are compared on the items
+    both were evaluated on, for every binary figure (ROSE, BIRD EX, the test-suite readings, their EX):
+    the difference A - B in points with its 95 % paired bootstrap interval (seeded: the same runs and
+    seed give the same interval), the discordant items each way, and McNemar's exact p-value.
 
     \b
     Examples:
       rose compare runs/                     every system rose run wrote into runs/
       rose compare runs/a runs/b --reading spider_ex --csv table.csv
+      rose compare reeval/ --common          the systems on the items all of them have
     """
-    from rose_sql.analysis.paired import all_pairs
-    from rose_sql.analysis.systems import leaderboard, to_csv, to_json
+    from rose_sql.analysis.paired import all_pairs, neighbour_pairs
+    from rose_sql.analysis.systems import (
+        common_items,
+        default_reading,
+        leaderboard,
+        rank_moves,
+        restricted,
+        to_csv,
+        to_json,
+    )
 
     try:
         loaded = all_runs(runs)
-        rows = leaderboard(loaded, reading)
+        which = reading or default_reading(loaded)
+        own = leaderboard(loaded, which)
+        moves: list[RankMove] = []
+        shared: int | None = None
+        if common:
+            keys = common_items(loaded)
+            shared = len(keys)
+            if not keys:
+                raise UsageError("--common: the runs have no item in common")
+            loaded = restricted(loaded, keys)
+        rows = leaderboard(loaded, which) if common else own
+        moves = rank_moves(own, rows) if common else []
         by_name = {r.name: r for r in loaded}
         named = len(by_name) == len(loaded)  # pairs are told apart by name
-        pairs = all_pairs([by_name[r.system] for r in rows], resamples=bootstrap, seed=seed) if named else []
+        mode = pairs_mode if pairs_mode != "auto" else ("all" if len(rows) <= 5 else "neighbours")
+        ranked = [by_name[r.system] for r in rows] if named else []
+        pick = {"all": all_pairs, "neighbours": neighbour_pairs}.get(mode)
+        pairs = pick(ranked, resamples=bootstrap, seed=seed) if pick is not None and ranked else []
     except RoseError as e:
         fail(e)
-    for table in rich_tables(rows, reading):
+    if shared is not None:
+        console.print(
+            f"Every figure below is over the {shared} items all {len(rows)} runs have (--common); "
+            "the ranks table compares them with each run's own items.",
+            highlight=False,
+        )
+    for table in rich_tables(rows, which):
         show(table)
+    if moves:
+        show(ranks_table(moves, which, shared or 0))
     if pairs:
-        show(paired_table(pairs, bootstrap, seed))
-    for line in notes(rows):
+        show(paired_table(pairs, bootstrap, seed, neighbours=mode == "neighbours"))
+    for line in notes(rows, [] if common else loaded):
         (err if line.startswith("warning") else console).print(line, highlight=False)
     if not named:
         err.print("warning: two runs share a name: no paired tests (give the systems distinct folder names)")
-    for path, text in ((csv_out, to_csv(rows)), (json_out, to_json(rows, reading, pairs))):
+    for path, text in ((csv_out, to_csv(rows)), (json_out, to_json(rows, which, pairs, moves, shared))):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             console.print(f"wrote {path}", highlight=False)
 
 
-def paired_table(pairs: Sequence[PairedComparison], resamples: int, seed: int) -> Table:
+def ranks_table(moves: Sequence[RankMove], reading: str, common: int) -> Table:
+    """Each system's rank on its own items and on the common ones, by ROSE and by the EX reading."""
+    name = NAMES.get(reading, reading)
+    title = f"Ranks on each run's own items and on the {common} common items (ROSE, then {name}; n in brackets)"
+    table = Table(title=title, title_justify="left")
+    name_column(table, "system")
+    number_columns(table, "ROSE own", "rank", "ROSE common", "rank", "move", "EX own", "rank", "EX common", "rank")
+    number_columns(table, "move")
+    for m in moves:
+        table.add_row(
+            escape(m.system),
+            m.rose_own.cell(),
+            str(m.ranks["rose_own"]),
+            m.rose_common.cell(),
+            str(m.ranks["rose_common"]),
+            _move(m.rose_move),
+            m.ex_own.cell(),
+            str(m.ranks["ex_own"]),
+            m.ex_common.cell(),
+            str(m.ranks["ex_common"]),
+            _move(m.ex_move),
+        )
+    return table
+
+
+def _move(n: int) -> str:
+    return "=" if n == 0 else f"[green]+{n}[/]" if n > 0 else f"[red]{n}[/]"
+
+
+def paired_table(pairs: Sequence[PairedComparison], resamples: int, seed: int, *, neighbours: bool = False) -> Table:
     """One line per pair of systems and binary figure: n, both means, A - B with its interval, the
     discordant items each way, McNemar's exact p-value; and the items each run has alone."""
+    which = "each system against the next in the ranked table; " if neighbours else ""
     title = (
-        f"Does A beat B? On the shared items where both define the figure: A - B in points, 95% paired bootstrap "
-        f"interval ({resamples} resamples, seed {seed}), McNemar's exact test on the discordant items"
+        f"Does A beat B? {which}On the shared items where both define the figure: A - B in points, 95% paired "
+        f"bootstrap interval ({resamples} resamples, seed {seed}), McNemar's exact test on the discordant items"
     )
     table = Table(title=title, title_justify="left")
     name_column(table, "A")
@@ -221,8 +359,23 @@ def paired_table(pairs: Sequence[PairedComparison], resamples: int, seed: int) -
 @click.argument("runs", nargs=-1, required=True, type=PATH)
 @click.option("--compare", "several", is_flag=True, help="Compare several runs on one page.")
 @out_option("HTML file (default: RUN/report.html, or rose-compare.html).", required=False)
-@click.option("--reading", type=click.Choice(READINGS), default="bird_ex", show_default=True, help="Which EX.")
-def report_cmd(runs: tuple[Path, ...], several: bool, out: Path | None, reading: str) -> None:
+@click.option("--reading", type=click.Choice(READINGS), default=None, help=READING_HELP)
+@click.option(
+    "--systems",
+    "systems_file",
+    type=PATH,
+    help="A systems file (CSV, or JSON) with a 'system' column and what you know of each (type, base_model, "
+    "release_date...): charts of the ROSE-EX gap by it.",
+)
+@click.option("--group-by", help="The systems file's column to group and colour the systems by (e.g. type).")
+def report_cmd(
+    runs: tuple[Path, ...],
+    several: bool,
+    out: Path | None,
+    reading: str | None,
+    systems_file: Path | None,
+    group_by: str | None,
+) -> None:
     """Write a self-contained HTML report: the official readings and ROSE, charts (EX vs ROSE, gap by
     difficulty, discordance, calls and cost per stage) and a filterable browser of every item with its
     evidence and judge reasoning.
@@ -230,24 +383,34 @@ def report_cmd(runs: tuple[Path, ...], several: bool, out: Path | None, reading:
     RUN is the --out folder of `rose run` (its systems on one page), a system folder, a records.jsonl
     or an id -> score file. Without a judge the page shows the official readings and says that ROSE
     awaits a judge; a partial run (interrupted or unfinished) gets a banner. The page loads nothing
-    from the network; open it from the file.
+    from the network; open it from the file. With --systems, the ROSE-EX gap per system and per
+    difficulty grouped by a column of that file (--group-by), and over release dates when it has a
+    release_date column.
 
     \b
     Examples:
       rose report runs/c3sql                  writes runs/c3sql/report.html
       rose report runs/                       every system in runs/, on runs/report.html
       rose report runs/a runs/b --compare --out compare.html
+      rose report reeval/ --systems systems.csv --group-by type
     """
     from rose_sql.analysis.html import write_report
+    from rose_sql.analysis.html.groups import load_systems
+    from rose_sql.analysis.systems import default_reading
 
     try:
         if len(runs) > 1 and not several:
             raise UsageError("several runs: pass --compare to put them on one page")
+        if group_by is not None and systems_file is None:
+            raise UsageError("--group-by names a column of the --systems file: give it")
         loaded = all_runs(runs)
         if len({r.name for r in loaded}) != len(loaded):
             raise UsageError("two runs share a name; the report tells systems apart by folder name")
+        systems = load_systems(systems_file) if systems_file is not None else None
         default = runs[0] / "report.html" if len(runs) == 1 and runs[0].is_dir() else Path("rose-compare.html")
-        path = write_report(loaded, out or default, reading=reading, version=__version__)
+        which = reading or default_reading(loaded)
+        page = out or default
+        path = write_report(loaded, page, reading=which, version=__version__, systems=systems, group_by=group_by)
     except RoseError as e:
         fail(e)
     for run in loaded:

@@ -21,10 +21,17 @@ def match_doubts(
     pred_sql: str, gold_sql: str | None, gold: Execution | None, comparison: Comparison | None
 ) -> list[str]:
     """The doubts about a match (none when the results do not match)."""
-    if comparison is None or comparison.equal is not True:
+    rows = gold.result.row_count if gold is not None and gold.result is not None else None
+    return doubts_of(pred_sql, gold_sql, comparison is not None and comparison.equal is True, rows)
+
+
+def doubts_of(pred_sql: str | None, gold_sql: str | None, equal: bool, gold_rows: int | None) -> list[str]:
+    """The doubts about a match from what a record keeps (the queries, whether the results matched, the
+    gold's row count): a run without a judge does not note them, and a reader finds them as it would have."""
+    if not equal:
         return []
     out = []
-    if gold is not None and gold.result is not None and gold.result.row_count == 0:
+    if gold_rows == 0:
         out.append(EMPTY)
     if tables_read(pred_sql) != tables_read(gold_sql):
         out.append(OTHER_TABLES)

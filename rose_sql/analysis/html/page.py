@@ -16,6 +16,7 @@ from html import escape
 from rose_sql.accounting import AWAITING, NAMES, READINGS, UNDEFINED, Figure, figures, left_out_lines
 from rose_sql.analysis.html.assets import CSS, JS
 from rose_sql.analysis.html.data import OUTCOMES, browser_item, flags, outcome, stage_usage
+from rose_sql.analysis.html.groups import SystemsFile, group_charts
 from rose_sql.analysis.html.svg import Series, bar_chart, stacked_chart
 from rose_sql.analysis.paired import RESAMPLES, SEED, PairedTest, all_pairs, interval_cell, p_cell
 from rose_sql.analysis.runs import PARTIAL_HELP, Run
@@ -357,9 +358,19 @@ _BROWSER = """
 """
 
 
-def build_report(runs: Sequence[Run], *, reading: str = "bird_ex", title: str | None = None, version: str = "") -> str:
-    """The whole page for one run (overview cards) or several (comparison table first)."""
+def build_report(
+    runs: Sequence[Run],
+    *,
+    reading: str = "bird_ex",
+    title: str | None = None,
+    version: str = "",
+    systems: SystemsFile | None = None,
+    group_by: str | None = None,
+) -> str:
+    """The whole page for one run (overview cards) or several (comparison table first); with a systems file,
+    the gap by what it says of each system (:mod:`rose_sql.analysis.html.groups`)."""
     rows = [system_row(r, reading) for r in runs]
+    extra = group_charts(rows, systems, group_by) if systems is not None else []
     names = [r.name for r in runs]
     heading = title or ("ROSE-SQL report: " + names[0] if len(runs) == 1 else "ROSE-SQL comparison")
     items = [browser_item(rec, i, reading) for i, run in enumerate(runs) for rec in run.records]
@@ -380,7 +391,10 @@ def build_report(runs: Sequence[Run], *, reading: str = "bird_ex", title: str | 
             f"generated {when} by rose-sql {escape(version)}</p></header><main>",
             f'<section id="overview">{_banner(runs)}<h2>Overview</h2>{overview}{_table(rows, reading)}',
             f"{_paired(runs, rows)}</section>",
-            '<section id="charts"><h2>Charts</h2><div class="grid">' + "".join(charts(runs, rows, reading)) + "</div>",
+            '<section id="charts"><h2>Charts</h2><div class="grid">'
+            + "".join(charts(runs, rows, reading))
+            + "".join(_figure(*chart) for chart in extra)
+            + "</div>",
             _notes(runs, rows, reading) + "</section>",
             f'<section id="items"><h2>Items</h2>{_BROWSER}</section></main>',
             f'<script type="application/json" id="rose-data">{island}</script><script>{JS}</script></body></html>',
