@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The comparator's column search: units of work counted and CPU seconds, on results whose columns look alike.
 
-Cases (each as gold vs prediction, ``rose_sql.compare.comparator.compare`` with the default budget,
+Cases (each as gold vs prediction, ``rose_sql.comparison.comparator.compare`` with the default budget,
 ``rose_sql.config.COLUMN_WORK`` units):
 
 - ``zeros``: the issue's ``SELECT 0, 0, ...`` against one value changed (it ran over 200 s at 12 columns);
@@ -20,8 +20,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rose_sql.compare.columns import Budget
-from rose_sql.compare.comparator import compare
+from rose_sql.comparison.columns import Budget
+from rose_sql.comparison.comparator import compare
 from rose_sql.config import COLUMN_WORK
 from rose_sql.results import ResultSet
 

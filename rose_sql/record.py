@@ -61,7 +61,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from rose_sql.compare.comparator import Comparison, json_value
+from rose_sql.comparison.comparator import Comparison, json_value
 from rose_sql.config import Aggregate
 from rose_sql.decide import DatasetLabels, DecidedBy, Decision, Unscored
 from rose_sql.errors import InputError

@@ -477,7 +477,7 @@ def test_the_limit_checks_see_a_retyped_default(tmp_path: Path) -> None:
     assert [_names(u) for u in _unions(union.args.args[0].annotation)] == [{"Path", "Source"}]
 
 
-AFTER_RUN = ("analysis", "review", "inspect", "summary.py", "accounting.py", "compare", "cli/analysis.py")
+AFTER_RUN = ("analysis", "review", "inspect", "summary.py", "accounting.py", "comparison", "cli/analysis.py")
 AFTER_RUN += ("cli/agree.py", "cli/calibrate.py")
 """The modules that read finished runs: their figures and agreement results are typed values."""
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import peak_rss_growth, sha256
 
-from rose_sql.compare.comparator import compare
+from rose_sql.comparison.comparator import compare
 from rose_sql.config import Config
 from rose_sql.engines import Database, Source
 from rose_sql.engines.execute import GUARD_MARGIN_S, Executor, run_query

@@ -1,4 +1,4 @@
-"""The column search's work is bounded and counted (rose_sql.compare.columns), the same on every machine.
+"""The column search's work is bounded and counted (rose_sql.comparison.columns), the same on every machine.
 
 The symptom (issue 22, finding 2): a 12-column ``SELECT 0, 0, ...`` gold against a prediction with one
 value changed ran over 200 s, because once the column-pair checks were cached the search's steps cost
@@ -24,8 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rose_sql.cli import main
-from rose_sql.compare.columns import Budget, column_maps
-from rose_sql.compare.comparator import compare
+from rose_sql.comparison.columns import Budget, column_maps
+from rose_sql.comparison.comparator import compare
 from rose_sql.config import COLUMN_WORK, Config, RewardConfig
 from rose_sql.decide import UNSCORED, Facts, decide
 from rose_sql.engines import Database
@@ -178,7 +178,7 @@ def test_the_count_is_the_same_whatever_the_hash_seed() -> None:
     values hash differently in every process unless PYTHONHASHSEED is fixed)."""
     script = (
         "import json, sys; sys.path.insert(0, 'tests'); from test_columns import masks, parity, permuted, shuffle; "
-        "from rose_sql.compare.columns import Budget; from rose_sql.compare.comparator import compare\n"
+        "from rose_sql.comparison.columns import Budget; from rose_sql.comparison.comparator import compare\n"
         "from rose_sql.results import ResultSet\n"
         "gold = [tuple('ab'[v] for v in r) for r in parity(masks(20))]\n"
         "pred = permuted(gold, shuffle(20))\n"

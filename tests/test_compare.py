@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from rose_sql.compare.columns import Budget
-from rose_sql.compare.comparator import canon, compare
+from rose_sql.comparison.columns import Budget
+from rose_sql.comparison.comparator import canon, compare
 from rose_sql.config import Config
 from rose_sql.engines import Database
 from rose_sql.engines.execute import Executor

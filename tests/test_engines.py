@@ -20,7 +20,7 @@ from servers import MYSQL_ADMIN, PG_ADMIN, SUPERHERO, reachable, superhero_fixtu
 
 from rose_sql.cli.main import main
 from rose_sql.cli.run import check_login
-from rose_sql.compare.comparator import compare
+from rose_sql.comparison.comparator import compare
 from rose_sql.config import Config, JudgeConfig, RewardConfig
 from rose_sql.engines import Database, Source, open_engine, redact
 from rose_sql.engines.execute import Executor

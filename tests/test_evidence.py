@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import sha256
 
-from rose_sql.compare.comparator import compare
+from rose_sql.comparison.comparator import compare
 from rose_sql.config import COLUMN_WORK, Config
 from rose_sql.engines import Database
 from rose_sql.engines.execute import Executor

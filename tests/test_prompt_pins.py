@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from servers import superhero_fixture  # noqa: F401  (the session fixture superhero_on)
 
-from rose_sql.compare.comparator import compare
+from rose_sql.comparison.comparator import compare
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.engines import Database, Source
 from rose_sql.engines.base import Engine

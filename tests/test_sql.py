@@ -10,7 +10,7 @@ import pytest
 from sqlglot import exp
 
 import rose_sql.sql
-from rose_sql.compare.comparator import compare
+from rose_sql.comparison.comparator import compare
 from rose_sql.config import Config
 from rose_sql.engines import Database
 from rose_sql.engines.execute import Executor

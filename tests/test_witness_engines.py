@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from servers import MYSQL_ADMIN, PG_ADMIN, SUPERHERO, superhero_fixture  # noqa: F401
 
 from rose_sql.cli.main import main
-from rose_sql.compare.comparator import compare
+from rose_sql.comparison.comparator import compare
 from rose_sql.config import Config
 from rose_sql.engines import Database, Source
 from rose_sql.engines.execute import Executor

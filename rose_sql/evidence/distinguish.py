@@ -12,7 +12,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from rose_sql.compare.comparator import NULL, Comparison, canon, json_value
+from rose_sql.comparison.comparator import NULL, Comparison, canon, json_value
 from rose_sql.evidence.findings import Diff
 from rose_sql.results import ResultSet
 

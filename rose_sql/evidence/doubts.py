@@ -9,7 +9,7 @@ configured; with the evidence's witness and gold smells they decide whether the 
 
 from __future__ import annotations
 
-from rose_sql.compare.comparator import Comparison
+from rose_sql.comparison.comparator import Comparison
 from rose_sql.results import Execution
 from rose_sql.sql import tables_read
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from rose_sql.compare.comparator import Comparison
+from rose_sql.comparison.comparator import Comparison
 from rose_sql.config import GUARD_MARGIN_S, Config
 from rose_sql.engines import Database
 from rose_sql.engines.base import GUARD_STOPPED

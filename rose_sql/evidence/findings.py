@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rose_sql.compare.comparator import json_value
+from rose_sql.comparison.comparator import json_value
 from rose_sql.engines.spaces import Change
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from rose_sql.compare.comparator import compare, json_value
+from rose_sql.comparison.comparator import compare, json_value
 from rose_sql.engines.spaces import Space
 from rose_sql.evidence.findings import Smell
 from rose_sql.results import ResultSet

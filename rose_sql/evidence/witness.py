@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from rose_sql.compare.columns import Budget
-from rose_sql.compare.comparator import Comparison, compare, json_value
+from rose_sql.comparison.columns import Budget
+from rose_sql.comparison.comparator import Comparison, compare, json_value
 from rose_sql.config import COLUMN_WORK
 from rose_sql.engines.spaces import Change, Copy
 from rose_sql.engines.sqlite import STEP_GRAIN

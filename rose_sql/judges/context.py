@@ -36,7 +36,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from rose_sql.compare.comparator import Comparison
+from rose_sql.comparison.comparator import Comparison
 from rose_sql.config import JudgeConfig
 from rose_sql.engines import Database, TableInfo
 from rose_sql.engines.execute import Executor

@@ -48,7 +48,7 @@ from typing import Any
 from sqlparse.engine import FilterStack
 from sqlparse.lexer import tokenize
 
-from rose_sql.compare.columns import Budget, column_maps
+from rose_sql.comparison.columns import Budget, column_maps
 from rose_sql.results import Row
 
 
@@ -188,7 +188,7 @@ def _quick_reject(gold: Sequence[Row], pred: Sequence[Row], ordered: bool) -> bo
 def ts_equal(gold: Sequence[Row], pred: Sequence[Row], ordered: bool, budget: Budget | None = None) -> bool | None:
     """Test-suite result equality: bags (or lists) of rows up to one column permutation.
 
-    None when the column search gave up (:mod:`rose_sql.compare.columns`; ``budget``, by default
+    None when the column search gave up (:mod:`rose_sql.comparison.columns`; ``budget``, by default
     :data:`rose_sql.config.COLUMN_WORK` units): the official search can run for hours on wide results
     whose columns look alike; we say the reading is undecided instead.
     """

@@ -25,7 +25,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import SqlLexer
 
 from rose_sql.accounting import READINGS
-from rose_sql.compare.comparator import json_value
+from rose_sql.comparison.comparator import json_value
 from rose_sql.config import Config, JudgeConfig
 from rose_sql.engines import Database, Source
 from rose_sql.engines.execute import Executor

@@ -7,7 +7,7 @@ one completion through them):
    chat messages): ``<think>`` blocks are dropped, then the last ``<answer>`` / ``<sql>`` /
    ``<solution>`` tag wins, inside it the last fenced code block wins, and comments are stripped.
 2. :func:`execution_outcome` (``execution``) compares the prediction's result with the gold's under
-   our comparator (:func:`rose_sql.compare.comparator.compare`): ``match`` (1), ``partial`` (0.5), ``wrong``
+   our comparator (:func:`rose_sql.comparison.comparator.compare`): ``match`` (1), ``partial`` (0.5), ``wrong``
    (0), ``error`` (-1: SQLite raised, the sandbox rejected it, or no SQL was found), ``timeout``
    (-0.5: past its step budget). A gold that fails is ``gold_error`` and a query a wall-clock guard
    stopped ``wall_guard``: the reward is ``None``, never a match, never a 0.

@@ -9,7 +9,7 @@ from typing import cast
 
 from sqlglot import exp
 
-from rose_sql.compare.comparator import canon
+from rose_sql.comparison.comparator import canon
 from rose_sql.config import RewardConfig
 from rose_sql.reward.trees import Tree, build_tree
 from rose_sql.sql import parse as sql_parse

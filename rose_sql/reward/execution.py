@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from itertools import islice
 from typing import Any, Literal
 
-from rose_sql.compare.comparator import canon, compare
+from rose_sql.comparison.comparator import canon, compare
 from rose_sql.config import RewardConfig
 from rose_sql.results import Execution
 from rose_sql.sql import has_top_level_order_by
@@ -105,7 +105,7 @@ def _contained(
 ) -> str | None:
     """``subset`` / ``superset``: the prediction's rows are strictly inside / around the gold's.
 
-    Multisets of canonical rows (:func:`rose_sql.compare.comparator.canon`); the prediction's columns may be
+    Multisets of canonical rows (:func:`rose_sql.comparison.comparator.canon`); the prediction's columns may be
     permuted (up to ``partial_max_columns`` wide). Both must be non-empty, of one width, and the
     larger at most ``partial_max_ratio`` times the smaller.
     """

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rose_sql.compare.comparator import Comparison, compare
+from rose_sql.comparison.comparator import Comparison, compare
 from rose_sql.config import Config, MatchedRefuter
 from rose_sql.decide import Decision, Facts, decide
 from rose_sql.engines import Database, Source

@@ -509,7 +509,7 @@ def check_golds(
     path: Path, db: Database, pairs: Sequence[tuple[Any, str, str]], config: Config | None = None
 ) -> list[GoldCheck]:
     """Run each (id, SQLite gold, engine gold) on both sides and compare the results (our comparator)."""
-    from rose_sql.compare.comparator import compare
+    from rose_sql.comparison.comparator import compare
     from rose_sql.engines.execute import Executor
     from rose_sql.sql import has_top_level_order_by
 

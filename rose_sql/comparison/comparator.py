@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
-from rose_sql.compare.columns import Budget, column_maps
+from rose_sql.comparison.columns import Budget, column_maps
 from rose_sql.results import ResultSet, Row
 
 Reason = Literal[
@@ -121,7 +121,7 @@ def compare(
 ) -> Comparison:
     """Compare a prediction's result with the gold's; ``ordered``: the gold has a top-level ORDER BY.
 
-    ``budget``: the work the column search may do (:class:`rose_sql.compare.columns.Budget`, by default
+    ``budget``: the work the column search may do (:class:`rose_sql.comparison.columns.Budget`, by default
     :data:`rose_sql.config.COLUMN_WORK` units); past it the comparison is ``undecided``."""
     if pred.truncated or gold.truncated:
         which = (
