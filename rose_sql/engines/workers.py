@@ -36,7 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Generic, TypeVar
@@ -210,6 +210,16 @@ class Stats:
     """Keys of the statements stopped by the guard."""
 
 
+def _settle(future: Future[Any], value: Any = None, *, error: BaseException | None = None) -> None:
+    """Give a unit's future its outcome, unless its caller cancelled it (Ctrl-C cancels the tasks waiting on
+    it): nobody waits for it then, and setting it would raise in the supervising thread."""
+    with contextlib.suppress(InvalidStateError):
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+
 class Pool(Generic[S]):
     """Worker processes that each own a state made by ``init(arg, watch)`` in the worker.
 
@@ -313,12 +323,20 @@ class Pool(Generic[S]):
     def _dispatch(self) -> None:
         for depth in range(_IN_FLIGHT):  # one unit to every idle worker first, then one more each
             for w in self._workers:
-                if len(w.units) == depth and self._queue:
-                    uid = self._queue.popleft()
+                if len(w.units) == depth and (uid := self._take()) is not None:
                     u = self._units[uid]
                     w.units.append(uid)
                     with contextlib.suppress(OSError, ValueError):  # a worker gone: its sentinel says so
                         w.conn.send((uid, u.fn, u.items, u.poisoned))
+
+    def _take(self) -> int | None:
+        """The next queued unit whose caller still waits for it (a cancelled one is dropped, never sent)."""
+        while self._queue:
+            uid = self._queue.popleft()
+            if not self._units[uid].future.cancelled():
+                return uid
+            del self._units[uid]
+        return None
 
     def _receive(self, i: int) -> None:
         w = self._workers[i]
@@ -332,7 +350,7 @@ class Pool(Generic[S]):
                 front = w.units.popleft() if w.units else None
                 u = self._units.pop(front, None) if front is not None else None
             if u is not None:
-                u.future.set_exception(RuntimeError(f"a worker's reply could not be read: {type(e).__name__}: {e}"))
+                _settle(u.future, error=RuntimeError(f"a worker's reply could not be read: {type(e).__name__}: {e}"))
             return
         with self._lock:
             if w.units and w.units[0] == uid:
@@ -341,9 +359,9 @@ class Pool(Generic[S]):
         if u is None:
             return
         if ok:
-            u.future.set_result(value)
+            _settle(u.future, value)
         else:
-            u.future.set_exception(RuntimeError(value))
+            _settle(u.future, error=RuntimeError(value))
 
     def _check_guards(self) -> None:
         now = time.monotonic()
@@ -383,6 +401,6 @@ class Pool(Generic[S]):
                 running.deaths += 1
                 if running.deaths > 1:
                     del self._units[pending[0]]
-                    running.future.set_exception(Lost(f"{death}, twice on the same work"))
+                    _settle(running.future, error=Lost(f"{death}, twice on the same work"))
                     pending = pending[1:]
             self._queue.extendleft(reversed(pending))  # sent again first, in their order
