@@ -239,6 +239,8 @@ def run_cmd(preds: tuple[Path, ...], **values: Any) -> None:
     except KeyboardInterrupt:
         _interrupted(systems, job.out)
     print_summaries(summaries)
+    for line in missing_databases(systems, root):
+        console.print(line, highlight=False)
     if isinstance(backend, BatchBackend):
         console.print(backend.report(), highlight=False)
     console.print(f"records: {', '.join(str(s.out_dir / 'records.jsonl') for s in systems)}", highlight=False)
@@ -523,6 +525,35 @@ def resume_command() -> str:
 
 
 _INFRASTRUCTURE = ("db_missing", "db_unreadable")
+
+
+def missing_databases(systems: Sequence[SystemRun], root: Source) -> list[str]:
+    """Which databases the run's db_missing items name, where each was looked for and how many items each
+    left out (one line per database, however many files name it): a misspelt db_id or a database not yet
+    copied is named on the console, not only in the records."""
+    by_db: dict[str, dict[str, int]] = {}
+    for s in systems:
+        db_of = {it.id: it.db_id for it in s.loaded.items}
+        for b in s.briefs:
+            if b.unscored_reason == "db_missing" and b.id in db_of:
+                files = by_db.setdefault(db_of[b.id], {})
+                files[s.name] = files.get(s.name, 0) + 1
+    if not by_db:
+        return []
+    found = {d.db_id: d.found for s in systems for d in s.manifest.databases}
+    lines = []
+    for db_id, files in sorted(by_db.items(), key=lambda kv: (-sum(kv[1].values()), kv[0])):
+        counts = sorted(set(files.values()))
+        if len(files) == 1:
+            n = f"{counts[0]} item{'s' if counts[0] != 1 else ''}"
+        elif len(counts) == 1:
+            n = f"{counts[0]} items in each of {len(files)} files"
+        else:
+            n = f"{sum(files.values())} items in {len(files)} files"
+        where = root.locate(db_id).shown
+        what = "not found" if not found.get(db_id, False) else "found, but it lacks a table the gold reads"
+        lines.append(f"db_missing: {db_id} ({n}): {what} at {where}")
+    return lines
 
 
 def _exit_if_nothing_could_run(systems: Sequence[SystemRun], summaries: Sequence[Summary], db_root: Source) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral
 from pathlib import Path
@@ -17,6 +18,7 @@ from rose_sql.errors import LabelError, UsageError
 from rose_sql.reward.gold import Gold, parse_label, resolve_db
 from rose_sql.reward.schedule import Reward, invalid
 from rose_sql.reward.scorer import RewardItem, RewardScorer
+from rose_sql.reward.worker import NOT_FOUND
 
 _SCORERS: dict[RewardConfig, RewardScorer] = {}
 """The function-style adapters' scorers, one per config (their worker processes and caches persist)."""
@@ -119,7 +121,29 @@ def _verl_items(
 def _score_mixed(scorer: RewardScorer, items: Sequence[RewardItem | str], step: int | None) -> list[Reward]:
     good = [it for it in items if isinstance(it, RewardItem)]
     scored = iter(scorer.score_batch(good, step))
-    return [next(scored) if isinstance(it, RewardItem) else invalid(it, scorer.config, step) for it in items]
+    rewards = [next(scored) if isinstance(it, RewardItem) else invalid(it, scorer.config, step) for it in items]
+    _name_missing(items, rewards)
+    return rewards
+
+
+def _name_missing(items: Sequence[RewardItem | str], rewards: Sequence[Reward]) -> None:
+    """Name the databases a batch's items could not find: a UsageError when the batch has several items
+    and none could be scored because no database it names exists (a misspelt db_id column, a db_root one
+    level off), else a warning per database (Python shows each once), the other items scored as usual."""
+    missing: dict[str, int] = {}
+    for it, r in zip(items, rewards, strict=True):
+        if isinstance(it, RewardItem) and r.status == "invalid" and r.detail.startswith(NOT_FOUND):
+            missing[it.db.shown] = missing.get(it.db.shown, 0) + 1
+    if not missing:
+        return
+    shown = "; ".join(f"{where} ({n} item{'s' if n > 1 else ''})" for where, n in sorted(missing.items()))
+    if len(items) > 1 and sum(missing.values()) == len(items):
+        raise UsageError(
+            f"no item of the batch could be scored: no database it names exists ({shown}); check the db_id column "
+            "and db_root (<db_root>/<db_id>/<db_id>.sqlite)"
+        )
+    for where in sorted(missing):
+        warnings.warn(f"rose_sql reward: {NOT_FOUND}: {where}; its items are unscored", RuntimeWarning, stacklevel=4)
 
 
 def compute_score(

@@ -41,7 +41,9 @@ _Compared = dict[tuple[Database, str, int, bool, tuple[Row, ...]], tuple[tuple[R
 LATE = "stopped at the deadline, before it finished"
 """Why a query has no result: its chunk's deadline passed before it finished (or started)."""
 _NOT_RUN = Execution("guard", 0.0, error=LATE)
-_NO_DATABASE = Execution("unreadable", 0.0, error="database not found")
+NOT_FOUND = "database not found"
+"""The start of an invalid item's detail when its database does not exist (the adapters name such databases)."""
+_NO_DATABASE = Execution("unreadable", 0.0, error=NOT_FOUND)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +165,7 @@ class Worker:
     def _outcome(self, key: _Key, gold: Execution, pred: Execution | None, compared: _Compared) -> Outcome:
         sql, gold_sql, db = key
         if gold is _NO_DATABASE:
-            return Outcome("invalid", f"database not found: {db}", sql, UNPARSED)
+            return Outcome("invalid", f"{NOT_FOUND}: {db}", sql, UNPARSED)
         failed = gold_outcome(gold)
         if failed is not None:
             return Outcome(*failed, sql, UNPARSED)

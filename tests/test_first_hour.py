@@ -1,0 +1,51 @@
+"""What a new user meets in the first hour: a misspelt db_id is named where they look, not only in the records."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rose_sql.cli import main
+from rose_sql.errors import UsageError
+from rose_sql.reward import trl_reward
+
+SCHEMA = "CREATE TABLE shop (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO shop VALUES (1, 'a'), (2, 'b');"
+
+
+def test_a_run_names_each_missing_database_where_it_was_looked_for(
+    make_db: Callable[..., Path], tmp_path: Path
+) -> None:
+    root = make_db(SCHEMA, db_id="shop").parent.parent
+    one = {"db_id": "shop", "gold_sql": "SELECT name FROM shop", "pred_sql": "SELECT name FROM shop"}
+    rows = [dict(one, id=i) for i in range(4)]
+    rows[1]["db_id"] = rows[2]["db_id"] = "shopp"  # misspelt twice
+    rows[3]["db_id"] = "stock"
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = CliRunner().invoke(main, ["run", str(items), "--db", str(root), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.output.splitlines() if line.startswith("db_missing:")]
+    assert lines == [
+        f"db_missing: shopp (2 items): not found at {root / 'shopp' / 'shopp.sqlite'}",
+        f"db_missing: stock (1 item): not found at {root / 'stock' / 'stock.sqlite'}",
+    ]
+
+
+def test_the_trl_reward_names_the_databases_it_cannot_find(make_db: Callable[..., Path]) -> None:
+    root = make_db(SCHEMA, db_id="shop").parent.parent
+    reward = trl_reward(db_root=root)
+    gold = ["SELECT count(*) FROM shop"] * 2
+    with pytest.raises(UsageError, match=r"no item of the batch could be scored.*shopp/shopp\.sqlite \(2 items\)"):
+        reward(None, ["SELECT 2", "SELECT 1"], gold_sql=gold, db_id=["shopp", "shopp"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = reward(None, gold, gold_sql=gold, db_id=["shop", "shopp"])
+    assert got[0] == 1.0 and got[1] is None  # the item whose database exists is scored as usual
+    assert [str(w.message) for w in caught] == [
+        f"rose_sql reward: database not found: {root / 'shopp' / 'shopp.sqlite'}; its items are unscored"
+    ]
