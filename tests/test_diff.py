@@ -71,7 +71,7 @@ def test_two_runs_of_one_system_are_named_by_path() -> None:
 def test_cli_table_and_json(tmp_path: Path) -> None:
     a, b = write_records(tmp_path / "a", A), write_records(tmp_path / "b", B)
     out = tmp_path / "d.json"
-    res = CliRunner().invoke(main, ["diff", str(a), str(b), "--json", str(out)])
+    res = CliRunner().invoke(main, ["diff", str(a), str(b), "--json", str(out), "--tables", "wide"])  # one line a row
     assert res.exit_code == 0, res.output
     assert "ROSE 0→1, BIRD EX 0→1, Spider EX 0→1" in res.output and "ROSE –→0" in res.output
     assert "0 · execution · values" in res.output and "1 · prover · same" in res.output

@@ -49,3 +49,41 @@ def test_the_trl_reward_names_the_databases_it_cannot_find(make_db: Callable[...
     assert [str(w.message) for w in caught] == [
         f"rose_sql reward: database not found: {root / 'shopp' / 'shopp.sqlite'}; its items are unscored"
     ]
+
+
+@pytest.fixture
+def finished_run(make_db: Callable[..., Path], tmp_path: Path) -> Path:
+    root = make_db(SCHEMA, db_id="shop").parent.parent
+    one = {
+        "db_id": "shop",
+        "question": "names?",
+        "gold_sql": "SELECT name FROM shop",
+        "pred_sql": "SELECT name FROM shop",
+    }
+    items = tmp_path / "a_system_with_a_rather_long_name.jsonl"
+    items.write_text("".join(json.dumps(dict(one, id=i)) + "\n" for i in range(3)))
+    res = CliRunner().invoke(main, ["run", str(items), "--db", str(root), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    return tmp_path / "out" / items.stem
+
+
+def test_tables_in_a_log_fit_its_width_and_nothing_is_cut(finished_run: Path) -> None:
+    """Piped into a log, the run table was about 290 columns wide and rose diff's 707."""
+    for columns, width in (("", 120), ("90", 90)):
+        res = CliRunner(env={"COLUMNS": columns}).invoke(main, ["compare", str(finished_run)])
+        assert res.exit_code == 0, res.output
+        table = [line for line in res.output.splitlines() if line.startswith((" ", "─"))]  # boxless rows, rule
+        assert len(table) >= 3 and max(len(line) for line in table) <= width
+        assert "…" not in res.output and "a_system_with_a_rather_long_name" in res.output  # names whole
+
+
+def test_tables_as_tsv_and_markdown(finished_run: Path) -> None:
+    tsv = CliRunner().invoke(main, ["compare", str(finished_run), "--tables", "tsv"]).output.splitlines()
+    header, row = tsv[0].split("\t"), tsv[1].split("\t")
+    assert header[0] == "system" and "BIRD EX" in header and len(row) == len(header)
+    assert row[0] == "a_system_with_a_rather_long_name" and row[header.index("BIRD EX")] == "100.00 (3)"
+    md = CliRunner(env={"ROSE_TABLES": "markdown"}).invoke(main, ["compare", str(finished_run)]).output
+    lines = md.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith("| system |"))
+    assert set(lines[top + 1].replace("|", "").split()) <= {"---", "---:"}
+    assert lines[top + 2].startswith("| a_system_with_a_rather_long_name |")

@@ -29,7 +29,7 @@ from rose_sql.analysis.replay import MEANING, VARIANTS, Variant, replay_table
 from rose_sql.cli.common import bootstrap_option, one_run_each, unscored_option, unscored_policy
 from rose_sql.cli.main import PATH, console, err, fail, warn
 from rose_sql.cli.options import json_flag, out_option
-from rose_sql.cli.tables import name_column, number_columns, show
+from rose_sql.cli.tables import name_column, number_columns, show, tables_option
 from rose_sql.config import Aggregate
 from rose_sql.errors import RoseError, UsageError
 
@@ -172,6 +172,7 @@ def print_agreement(result: Report) -> None:
 
 
 @click.command("agree", cls=GreedyCommand)
+@tables_option
 @click.argument("runs", nargs=-1, required=True, type=PATH)
 @_labels_opt
 @_goldx_opt
@@ -339,6 +340,7 @@ import_rose_cmd.help = (import_rose_cmd.help or "").replace("{policies}", POLICI
 
 
 @click.command("replay", cls=GreedyCommand)
+@tables_option
 @click.argument("runs", nargs=-1, required=True, type=PATH)
 @_labels_opt
 @_goldx_opt

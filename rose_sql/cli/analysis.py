@@ -26,7 +26,7 @@ from rose_sql.analysis.systems import (
 from rose_sql.cli.common import all_runs
 from rose_sql.cli.main import PATH, console, err, fail
 from rose_sql.cli.options import json_file_option, out_option
-from rose_sql.cli.tables import name_column, number_columns, show
+from rose_sql.cli.tables import name_column, number_columns, show, tables_option
 from rose_sql.errors import RoseError, UsageError
 
 READINGS = ("bird_ex", "spider_ex", "spider_ex_keep_distinct", "ts_ex", "ts_ex_keep_distinct", "their_ex")
@@ -178,6 +178,7 @@ def notes(rows: Sequence[SystemRow], runs: Sequence[Run] = ()) -> list[str]:
 
 
 @click.command("compare")
+@tables_option
 @click.argument("runs", nargs=-1, required=True, type=PATH)
 @click.option("--reading", type=click.Choice(READINGS), default=None, help=READING_HELP)
 @click.option(
@@ -443,6 +444,7 @@ def audit_cmd(runs: tuple[Path, ...], out: Path) -> None:
 
 
 @click.command("diff")
+@tables_option
 @click.argument("run_a", type=PATH)
 @click.argument("run_b", type=PATH)
 @click.option("--json", "json_out", type=PATH, help="Also write the items as JSON here ('-': standard output only).")

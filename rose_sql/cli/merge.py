@@ -9,11 +9,13 @@ import click
 
 from rose_sql.cli.main import PATH, console, err, fail
 from rose_sql.cli.options import out_option
+from rose_sql.cli.tables import tables_option
 from rose_sql.errors import RoseError
 from rose_sql.provenance import command_line
 
 
 @click.command("merge")
+@tables_option
 @click.argument("shards", nargs=-1, required=True, type=PATH)
 @out_option("Where the merged run goes: OUT/<name>/ for each system.")
 @click.option(

@@ -19,7 +19,7 @@ from rose_sql.cli.agree import GreedyCommand
 from rose_sql.cli.common import all_runs
 from rose_sql.cli.main import PATH, console, fail
 from rose_sql.cli.options import json_file_option
-from rose_sql.cli.tables import name_column, number_columns, show
+from rose_sql.cli.tables import name_column, number_columns, show, tables_option
 from rose_sql.errors import RoseError, UsageError
 from rose_sql.provenance import JudgeInfo
 
@@ -36,6 +36,7 @@ def variants_of(text: str) -> list[Variant]:
 
 
 @click.command("join")
+@tables_option
 @click.argument("ours", type=PATH)
 @click.argument("theirs", type=PATH)
 @click.option(
@@ -265,6 +266,7 @@ def panel_judge(runs: Sequence[Run], rule: Rule, policy: Policy) -> JudgeInfo | 
 
 
 @click.command("select", cls=GreedyCommand)
+@tables_option
 @click.argument("runs", nargs=-1, required=True, type=PATH)
 @click.option(
     "--labels",

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from rose_sql.cli.main import console, err, fail
 from rose_sql.cli.options import DB_HELP, field_options, ordered, out_option, run_options, values_of
+from rose_sql.cli.tables import tables_option
 from rose_sql.config import (
     BATCH_MAX_REQUESTS,
     BATCH_POLL_S,
@@ -196,6 +197,7 @@ PARAMS: list[click.Parameter] = [
 
 
 @click.command("run", params=PARAMS)
+@tables_option
 def run_cmd(preds: tuple[Path, ...], **values: Any) -> None:
     """Evaluate one or more prediction files against the gold and the databases.
 

@@ -1,17 +1,54 @@
-"""How the commands that read runs print tables: names and ids whole, numbers never cut.
+"""How the commands print tables: names and ids whole, numbers never cut, readable in a terminal and in a log.
 
-On a terminal a table is as wide as the terminal (rich wraps the numeric columns if it must, never the
-name columns, made with :func:`name_column`). Piped or redirected, there is no width to fit: the table
-is printed at its natural width, so that no cell is wrapped or ends in an ellipsis and a line holds
-one whole row for ``grep``, ``diff`` and ``cut``.
+Every command that prints a table takes ``--tables`` (or ``$ROSE_TABLES``):
+
+- ``auto`` (the default): boxed and fitted to the terminal; in a pipe or a log, fitted to ``$COLUMNS``
+  columns, else :data:`LOG_WIDTH` (rich assumes 80 there, which squeezes the numbers). Cells wrap inside
+  their column, name columns (:func:`name_column`) never do, and nothing is cut or ends in an ellipsis;
+- ``wide``: each row on one line at the table's natural width, however wide (for ``diff`` of two outputs);
+- ``tsv``: a header line, then one tab-separated line per row (for ``grep``, ``cut`` and spreadsheets);
+- ``markdown``: a GitHub table, the title as a line above it (for a paper, an issue, a pull request).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar, get_args
+
+import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from rose_sql.cli.main import console
+
+TableFormat = Literal["auto", "wide", "tsv", "markdown"]
+LOG_WIDTH = 120
+"""Columns of a table printed to a pipe or a file when ``$COLUMNS`` does not say."""
+_KEY = "rose_tables"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def tables_option(f: F) -> F:
+    """The ``--tables`` option of a command that prints tables (see the module's text)."""
+
+    def remember(ctx: click.Context, param: click.Parameter, value: str) -> None:
+        ctx.meta[_KEY] = value
+
+    option = click.option(
+        "--tables",
+        type=click.Choice(get_args(TableFormat)),
+        default="auto",
+        envvar="ROSE_TABLES",
+        show_envvar=True,
+        expose_value=False,
+        callback=remember,
+        help="How tables are printed: auto (boxed, fitted to the terminal, or to $COLUMNS or 120 columns in a "
+        "log), wide (one line per row at its natural width), tsv (tab-separated), markdown.",
+    )
+    return option(f)
 
 
 def name_column(table: Table, header: str) -> None:
@@ -26,12 +63,58 @@ def number_columns(table: Table, *headers: str) -> None:
 
 
 def show(table: Table) -> None:
-    """Print ``table`` on standard output: fitted to a terminal, at its natural width anywhere else."""
-    if console.is_terminal:
+    """Print ``table`` on standard output in the format the command was given (``--tables``)."""
+    ctx = click.get_current_context(silent=True)
+    fmt: TableFormat = ctx.meta.get(_KEY, "auto") if ctx is not None else "auto"
+    if fmt in ("tsv", "markdown"):
+        _plain_text(table, fmt)
+        return
+    if fmt == "auto" and console.is_terminal:
         console.print(table)
         return
-    plain = Console(width=max(Console(width=10_000).measure(table).maximum, 20), highlight=False)
-    if table.title is not None:  # on a line of its own, not padded to the table's width
-        plain.print(table.title, soft_wrap=True)
+    if fmt == "wide":
+        width = max(Console(width=10_000).measure(table).maximum, 20)
+    else:  # a log: lines instead of boxes, and a word too long for its column folded, never cut
+        width = _log_width()
+        table.box, table.show_edge = box.SIMPLE_HEAD, False
+        for column in table.columns:
+            column.overflow = "fold"
+    out = Console(width=width, highlight=False)
+    if table.title is not None:  # on a line of its own, not centred over the table
+        out.print(table.title, soft_wrap=True)
         table.title = None
-    plain.print(table)
+    out.print(table)
+
+
+def _log_width() -> int:
+    try:
+        return max(40, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return LOG_WIDTH
+
+
+def _text(cell: object) -> str:
+    """A cell as plain text on one line (markup read, line breaks made spaces)."""
+    if isinstance(cell, Text):
+        text = cell.plain
+    elif isinstance(cell, str):
+        text = Text.from_markup(cell).plain
+    else:
+        text = str(cell)
+    return " ".join(text.split())
+
+
+def _plain_text(table: Table, fmt: TableFormat) -> None:
+    headers = [_text(c.header) for c in table.columns]
+    rows = [[_text(cell) for cell in cells] for cells in zip(*(c.cells for c in table.columns), strict=True)]
+    if fmt == "tsv":
+        lines = ["\t".join(cell.replace("\t", " ") for cell in row) for row in [headers, *rows]]
+    else:
+        title = [_text(table.title), ""] if table.title is not None else []
+
+        def line(cells: list[str]) -> str:
+            return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+        align = ["---:" if c.justify == "right" else "---" for c in table.columns]
+        lines = [*title, line(headers), "| " + " | ".join(align) + " |", *(line(r) for r in rows)]
+    click.echo("\n".join(lines))
