@@ -33,7 +33,7 @@ HAS_BROWSER = bool((shutil.which("chromium") or shutil.which("chromium-browser")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The HTML site, built strictly (without a browser, with placeholder pictures: that is said)."""
     out = tmp_path_factory.mktemp("docs") / "html"
-    env = None if HAS_BROWSER else {**__import__("os").environ, "ROSE_DOCS_SCREENSHOTS": "off"}
+    env = {**__import__("os").environ, "ROSE_DOCS_SCREENSHOTS": "required" if HAS_BROWSER else "off"}
     done = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-q", "-b", "html", str(DOCS), str(out)],
         capture_output=True,

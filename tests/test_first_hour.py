@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -14,6 +17,7 @@ from rose_sql.cli import main
 from rose_sql.errors import UsageError
 from rose_sql.reward import trl_reward
 
+ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = "CREATE TABLE shop (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO shop VALUES (1, 'a'), (2, 'b');"
 
 
@@ -87,3 +91,36 @@ def test_tables_as_tsv_and_markdown(finished_run: Path) -> None:
     top = next(i for i, line in enumerate(lines) if line.startswith("| system |"))
     assert set(lines[top + 1].replace("|", "").split()) <= {"---", "---:"}
     assert lines[top + 2].startswith("| a_system_with_a_rather_long_name |")
+
+
+def _screenshots_extension() -> Any:
+    spec = importlib.util.spec_from_file_location("screenshots", ROOT / "docs" / "_ext" / "screenshots.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("mode", "fails"), [(None, False), ("required", True)])
+def test_the_docs_build_after_the_readmes_install_lacks_only_the_pictures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str | None, fails: bool
+) -> None:
+    """`sphinx-build -W` failed right after the README's install ('screenshots not taken (chromedriver
+    missing)'): without Chromium the pictures are placeholders and the build says what is missing, unless
+    told the pictures are required (as tests/test_docs.py is where Chromium is installed)."""
+    pytest.importorskip("sphinx", reason="the docs extra is not installed")
+    ext = _screenshots_extension()
+    monkeypatch.setattr(ext, "_missing", lambda: "chromium, chromedriver missing: apt-get install ...")
+    if mode is None:
+        monkeypatch.delenv("ROSE_DOCS_SCREENSHOTS", raising=False)
+    else:
+        monkeypatch.setenv("ROSE_DOCS_SCREENSHOTS", mode)
+    said: dict[str, list[str]] = {"warning": [], "info": []}
+    monkeypatch.setattr(ext.logger, "warning", lambda msg, *a: said["warning"].append(msg % a))
+    monkeypatch.setattr(ext.logger, "info", lambda msg, *a: said["info"].append(msg % a))
+    app = SimpleNamespace(srcdir=str(tmp_path), builder=SimpleNamespace(format="html"))
+    ext.make_screenshots(app)
+    assert bool(said["warning"]) is fails and bool(said["info"]) is not fails
+    assert "chromium, chromedriver missing" in (said["warning"] + said["info"])[0]
+    assert {p.name for p in (tmp_path / "_generated").iterdir()} == set(ext.SHOTS)  # placeholders, PNG
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in (tmp_path / "_generated").iterdir())

@@ -25,7 +25,6 @@ from rose_sql.cli.common import bootstrap_option, one_run_each, unscored_option,
 from rose_sql.cli.main import PATH, console, fail, warn
 from rose_sql.cli.options import out_option
 from rose_sql.cli.run import databases, run_cmd
-from rose_sql.cli.tables import tables_option
 from rose_sql.config import Config
 from rose_sql.errors import RoseError, UsageError
 
@@ -36,7 +35,6 @@ RUN_OPTIONS = [p for p in run_cmd.params if p.name not in NOT_FORWARDED]
 
 
 @click.command("calibrate")
-@tables_option
 @click.option(
     "--rose-vec",
     type=PATH,
