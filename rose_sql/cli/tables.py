@@ -2,9 +2,10 @@
 
 Every command that prints a table takes ``--tables`` (or ``$ROSE_TABLES``):
 
-- ``auto`` (the default): boxed and fitted to the terminal; in a pipe or a log, fitted to ``$COLUMNS``
-  columns, else :data:`LOG_WIDTH` (rich assumes 80 there, which squeezes the numbers). Cells wrap inside
-  their column, name columns (:func:`name_column`) never do, and nothing is cut or ends in an ellipsis;
+- ``auto`` (the default): boxed and fitted to the terminal; in a pipe or a log, with lines instead of boxes,
+  fitted to ``$COLUMNS`` columns, else :data:`LOG_WIDTH` (rich assumes 80 there, which squeezes the
+  numbers), and wider only where a word needs it: cells wrap between words, name columns
+  (:func:`name_column`) never wrap, and nothing is cut or ends in an ellipsis;
 - ``wide``: each row on one line at the table's natural width, however wide (for ``diff`` of two outputs);
 - ``tsv``: a header line, then one tab-separated line per row (for ``grep``, ``cut`` and spreadsheets);
 - ``markdown``: a GitHub table, the title as a line above it (for a paper, an issue, a pull request).
@@ -12,9 +13,10 @@ Every command that prints a table takes ``--tables`` (or ``$ROSE_TABLES``):
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar, cast, get_args
 
 import click
 from rich import box
@@ -72,18 +74,39 @@ def show(table: Table) -> None:
     if fmt == "auto" and console.is_terminal:
         console.print(table)
         return
+    natural = max(Console(width=10_000).measure(table).maximum, 20)
     if fmt == "wide":
-        width = max(Console(width=10_000).measure(table).maximum, 20)
-    else:  # a log: lines instead of boxes, and a word too long for its column folded, never cut
-        width = _log_width()
+        width = natural
+    else:  # a log: lines instead of boxes, cells wrapped between words, wider only where a word needs it
         table.box, table.show_edge = box.SIMPLE_HEAD, False
-        for column in table.columns:
-            column.overflow = "fold"
+        width = _fitted(table, _log_width(), natural)
     out = Console(width=width, highlight=False)
     if table.title is not None:  # on a line of its own, not centred over the table
         out.print(table.title, soft_wrap=True)
         table.title = None
     out.print(table)
+
+
+def _cut(table: Table, width: int) -> int:
+    """How many ellipses ``table`` shows at ``width`` (rich's mark of a cell cut short)."""
+    out = Console(width=width, file=io.StringIO(), highlight=False)
+    out.print(table)
+    return cast("io.StringIO", out.file).getvalue().count("…")
+
+
+def _fitted(table: Table, width: int, natural: int) -> int:
+    """The narrowest width from ``width`` up at which no cell of ``table`` is cut (rich wraps a cell between
+    its words, and cuts a word longer than its column): ``width`` itself for most tables."""
+    if natural <= width:
+        return natural
+    whole = _cut(table, natural)  # ellipses of the text itself
+    if _cut(table, width) == whole:
+        return width
+    low, high = width, natural  # cut at low, whole at high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if _cut(table, mid) == whole else (mid, high)
+    return high
 
 
 def _log_width() -> int:
