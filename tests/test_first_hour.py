@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from rose_sql.analysis.html.svg import short_labels
 from rose_sql.cli import main
 from rose_sql.errors import UsageError
 from rose_sql.reward import trl_reward
@@ -131,3 +132,63 @@ def test_the_docs_build_after_the_readmes_install_lacks_only_the_pictures(
     assert "chromium, chromedriver missing" in (said["warning"] + said["info"])[0]
     assert {p.name for p in (tmp_path / "_generated").iterdir()} == set(ext.SHOTS)  # placeholders, PNG
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in (tmp_path / "_generated").iterdir())
+
+
+def test_a_minus_b_follows_the_order_given_in_compare_report_and_diff(
+    make_db: Callable[..., Path], tmp_path: Path
+) -> None:
+    """rose compare ranked its rows and took A - B in the ranked order, rose report in the order given: the
+    same two runs gave +0.51 in one and -0.51 in the other."""
+    root = make_db(SCHEMA, db_id="shop").parent.parent
+    gold = "SELECT name FROM shop"
+    for name, wrong in (("weak", 2), ("strong", 0)):
+        rows = [
+            {"id": i, "db_id": "shop", "gold_sql": gold, "pred_sql": gold if i >= wrong else "SELECT 1"}
+            for i in range(4)
+        ]
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    args = ["run", str(tmp_path / "weak.jsonl"), str(tmp_path / "strong.jsonl"), "--db", str(root), "--out", str(out)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    weak, strong = out / "weak", out / "strong"
+    for first, second, sign in ((weak, strong, -1), (strong, weak, +1)):
+        res = CliRunner().invoke(main, ["compare", str(first), str(second), "--json", str(tmp_path / "c.json")])
+        assert res.exit_code == 0, res.output
+        pairs = json.loads((tmp_path / "c.json").read_text())["pairs"]
+        assert [(p["a"], p["b"]) for p in pairs] == [(first.name, second.name)]  # as given, not ranked
+        ex = next(t for t in pairs[0]["tests"] if t["reading"] == "bird_ex")
+        assert ex["difference"] == sign * 50.0
+        page = tmp_path / "r.html"
+        assert (
+            CliRunner().invoke(main, ["report", str(first), str(second), "--compare", "--out", str(page)]).exit_code
+            == 0
+        )
+        paired = page.read_text().split('id="paired"')[1]
+        assert f'<tr><td>{first.name}</td><td class="num">{second.name}</td>' in paired
+        assert f"{sign * 50.0:+.2f}" in paired
+
+
+def test_chart_labels_tell_systems_apart(make_db: Callable[..., Path], tmp_path: Path) -> None:
+    """Two systems named predict_mini_dev_gpt-4_sqlite and predict_mini_dev_gpt-35-turbo_sqlite both got the
+    chart label predict_mini_dev_… (the whole name only in a tooltip)."""
+    assert short_labels(["predict_mini_dev_gpt-4_sqlite", "predict_mini_dev_gpt-35-turbo_sqlite"]) == [
+        "gpt-4",
+        "gpt-35-turbo",
+    ]
+    assert short_labels(["dail-sql-gpt4", "dail-sql-gpt4-sc"]) == ["dail-sql-gpt4", "dail-sql-gpt4-sc"]  # fit
+    long = ["a_very_long_system_name_number_one", "another_very_long_system_name_two"]
+    assert all(len(s) <= 18 for s in short_labels(long)) and len(set(short_labels(long))) == 2
+    root = make_db(SCHEMA, db_id="shop").parent.parent
+    names = ["predict_mini_dev_gpt-4_sqlite", "predict_mini_dev_gpt-35-turbo_sqlite"]
+    for name in names:
+        row = {"id": 1, "db_id": "shop", "gold_sql": "SELECT 1", "pred_sql": "SELECT 1"}
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps(row) + "\n")
+    out = tmp_path / "out"
+    run = ["run", *(str(tmp_path / f"{n}.jsonl") for n in names), "--db", str(root), "--out", str(out)]
+    assert CliRunner().invoke(main, run).exit_code == 0
+    page = tmp_path / "r.html"
+    res = CliRunner().invoke(main, ["report", *(str(out / n) for n in names), "--compare", "--out", str(page)])
+    assert res.exit_code == 0, res.output
+    html = page.read_text()
+    assert 'class="xlabel">gpt-4</text>' in html and 'class="xlabel">gpt-35-turbo</text>' in html
+    assert "predict_mini_dev_…" not in html

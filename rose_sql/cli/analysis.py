@@ -227,7 +227,8 @@ def compare_cmd(
     the discordance overall and inside the GoldX and AmbQ subsets flagged by the judges. Runs imported
     with `rose import-rose` carry their own EX ("their EX", --reading their_ex), never as BIRD EX.
 
-    With several systems, pairs of systems (in the table's order, A above B) are compared on the items
+    With several systems, pairs of systems (A before B in the order given, as rose report and rose diff
+    take them; with --pairs neighbours, each row of the ranked table against the next) are compared on the items
     both were evaluated on, for every binary figure (ROSE, BIRD EX, the test-suite readings, their EX):
     the difference A - B in points with its 95 % paired bootstrap interval (seeded: the same runs and
     seed give the same interval), the discordant items each way, and McNemar's exact p-value.
@@ -266,9 +267,11 @@ def compare_cmd(
         by_name = {r.name: r for r in loaded}
         named = len(by_name) == len(loaded)  # pairs are told apart by name
         mode = pairs_mode if pairs_mode != "auto" else ("all" if len(rows) <= 5 else "neighbours")
-        ranked = [by_name[r.system] for r in rows] if named else []
-        pick = {"all": all_pairs, "neighbours": neighbour_pairs}.get(mode)
-        pairs = pick(ranked, resamples=bootstrap, seed=seed) if pick is not None and ranked else []
+        pairs = []
+        if named and mode == "all":  # A before B in the order given, as rose report and rose diff take them
+            pairs = all_pairs(loaded, resamples=bootstrap, seed=seed)
+        elif named and mode == "neighbours":  # each row of the ranked table against the next
+            pairs = neighbour_pairs([by_name[r.system] for r in rows], resamples=bootstrap, seed=seed)
     except RoseError as e:
         fail(e)
     if shared is not None:
@@ -326,7 +329,7 @@ def _move(n: int) -> str:
 def paired_table(pairs: Sequence[PairedComparison], resamples: int, seed: int, *, neighbours: bool = False) -> Table:
     """One line per pair of systems and binary figure: n, both means, A - B with its interval, the
     discordant items each way, McNemar's exact p-value; and the items each run has alone."""
-    which = "each system against the next in the ranked table; " if neighbours else ""
+    which = "each system against the next in the ranked table; " if neighbours else "A before B as given; "
     title = (
         f"Does A beat B? {which}On the shared items where both define the figure: A - B in points, 95% paired "
         f"bootstrap interval ({resamples} resamples, seed {seed}), McNemar's exact test on the discordant items"

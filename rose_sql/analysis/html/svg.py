@@ -142,14 +142,48 @@ def _legend(series: Sequence[Series]) -> list[str]:
     return out
 
 
-def _short(label: str) -> str:
-    return label if len(label) <= 18 else label[:17] + "…"
+_SHORT = 18
+"""Characters an x label keeps (the full name is in each bar's tooltip)."""
+_SEPARATORS = "_./ "
+"""Where a shared start or end of the names may be cut (a hyphen joins: ``gpt-4`` stays whole)."""
+
+
+def _shared(names: Sequence[str]) -> int:
+    """How many characters every name starts with."""
+    first = names[0]
+    n = min(map(len, names))
+    for i in range(n):
+        if any(name[i] != first[i] for name in names):
+            return i
+    return n
+
+
+def short_labels(names: Sequence[str]) -> list[str]:
+    """The x labels of ``names``, told apart. Names that fit are kept; otherwise what all of them share at
+    the start and at the end (up to a separator, so words stay whole) is dropped, and a label still too long
+    keeps its start and its end around an ellipsis: ``predict_mini_dev_gpt-4_sqlite`` and
+    ``predict_mini_dev_gpt-35-turbo_sqlite`` read ``gpt-4`` and ``gpt-35-turbo``, where both once read
+    ``predict_mini_dev_…``. Each bar's tooltip keeps the whole name."""
+    core = list(names)
+    if len(set(names)) > 1 and max(map(len, names)) > _SHORT:
+        head = _shared(core)
+        while head and core[0][head - 1] not in _SEPARATORS:
+            head -= 1
+        tail = _shared([n[head:][::-1] for n in core])
+        while tail and core[0][len(core[0]) - tail] not in _SEPARATORS:
+            tail -= 1
+        if all(len(n) > head + tail for n in core):
+            core = [n[head : len(n) - tail] for n in core]
+    out = [c if len(c) <= _SHORT else c[: _SHORT // 2 - 1] + "…" + c[-(_SHORT // 2) :] for c in core]
+    if len(set(out)) < len(set(names)):  # cut down to the same text: the whole names
+        return list(names)
+    return out
 
 
 def _angle(categories: Sequence[str], band: float) -> int:
     """How far the x labels are turned: not at all when each fits its band side by side, else 45 degrees
     when neighbours stay apart so, else 90."""
-    if all(_text_width(_short(c), _LABEL) <= band - 6 for c in categories):
+    if all(_text_width(c, _LABEL) <= band - 6 for c in categories):
         return 0
     return 45 if band * math.sin(math.radians(45)) >= _ACROSS else 90
 
@@ -163,7 +197,7 @@ def _layout(categories: Sequence[str], series: Sequence[Series], value_room: flo
     """The plot's place: below the legend's rows (and ``value_room`` for labels over the highest bar), above
     the x labels, and for slanted labels far enough right that the first does not leave the chart."""
     top = 10 + 18 * len(_legend_rows(series)) + value_room
-    widths = [_text_width(_short(c), _LABEL) for c in categories]
+    widths = [_text_width(c, _LABEL) for c in categories]
     left, n = float(_LEFT), max(1, len(categories))
     for _ in range(5):  # moving the plot right narrows the bands, which may turn the labels further: settle
         band = (WIDTH - left - _RIGHT) / n
@@ -187,7 +221,7 @@ def _xlabels(categories: Sequence[str], at: _Layout) -> list[str]:
     for i, c in enumerate(categories):
         if i % every:
             continue
-        x, label = at.left + at.band * (i + 0.5), escape(_short(c))
+        x, label = at.left + at.band * (i + 0.5), escape(c)
         if angle == 0:
             y = at.bottom + 16
             out.append(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="middle" class="xlabel">{label}</text>')
@@ -218,7 +252,7 @@ def bar_chart(
     if not categories or not any(values):
         return empty_chart(title, empty)
     lo, hi, step = _domain(values, domain)
-    at = _layout(categories, series, _VALUE_ROOM)
+    at = _layout(short_labels(categories), series, _VALUE_ROOM)
     body, y0, scale = _axis(lo, hi, step, unit, at)
     bar = min(48.0, at.band * 0.9 / len(series))
     labelled = all(_text_width(_fmt(v), _VALUE) <= bar - 1 for v in values)
@@ -241,7 +275,7 @@ def bar_chart(
                     f'<text x="{x + bar / 2:.1f}" y="{ty:.1f}" text-anchor="middle" class="value">'
                     f"{escape(_fmt(v))}</text>"
                 )
-    body += _xlabels(categories, at) + _legend(series)
+    body += _xlabels(short_labels(categories), at) + _legend(series)
     desc = "; ".join(
         f"{s.name}: "
         + ", ".join(
@@ -259,7 +293,7 @@ def stacked_chart(title: str, categories: Sequence[str], parts: Sequence[Series]
     if not categories or max(totals, default=0.0) <= 0:
         return empty_chart(title, "nothing to plot: no discordance")
     lo, hi, step = _domain(totals, None)
-    at = _layout(categories, parts, _VALUE_ROOM)
+    at = _layout(short_labels(categories), parts, _VALUE_ROOM)
     body, y0, scale = _axis(lo, hi, step, unit, at)
     bar = min(64.0, at.band * 0.6)
     labelled = all(_text_width(_fmt(t), _VALUE) <= at.band - 4 for t in totals)
@@ -281,7 +315,7 @@ def stacked_chart(title: str, categories: Sequence[str], parts: Sequence[Series]
                 f'<text x="{x + bar / 2:.1f}" y="{base - 4:.1f}" text-anchor="middle" class="value">'
                 f"{escape(_fmt(totals[ci]))}</text>"
             )
-    body += _xlabels(categories, at) + _legend(parts)
+    body += _xlabels(short_labels(categories), at) + _legend(parts)
     desc = "; ".join(
         f"{c}: " + ", ".join(f"{p.name} {_fmt(p.values[i] or 0.0)}" for p in parts) for i, c in enumerate(categories)
     )
