@@ -220,6 +220,19 @@ class JudgeConfig:
         help="LLM cache folder (default: ~/.cache/rose-sql).",
     )
     """Content-addressed cache of every call; None disables it (``--no-cache``)."""
+    run_key: Path | None = option(
+        None,
+        flags="--run-key",
+        metavar="FILE",
+        check="rose_sql.judges.keys:check_key_file",
+        help=(
+            "The run key (a file of 64 hex digits, such as a cache folder's run.key): the secret every verdict "
+            "nonce and fence marker of the prompts is derived from. With the same key a pinned judge asks the "
+            "very same prompts from empty caches. Default: the key kept with the LLM cache, made there once."
+        ),
+    )
+    """The run key's file (:mod:`rose_sql.judges.keys`); None: the key kept with the cache (``run.key`` in
+    ``cache_dir``, made once), or a fresh one without a cache. The manifest records its fingerprint."""
     budget_usd: float | None = option(
         None,
         flags="--budget",

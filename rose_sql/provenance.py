@@ -60,9 +60,10 @@ class JudgeInfo:
     """The matched-results policy in effect (``--policy paper`` implies ``always``)."""
     prompts: dict[str, str] | None = scores(None)
     """Digests of the system prompts (None for imported judgements)."""
-    fence: str | None = scores(None)
-    """A digest of the fence secret (``fence.key`` in the cache folder): it decides the markers around
-    everything fenced in the prompts, so runs that must ask the very same prompts share it."""
+    key: str | None = scores(None)
+    """The fingerprint of the run key (:attr:`rose_sql.judges.keys.RunKey.fingerprint`: ``run.key`` in the
+    cache folder, or ``--run-key``): it decides the fence markers and every call's nonce, so runs that must ask
+    the very same prompts share it; None where the key was drawn for the run's process only (no cache)."""
     provider: str | None = None
     """Where the judgements came from, when not from an endpoint of this run (``imported: ...``)."""
     structured: str | None = None
@@ -100,7 +101,7 @@ def judge_info(config: Config | None) -> JudgeInfo | None:
         settings={name: _plain(getattr(j, name)) for name in JUDGE_SETTINGS},
         matched_refuter=j.effective_matched_refuter,
         prompts=prompt_hashes(),
-        fence=_fence_digest(j),
+        key=_key_fingerprint(j),
         structured=j.structured,
         votes=_votes(j),
         local=_local(j),
@@ -141,11 +142,11 @@ def _votes(j: JudgeConfig) -> str | None:
     return "; ".join([*parts, f"aggregate={j.aggregate}"])
 
 
-def _fence_digest(j: JudgeConfig) -> str | None:
-    from rose_sql.judges.cache import fence_key
+def _key_fingerprint(j: JudgeConfig) -> str | None:
+    from rose_sql.judges.keys import run_key
 
-    key = fence_key(j.cache_dir)  # made here if the run has none yet: the run uses this very one
-    return hashlib.sha256(b"rose-sql fence key" + key).hexdigest()[:16] if j.cache_dir is not None else None
+    key = run_key(j)  # made here if the cache has none yet: the run uses this very one
+    return key.fingerprint if key.kept else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +421,12 @@ def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
                 for name in [*JUDGE_SETTINGS, *sorted((set(a) | set(b)) - set(JUDGE_SETTINGS))]:
                     if a.get(name) != b.get(name):
                         refuse.append(f"judge {name} differs ({a.get(name)!r} then, {b.get(name)!r} now)")
+            elif key == "replies" and a != b:
+                refuse.append(
+                    f"judge replies differs ({a!r} then, {b!r} now): its verdicts were read another way (this version "
+                    "reads only a verdict carrying its call's nonce, which a new prompt version asks the judge to "
+                    "write), so the run's records cannot be continued; start a fresh run (its calls are asked again)"
+                )
             elif a != b:
                 refuse.append(f"judge {key} differs ({a!r} then, {b!r} now)")
         if old.judge.base_url != new.judge.base_url:

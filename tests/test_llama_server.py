@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from rose_sql.cli import main
 from rose_sql.config import LocalModel
-from rose_sql.judges.cache import FENCE_KEY_FILE
+from rose_sql.judges.keys import RUN_KEY_FILE
 from rose_sql.record import Record, comparable
 
 pytestmark = pytest.mark.slow
@@ -134,9 +134,9 @@ def test_pinned_local_judge_reruns_identically(gguf: Path, items: Path, shared: 
     assert json.loads((tmp_path / "b" / "vec" / "summary.json").read_text())["llm"]["calls"] == 0
     assert all(c["cached"] for c in _calls(tmp_path / "b"))
 
-    # a fresh cache that keeps the fence secret (fence.key), as runs must that ask the very same prompts
+    # a fresh cache that keeps the run key (run.key), as runs must that ask the very same prompts
     (tmp_path / "cache-c").mkdir()
-    shutil.copy2(tmp_path / "cache-a" / FENCE_KEY_FILE, tmp_path / "cache-c" / FENCE_KEY_FILE)
+    shutil.copy2(tmp_path / "cache-a" / RUN_KEY_FILE, tmp_path / "cache-c" / RUN_KEY_FILE)
     fresh = _run(items, "--out", tmp_path / "c", "--cache-dir", tmp_path / "cache-c", *common)
     assert fresh.exit_code == first.exit_code, fresh.output
     assert json.loads((tmp_path / "c" / "vec" / "summary.json").read_text())["llm"]["calls"] == len(calls)

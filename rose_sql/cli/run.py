@@ -184,7 +184,8 @@ ORDER = (
     *("allow_privileged_login", "judge_model", "panel", "samples", "samples_temperature", "escalate_to"),
     *("escalate_below", "aggregate", "judge_base_url", "judge_gguf", "judge_gguf_ctx", "judge_gguf_threads"),
     *("concurrency", "policy", "matched_refuter", "budget"),
-    *("prices", "no_cache", "cache_dir", "judge_timeout", "judge_max_tokens", "retry_invalid", "max_retries"),
+    *("prices", "no_cache", "cache_dir", "run_key", "judge_timeout", "judge_max_tokens", "retry_invalid"),
+    *("max_retries",),
     *("judge_structured", "judge_options", "reasoning_effort", "dry_run", "shard", "limit", "ids_file", "ray"),
     *("batch", "batch_poll", "batch_max_requests"),
 )
