@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rose_sql.config import Config, JudgeConfig, score_fields, scores
+from rose_sql.config import MAX_MANIFEST_BYTES, Config, JudgeConfig, score_fields, scores
 from rose_sql.engines import Source
 from rose_sql.engines.base import Fingerprint
 from rose_sql.items.load import Loaded
@@ -159,8 +159,13 @@ class FileId:
 
     @classmethod
     def of(cls, path: Path) -> FileId:
-        data = path.read_bytes()
-        return cls(str(path.resolve()), len(data), hashlib.sha256(data).hexdigest())
+        h = hashlib.sha256()
+        size = 0
+        with path.open("rb") as f:
+            while block := f.read(2**20):
+                h.update(block)
+                size += len(block)
+        return cls(str(path.resolve()), size, h.hexdigest())
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,10 +461,16 @@ def _db(d: DatabaseId) -> str:
 
 
 def read_manifest(path: Path) -> Manifest | None:
-    """The manifest in ``path`` (None when there is none)."""
-    if not path.is_file():
+    """The manifest in ``path`` (None when there is none), read at most :data:`~rose_sql.config.MAX_MANIFEST_BYTES`
+    (:class:`~rose_sql.errors.InputError` past it; :class:`ValueError` for one that is not a manifest)."""
+    from rose_sql.items.readers import read_capped
+
+    if not path.exists():
         return None
-    return Manifest.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        return Manifest.from_dict(json.loads(read_capped(path, MAX_MANIFEST_BYTES, "a run's manifest")))
+    except RecursionError:
+        raise ValueError("not a valid manifest: nested too deeply") from None
 
 
 def write_manifest(manifest: Manifest, path: Path) -> None:
