@@ -52,7 +52,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -768,6 +768,21 @@ class _Handler(BaseHTTPRequestHandler):
             if self.owner._stopping.wait(pause):
                 self.close_connection = True
                 return
+
+    def _send_stream(self, status: int, parts: Iterator[bytes], length: int) -> None:
+        """Answer ``length`` bytes made by ``parts`` as they are sent (a body never held whole); a client that
+        stops reading closes the connection."""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(length))
+        self.send_header("x-request-id", self.request_id)
+        self.end_headers()
+        try:
+            for part in parts:
+                self.wfile.write(part)
+            self.wfile.flush()
+        except OSError:  # the client read what it wanted and left
+            self.close_connection = True
 
     def _drop(self) -> None:
         """Close the connection without a byte of answer."""
