@@ -41,8 +41,9 @@ from rose_sql.items.load import Item
 from rose_sql.judges.judges import Judges
 from rose_sql.record import Record
 from rose_sql.run.evaluate import execute_item, judge_item, to_record
-from rose_sql.testing import Reply, ScriptedOpenAI
+from rose_sql.testing import Reply, ScriptedOpenAI, user_text
 from rose_sql.testing.fake import Asked, FakeLLM
+from rose_sql.verdicts import ProverReply
 
 SCHEMA = """
 CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, age INTEGER);
@@ -190,11 +191,12 @@ def items_of(cases: Sequence[tuple[int, int]], path: str) -> tuple[list[Item], l
 
 
 def judged(items: Sequence[Item], source: Source, llm: FakeLLM) -> dict[Any, Record]:
-    """Each item executed and judged as ``rose run`` does, the model being ``llm``: the records by id."""
+    """Each item executed and judged as ``rose run`` does, the model being ``llm`` (every vote's too): the records
+    by id."""
 
     async def go() -> list[Record]:
         with Executor(Config(workers=1)) as executor:
-            judges = Judges(llm.cfg, executor, llm=llm)
+            judges = Judges(llm.cfg, executor, llm=llm, connect=lambda _cfg: llm)
             try:
                 done = []
                 for it in items:
@@ -307,3 +309,117 @@ def test_a_literal_with_an_apostrophe_restated_by_a_no_judge_scores_as_the_hones
     lines = (tmp_path / "out" / "items" / "records.jsonl").read_text(encoding="utf-8").splitlines()
     records = {r["id"]: r for r in map(json.loads, lines)}
     assert [(records[i]["score"], records[i]["decided_by"]) for i in (1, 2)] == [(0, "prover"), (0, "prover")]
+
+
+# --------------------------------------------------------------------------- the run key
+
+
+def _run_key_args(tmp_path: Path, root: Path, srv: ScriptedOpenAI, out: str, *extra: str) -> list[str]:
+    return [
+        "run", str(tmp_path / "items.jsonl"), "--db-root", str(root), "--out", str(tmp_path / out),
+        "--judge-base-url", srv.base_url, "--judge-model", "gpt-4o-mini", "--max-retries", "0", "--policy", "paper",
+        *extra,
+    ]  # fmt: skip
+
+
+def _prompts(srv: ScriptedOpenAI) -> list[str]:
+    return sorted(json.dumps(r.body, sort_keys=True) for r in srv.requests)
+
+
+def _honest(text: str) -> Reply:
+    return Reply(content=_json(REFUTER_OVERTURN if "Reference SQL" in text else PROVER_NO))
+
+
+@pytest.fixture
+def two_items(tmp_path: Path, make_db: Callable[..., Path]) -> Path:
+    root = make_db(SCHEMA, db_id="league").parent.parent
+    base = {"db_id": "league", "question": "Older than 25?", "gold_sql": GOLD}
+    rows = [{**base, "id": 1, "pred_sql": prediction("prover", "x")}, {**base, "id": 2, "pred_sql": GOLD}]
+    (tmp_path / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return root
+
+
+def test_the_same_run_key_asks_the_same_prompts_from_empty_caches_and_another_key_other_ones(
+    tmp_path: Path, two_items: Path
+) -> None:
+    """``--run-key FILE``: two runs with empty caches send the same requests byte for byte (nonces, fence markers
+    and schemas included), the key is written into neither cache, and the manifest names it by its fingerprint;
+    another key asks other prompts (and a cache without a key draws its own, kept there)."""
+    from rose_sql.judges.keys import RUN_KEY_FILE, RunKey
+
+    key, other = tmp_path / "a.key", tmp_path / "b.key"
+    key.write_text("ab" * 32 + "\n")
+    other.write_text("cd" * 32 + "\n")
+    seen = []
+    for name, k in (("one", key), ("two", key), ("three", other)):
+        with ScriptedOpenAI(lambda body, _i: _honest(user_text(body))) as srv:
+            args = _run_key_args(tmp_path, two_items, srv, name, "--cache-dir", str(tmp_path / f"c-{name}"))
+            result = CliRunner().invoke(main, [*args, "--run-key", str(k)], catch_exceptions=False)
+            assert result.exit_code == 0, result.output
+            seen.append(_prompts(srv))
+        assert not (tmp_path / f"c-{name}" / RUN_KEY_FILE).exists()
+    assert seen[0] == seen[1] and seen[0] != seen[2] and len(seen[0]) == 2
+    manifest = json.loads((tmp_path / "one" / "items" / "manifest.json").read_text())
+    assert manifest["judge"]["key"] == RunKey(bytes.fromhex("ab" * 32)).fingerprint
+    with ScriptedOpenAI(lambda body, _i: _honest(user_text(body))) as srv:
+        args = _run_key_args(tmp_path, two_items, srv, "kept", "--cache-dir", str(tmp_path / "c-kept"))
+        assert CliRunner().invoke(main, args, catch_exceptions=False).exit_code == 0
+        assert _prompts(srv) not in seen
+    kept = (tmp_path / "c-kept" / RUN_KEY_FILE).read_text().strip()
+    assert len(kept) == 64 and (tmp_path / "c-kept" / RUN_KEY_FILE).stat().st_mode & 0o777 == 0o600
+    manifest = json.loads((tmp_path / "kept" / "items" / "manifest.json").read_text())
+    assert manifest["judge"]["key"] == RunKey(bytes.fromhex(kept)).fingerprint
+
+
+def test_a_key_file_that_holds_no_key_is_refused(tmp_path: Path, two_items: Path) -> None:
+    bad = tmp_path / "bad.key"
+    bad.write_text("not a key")
+    with ScriptedOpenAI() as srv:
+        result = CliRunner().invoke(
+            main, [*_run_key_args(tmp_path, two_items, srv, "o", "--no-cache"), "--run-key", str(bad)]
+        )
+        assert srv.calls == 0
+    assert result.exit_code == 2 and "bad.key: not a run key: the file must hold 64 hex digits" in result.output
+
+
+def test_resuming_under_another_key_or_a_run_read_before_nonces_is_refused_saying_why(
+    tmp_path: Path, two_items: Path
+) -> None:
+    key, other = tmp_path / "a.key", tmp_path / "b.key"
+    key.write_text("ab" * 32)
+    other.write_text("cd" * 32)
+    with ScriptedOpenAI(lambda body, _i: _honest(user_text(body))) as srv:
+        first = _run_key_args(tmp_path, two_items, srv, "out", "--no-cache")
+        assert CliRunner().invoke(main, [*first, "--run-key", str(key)]).exit_code == 0
+        again = CliRunner().invoke(main, [*first, "--run-key", str(other), "--resume"])
+        assert again.exit_code == 2 and "judge key differs" in again.output, again.output
+        manifest_path = tmp_path / "out" / "items" / "manifest.json"
+        manifest = json.loads(manifest_path.read_text())
+        manifest["judge"]["replies"] = "own-text-1"  # a run made before verdict nonces
+        manifest_path.write_text(json.dumps(manifest))
+        old = CliRunner().invoke(main, [*first, "--run-key", str(key), "--resume"])
+    output = " ".join(old.output.split())
+    assert old.exit_code == 2 and "judge replies differs ('own-text-1' then, 'nonce-1' now)" in output, output
+    assert "reads only a verdict carrying its call's nonce" in output and "start a fresh run" in output
+
+
+def test_every_ask_gets_its_own_nonce_samples_and_re_asks_included(league: Source) -> None:
+    """Votes and re-asks are calls of their own: each ends with its own nonce, and its schema pins that one."""
+    from rose_sql.judges.keys import nonce_asked
+    from rose_sql.judges.replies import reply_schema
+
+    def first_invalid(asked: Asked) -> Reply:
+        if "could not be used" not in asked.user and asked.sample == 0:
+            return Reply(content='{"answers_question": "yes"}')  # invalid: re-asked
+        return Reply(content=_json(PROVER_NO))
+
+    cfg = JudgeConfig(model="gpt-4o-mini", cache_dir=None, samples=3)
+    fake = FakeLLM(first_invalid, cfg)
+    items = [Item(1, "league", prediction("prover", "x"), GOLD, "Older than 25?")]
+    r = judged(items, league, fake)
+    assert outcome(r[1]) == (0, "prover", None)
+    nonces = [nonce_asked(a.messages) for a in fake.asked]
+    assert len(fake.asked) == 4 and None not in nonces and len(set(nonces)) == 4  # 3 samples and 1 re-ask
+    for a, nonce in zip(fake.asked, nonces, strict=True):
+        assert a.schema == reply_schema(ProverReply, nonce) and a.messages[-1]["content"].endswith("...}")
+    assert all(nonce not in str(a.messages[:-1]) for a, nonce in zip(fake.asked, nonces, strict=True))
