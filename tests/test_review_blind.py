@@ -56,7 +56,7 @@ def _signed_in(base: str, name: str) -> Client:
 
 def _paths(project: str) -> list[str]:
     """Every page a GET can reach, from the app's own routing table (a route added later is walked too), each
-    item-taking page once per item and direction."""
+    item-taking page once per item (the step between items both ways)."""
     from rose_sql.review import app as review_app
 
     with patch.object(review_app, "Pages", lambda config: None):  # only the routes are read
@@ -69,7 +69,8 @@ def _paths(project: str) -> list[str]:
         path = path.replace("{project}", project)
         paths.append(path)
         if path.startswith(f"/p/{project}/"):
-            paths += [f"{path}?{urlencode({'id': k, 'dir': d})}" for k in ITEMS for d in ("1", "-1")]
+            ways = ("1", "-1") if path.endswith("/step") else ("1",)
+            paths += [f"{path}?{urlencode({'id': k, 'dir': d})}" for k in ITEMS for d in ways]
     return paths
 
 
