@@ -220,6 +220,19 @@ class JudgeConfig:
         help="LLM cache folder (default: ~/.cache/rose-sql).",
     )
     """Content-addressed cache of every call; None disables it (``--no-cache``)."""
+    run_key: Path | None = option(
+        None,
+        flags="--run-key",
+        metavar="FILE",
+        check="rose_sql.judges.keys:check_key_file",
+        help=(
+            "The run key (a file of 64 hex digits, such as a cache folder's run.key): the secret every verdict "
+            "nonce and fence marker of the prompts is derived from. With the same key a pinned judge asks the "
+            "very same prompts from empty caches. Default: the key kept with the LLM cache, made there once."
+        ),
+    )
+    """The run key's file (:mod:`rose_sql.judges.keys`); None: the key kept with the cache (``run.key`` in
+    ``cache_dir``, made once), or a fresh one without a cache. The manifest records its fingerprint."""
     budget_usd: float | None = option(
         None,
         flags="--budget",
@@ -917,3 +930,34 @@ SELECT_MAX_CANDIDATES = 300_000
 """Most candidates ``rose select`` scores (runs under policies, and their panels): measured, 57,650 candidates
 over 322 items and 11 folds take 4.4 s and 90 MB, so this bound about 25 s of one core and a few hundred MB.
 The published judges' ROSE-VEC BIRD runs in the o3-class pool, under four policies, panels of three, make 4,976."""
+BATCH_LINE_ENVELOPE_BYTES = 64 * 2**10
+"""Bytes a line of a Batch API output or error file may have besides the reply it carries: a line is read at most
+the chat reply's cap (``JudgeConfig.max_reply_bytes``, 1 MiB) plus this. A longer line is read no further: its
+request fails (``judge_error`` once its attempts are spent), as a chat reply past the cap does."""
+BATCH_FILE_LINE_SLACK = 16
+"""Lines of a batch's output or error file allowed besides one per request of the batch: each file is read at
+most ``(requests + this)`` lines' caps, and at most :data:`BATCH_MAX_FILE_BYTES`; the requests it did not
+answer by then fail (sent again in the next round)."""
+BATCH_MAX_FILE_BYTES = 4 * 2**30
+"""Bytes of a Batch API output or error file read at most, whatever the batch holds."""
+
+MAX_RECORD_LINE_BYTES = 64 * 2**20
+"""Bytes one line of a run's ``records.jsonl`` may have when it is read back (``rose compare``, ``diff``,
+``report``, ``--resume``...): a record holds its judge calls, each reply read at most 1 MiB
+(``JudgeConfig.max_reply_bytes``), four calls a stage at most without votes. A longer line is refused, naming
+the file and line (exit 2), read no further: the reader's memory is bounded whatever the file's size."""
+MAX_SUMMARY_BYTES = 64 * 2**20
+"""Bytes a run's ``summary.json`` may have (figures, usage, the manifest: a few KiB to a few MiB)."""
+MAX_MANIFEST_BYTES = 16 * 2**20
+"""Bytes a run's ``manifest.json`` may have (the inputs, databases and options of a run: a few KiB)."""
+MAX_TABLE_LINE_BYTES = 16 * 2**20
+"""Bytes one line of a labels, ids or scores file in JSON Lines or CSV may have (a row holds a question and two
+SQL texts)."""
+MAX_LOG_LINE_BYTES = 16 * 2**20
+"""Bytes one line of a run's ``batches.jsonl`` may have (an upload's custom ids, about 100 bytes a request)."""
+
+GGUF_MAX_HEADER_BYTES = 64 * 2**20
+"""Bytes of a GGUF file's header (metadata and tensor table, up to where the tensors' data begins) read at
+most (``--judge-gguf``): a model's vocabulary makes it a few MiB."""
+GGUF_MAX_ITEMS = 1_000_000
+"""Metadata entries, tensors, array elements or dimensions a GGUF header may declare, each, at most."""

@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rose_sql.config import Config, JudgeConfig, score_fields, scores
+from rose_sql.config import MAX_MANIFEST_BYTES, Config, JudgeConfig, score_fields, scores
 from rose_sql.engines import Source
 from rose_sql.engines.base import Fingerprint
 from rose_sql.engines.sqlite import library_version
@@ -60,9 +60,10 @@ class JudgeInfo:
     """The matched-results policy in effect (``--policy paper`` implies ``always``)."""
     prompts: dict[str, str] | None = scores(None)
     """Digests of the system prompts (None for imported judgements)."""
-    fence: str | None = scores(None)
-    """A digest of the fence secret (``fence.key`` in the cache folder): it decides the markers around
-    everything fenced in the prompts, so runs that must ask the very same prompts share it."""
+    key: str | None = scores(None)
+    """The fingerprint of the run key (:attr:`rose_sql.judges.keys.RunKey.fingerprint`: ``run.key`` in the
+    cache folder, or ``--run-key``): it decides the fence markers and every call's nonce, so runs that must ask
+    the very same prompts share it; None where the key was drawn for the run's process only (no cache)."""
     provider: str | None = None
     """Where the judgements came from, when not from an endpoint of this run (``imported: ...``)."""
     structured: str | None = None
@@ -100,7 +101,7 @@ def judge_info(config: Config | None) -> JudgeInfo | None:
         settings={name: _plain(getattr(j, name)) for name in JUDGE_SETTINGS},
         matched_refuter=j.effective_matched_refuter,
         prompts=prompt_hashes(),
-        fence=_fence_digest(j),
+        key=_key_fingerprint(j),
         structured=j.structured,
         votes=_votes(j),
         local=_local(j),
@@ -141,11 +142,11 @@ def _votes(j: JudgeConfig) -> str | None:
     return "; ".join([*parts, f"aggregate={j.aggregate}"])
 
 
-def _fence_digest(j: JudgeConfig) -> str | None:
-    from rose_sql.judges.cache import fence_key
+def _key_fingerprint(j: JudgeConfig) -> str | None:
+    from rose_sql.judges.keys import run_key
 
-    key = fence_key(j.cache_dir)  # made here if the run has none yet: the run uses this very one
-    return hashlib.sha256(b"rose-sql fence key" + key).hexdigest()[:16] if j.cache_dir is not None else None
+    key = run_key(j)  # made here if the cache has none yet: the run uses this very one
+    return key.fingerprint if key.kept else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,8 +159,13 @@ class FileId:
 
     @classmethod
     def of(cls, path: Path) -> FileId:
-        data = path.read_bytes()
-        return cls(str(path.resolve()), len(data), hashlib.sha256(data).hexdigest())
+        h = hashlib.sha256()
+        size = 0
+        with path.open("rb") as f:
+            while block := f.read(2**20):
+                h.update(block)
+                size += len(block)
+        return cls(str(path.resolve()), size, h.hexdigest())
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +426,12 @@ def differences(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
                 for name in [*JUDGE_SETTINGS, *sorted((set(a) | set(b)) - set(JUDGE_SETTINGS))]:
                     if a.get(name) != b.get(name):
                         refuse.append(f"judge {name} differs ({a.get(name)!r} then, {b.get(name)!r} now)")
+            elif key == "replies" and a != b:
+                refuse.append(
+                    f"judge replies differs ({a!r} then, {b!r} now): its verdicts were read another way (this version "
+                    "reads only a verdict carrying its call's nonce, which a new prompt version asks the judge to "
+                    "write), so the run's records cannot be continued; start a fresh run (its calls are asked again)"
+                )
             elif a != b:
                 refuse.append(f"judge {key} differs ({a!r} then, {b!r} now)")
         if old.judge.base_url != new.judge.base_url:
@@ -449,10 +461,16 @@ def _db(d: DatabaseId) -> str:
 
 
 def read_manifest(path: Path) -> Manifest | None:
-    """The manifest in ``path`` (None when there is none)."""
-    if not path.is_file():
+    """The manifest in ``path`` (None when there is none), read at most :data:`~rose_sql.config.MAX_MANIFEST_BYTES`
+    (:class:`~rose_sql.errors.InputError` past it; :class:`ValueError` for one that is not a manifest)."""
+    from rose_sql.items.readers import read_capped
+
+    if not path.exists():
         return None
-    return Manifest.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        return Manifest.from_dict(json.loads(read_capped(path, MAX_MANIFEST_BYTES, "a run's manifest")))
+    except RecursionError:
+        raise ValueError("not a valid manifest: nested too deeply") from None
 
 
 def write_manifest(manifest: Manifest, path: Path) -> None:

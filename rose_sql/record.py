@@ -55,6 +55,7 @@ Layout versions (``schema``):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
@@ -62,11 +63,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rose_sql.comparison.comparator import Comparison, json_value
-from rose_sql.config import Aggregate
+from rose_sql.config import MAX_RECORD_LINE_BYTES, Aggregate
 from rose_sql.decide import DatasetLabels, DecidedBy, Decision, Unscored
 from rose_sql.errors import InputError
 from rose_sql.evidence.findings import Evidence
 from rose_sql.items.load import ItemId
+from rose_sql.items.readers import read_lines
 from rose_sql.readings.efficiency import REASONS, TIME_FIELDS, Efficiency
 from rose_sql.readings.formulas import Readings
 from rose_sql.results import Execution, Limit, Status
@@ -385,8 +387,12 @@ class Record:
         """
         from pydantic import ValidationError
 
+        data = migrate(data)
+        wrong = out_of_range(data)
+        if wrong is not None:
+            raise ValueError(f"not a valid record: {wrong}")
         try:
-            record: Record = _adapter().validate_python(migrate(data))
+            record: Record = _adapter().validate_python(data)
         except ValidationError as e:
             err = e.errors()[0]
             where = ".".join(str(x) for x in err["loc"])
@@ -472,6 +478,86 @@ def migrate(data: Any) -> Any:
     return {**data, "schema": SCHEMA_VERSION}
 
 
+_BINARY = "0, 1 or null"
+_COUNT = "a count of at least 0"
+_SHARE = "a number from 0 to 1, or null"
+_AT_LEAST_0 = "a number of at least 0"
+RANGES: dict[str, str] = {
+    "score": _BINARY,
+    "llm_calls": _COUNT,
+    "cost_usd": _AT_LEAST_0,
+    **{f"readings.{name}": _BINARY for name in ("bird_ex", "spider_ex", "spider_ex_keep_distinct", "ts_ex")},
+    **{f"readings.{name}": _BINARY for name in ("ts_ex_keep_distinct", "spider_em")},
+    "readings.soft_f1": _SHARE,
+    "readings.ts_databases": _COUNT,
+    **{
+        f"{side}.{name}": kind
+        for side in ("pred", "gold")
+        for name, kind in (("seconds", _AT_LEAST_0), ("row_count", _COUNT))
+    },
+    "comparison.pred_only": _COUNT,
+    "comparison.gold_only": _COUNT,
+    "labels.goldx_confidence": _SHARE,
+    **{
+        f"judges[].{name}": _COUNT
+        for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens")
+    },
+    "judges[].sample": _COUNT,
+    "judges[].cost_usd": _AT_LEAST_0,
+    "judges[].seconds": _AT_LEAST_0,
+    **{f"votes[].{name}": _COUNT for name in ("votes", "passes", "invalid")},
+    **{f"votes[].{name}": _SHARE for name in ("agreement", "stated", "confidence")},
+    **{f"efficiency.{name}": _COUNT for name in ("gold_steps", "pred_steps", "time_kept")},
+    **{f"efficiency.{name}": _AT_LEAST_0 for name in ("steps_ratio", "time_ratio")},
+}
+"""The range of every number a record holds, by field (``[]``: each element of a list); null is allowed
+wherever the layout allows it (a score of null is an unscored item). A record outside them was not written by
+rose-sql: :meth:`Record.from_dict` refuses it, naming the field."""
+
+
+def _fits(value: float, kind: str) -> bool:
+    if not math.isfinite(value):
+        return False
+    if kind == _BINARY:
+        return value in (0, 1)
+    if kind == _SHARE:
+        return 0 <= value <= 1
+    if kind == _COUNT:
+        return value >= 0 and float(value).is_integer()
+    return value >= 0
+
+
+def out_of_range(data: dict[str, Any]) -> str | None:
+    """The first field of a record's data (of this layout) whose number is outside its range
+    (:data:`RANGES`), said with its value and range; None when every one is in range. Values of the wrong
+    type are left to the layout's validation, which names them."""
+    for path, kind in RANGES.items():
+        for where, value in _at(data, path.split(".")):
+            if isinstance(value, bool) and kind == _BINARY:
+                return f"{where}: {value!r} is not {kind}"
+            if isinstance(value, int | float) and not isinstance(value, bool) and not _fits(value, kind):
+                return f"{where}: {value!r} is not {kind}"
+    return None
+
+
+def _at(data: Any, parts: list[str], where: str = "") -> Iterator[tuple[str, Any]]:
+    if not parts:
+        yield where, data
+        return
+    head, rest = parts[0], parts[1:]
+    many = head.endswith("[]")
+    name = head[:-2] if many else head
+    if not isinstance(data, dict) or name not in data:
+        return
+    value = data[name]
+    here = f"{where}.{name}" if where else name
+    if not many:
+        yield from _at(value, rest, here)
+    elif isinstance(value, list):
+        for i, element in enumerate(value):
+            yield from _at(element, rest, f"{here}.{i}")
+
+
 def rename_ts(readings: dict[str, Any]) -> dict[str, Any]:
     """Readings (or per-reading values) of layout 4 or before under layout 5's names: ``ts_ex`` ->
     ``spider_ex``, ``ts_ex_keep_distinct`` -> ``spider_ex_keep_distinct``."""
@@ -514,25 +600,44 @@ def id_key(item_id: Any) -> str:
     return json.dumps(item_id)
 
 
-def read_records(path: Path) -> Iterator[Record]:
-    """The records of a ``records.jsonl``, typed; a torn (unterminated) last line is skipped.
+def read_records(path: Path, *, max_line_bytes: int = MAX_RECORD_LINE_BYTES) -> Iterator[Record]:
+    """The records of a ``records.jsonl``, typed, read line by line; a torn (unterminated) last line is skipped.
 
-    Raises :class:`~rose_sql.errors.InputError` naming the file and line of a line that is not a record.
-    """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    Raises :class:`~rose_sql.errors.InputError` naming the file and line of a line that is not a record, of a
+    record outside the layout's ranges (:func:`out_of_range`), and of a line longer than ``max_line_bytes``
+    (refused unread: memory stays bounded whatever the file holds)."""
+    if not path.exists():
         return
-    lines = data.split(b"\n")
-    for lineno, raw in enumerate(lines[:-1], start=1):  # the part after the last newline is torn
-        if not raw.strip():
+    for lineno, raw, ended in read_lines(path, max_line_bytes):
+        if not ended or not raw.strip():  # the part after the last newline is torn
             continue
         try:
             yield Record.from_dict(json.loads(raw))
         except json.JSONDecodeError as e:
             raise InputError(path, f"not a record ({e.msg}); the file was edited or corrupted", where=lineno) from None
+        except RecursionError:
+            raise InputError(
+                path, "not a record (nested too deeply); the file was edited or corrupted", where=lineno
+            ) from None
         except ValueError as e:
             raise InputError(path, str(e), where=lineno) from None
+
+
+def _torn_tail(path: Path, block: int = 2**16) -> int:
+    """Where the last complete line of a file ends (its length when it ends with a newline), read from the end
+    in blocks: never the whole file."""
+    with path.open("rb") as f:
+        size = f.seek(0, 2)
+        at = size
+        while at > 0:
+            start = max(0, at - block)
+            f.seek(start)
+            chunk = f.read(at - start)
+            nl = chunk.rfind(b"\n")
+            if nl != -1:
+                return start + nl + 1
+            at = start
+        return 0
 
 
 class RecordWriter:
@@ -541,9 +646,8 @@ class RecordWriter:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
-            data = path.read_bytes()
-            end = data.rfind(b"\n") + 1
-            if end != len(data):  # drop a line torn by a crash
+            end = _torn_tail(path)
+            if end != path.stat().st_size:  # drop a line torn by a crash
                 with path.open("r+b") as f:
                     f.truncate(end)
         self.path = path

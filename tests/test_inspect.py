@@ -24,6 +24,7 @@ from rose_sql.demo import DB_ID, load_demo_items
 from rose_sql.errors import EndpointError
 from rose_sql.inspect import InspectLLM, extract_sql, rose_scorer, sql_sample
 from rose_sql.inspect.demo import SYSTEM_PROMPT, demo_database, rose_demo
+from rose_sql.judges.keys import nonce_asked
 
 ITEMS = {it.question: it for it in load_demo_items()}
 PROVER = {"expected_answer": "e", "sql_behaviour": "b", "reasoning": "it answers", "answers_question": True}
@@ -47,12 +48,13 @@ def is_solver(messages: list[ChatMessage]) -> bool:
 
 
 def judge(messages: list[ChatMessage]) -> ModelOutput:
-    """The expert's verdict as the judges' replies; the Refuter flags the wrong golds."""
+    """The expert's verdict as the judges' replies, with the call's nonce; the Refuter flags the wrong golds."""
     it = item_of(messages)
     ok = it.expert != "incorrect"
+    nonce = {"nonce": nonce_asked([{"content": messages[-1].text}])}
     if "Reference SQL" in messages[-1].text:
-        return output(json.dumps({**REFUTER, "overturn": not ok, "gold_correct": it.kind != "wrong_gold"}))
-    return output("<think>weighing it</think>" + json.dumps({**PROVER, "answers_question": ok}))
+        return output(json.dumps({**nonce, **REFUTER, "overturn": not ok, "gold_correct": it.kind != "wrong_gold"}))
+    return output("<think>weighing it</think>" + json.dumps({**nonce, **PROVER, "answers_question": ok}))
 
 
 def everything(messages: list[ChatMessage], *_: Any) -> ModelOutput:

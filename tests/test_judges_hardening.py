@@ -297,7 +297,7 @@ def test_fence_markers_are_keyed_by_a_secret_kept_with_the_cache(tmp_path: Path,
             return [n for r in srv.requests for n in re.findall(r"<<<DATA predicted_sql (\w+)>>>", r.user_text)]
 
     first = nonces("c1", "a")
-    key = tmp_path / "c1" / "fence.key"
+    key = tmp_path / "c1" / "run.key"
     assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_text().strip()) == 64
     shutil.rmtree(tmp_path / "c1" / "llm")  # the replies gone, the secret kept: the very same prompts
     assert nonces("c1", "b") == first and len(first) == 2 and len(set(first)) == 1

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from rose_sql.cli import main
+from rose_sql.judges.keys import nonce_asked
 from rose_sql.judges.replies import reply_schema
 from rose_sql.record import Record
 from rose_sql.testing import (
@@ -159,7 +160,8 @@ def test_enforced_schema_replies_parse_with_no_reask(tmp_path: Path, league: Pat
     for req in requests:
         rf = req.body["response_format"]
         assert rf["type"] == "json_schema" and rf["json_schema"]["strict"] is True
-        assert (rf["json_schema"]["name"], rf["json_schema"]["schema"]) == reply_schema(ProverReply)
+        nonce = nonce_asked(req.messages)  # the schema pins the call's nonce
+        assert (rf["json_schema"]["name"], rf["json_schema"]["schema"]) == reply_schema(ProverReply, nonce)
 
 
 def test_malformed_reply_rate_enforced_vs_ignored(tmp_path: Path, league: Path) -> None:
@@ -337,7 +339,8 @@ def test_schema_placeholder_in_an_option_sends_the_schema(tmp_path: Path, league
             srv, tmp_path, league, items, "--judge-structured", "off", "--judge-option", "guided_json=$schema"
         )
         bodies = [r.body for r in srv.requests]
-    assert all(b["guided_json"] == reply_schema(ProverReply)[1] and "response_format" not in b for b in bodies)
+    pinned = [reply_schema(ProverReply, nonce_asked(b["messages"]))[1] for b in bodies]
+    assert all(b["guided_json"] == p and "response_format" not in b for b, p in zip(bodies, pinned, strict=True))
     calls = calls_of(records)
     assert len(bodies) == len(calls) == 5 and all(c["error"] is None for c in calls)
     assert {c["reply_format"] for c in calls} == {"json_schema"}

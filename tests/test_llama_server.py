@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from rose_sql.cli import main
 from rose_sql.config import LocalModel
-from rose_sql.judges.cache import FENCE_KEY_FILE
+from rose_sql.judges.keys import RUN_KEY_FILE
 from rose_sql.record import Record, comparable
 
 pytestmark = pytest.mark.slow
@@ -134,9 +134,9 @@ def test_pinned_local_judge_reruns_identically(gguf: Path, items: Path, shared: 
     assert json.loads((tmp_path / "b" / "vec" / "summary.json").read_text())["llm"]["calls"] == 0
     assert all(c["cached"] for c in _calls(tmp_path / "b"))
 
-    # a fresh cache that keeps the fence secret (fence.key), as runs must that ask the very same prompts
+    # a fresh cache that keeps the run key (run.key), as runs must that ask the very same prompts
     (tmp_path / "cache-c").mkdir()
-    shutil.copy2(tmp_path / "cache-a" / FENCE_KEY_FILE, tmp_path / "cache-c" / FENCE_KEY_FILE)
+    shutil.copy2(tmp_path / "cache-a" / RUN_KEY_FILE, tmp_path / "cache-c" / RUN_KEY_FILE)
     fresh = _run(items, "--out", tmp_path / "c", "--cache-dir", tmp_path / "cache-c", *common)
     assert fresh.exit_code == first.exit_code, fresh.output
     assert json.loads((tmp_path / "c" / "vec" / "summary.json").read_text())["llm"]["calls"] == len(calls)
@@ -214,6 +214,80 @@ def test_inspect_scorer_through_inspects_openai_provider(
     assert calls and all(0 < c["completion_tokens"] <= TOKENS and c["prompt_tokens"] > 1000 for c in calls)
     usage = log.stats.model_usage["openai-api/llamacpp/smollm2"]
     assert usage.input_tokens == sum(c["prompt_tokens"] for c in calls)  # the server's usage, as inspect read it
+
+
+def test_the_same_run_key_asks_the_same_prompts_and_gets_the_same_replies_from_empty_caches(
+    gguf: Path, items: Path, shared: Path, tmp_path: Path
+) -> None:
+    """``--run-key FILE`` and two empty caches (no key in either): every prompt (the cache keys: endpoint, model,
+    parameters, schema and messages, nonces and fence markers included) and every reply is the same, byte for
+    byte, and so is every record; the key is never written into a cache, and the manifest names it by its
+    fingerprint. (Without a kept key each cache drew its own: 2 of 2 records differed.)"""
+    import secrets
+
+    from rose_sql.judges.keys import RunKey
+
+    key = tmp_path / "my.key"
+    key.write_text(secrets.token_hex(32) + "\n")
+    common = ("--db", shared / "bird", "--judge-gguf", gguf, "--judge-max-tokens", TOKENS, "--run-key", key)
+    for name in ("a", "b"):
+        res = _run(items, "--out", tmp_path / name, "--cache-dir", tmp_path / f"cache-{name}", *common)
+        assert res.exit_code in (0, 3), res.output
+
+    def entries(cache: Path) -> dict[str, dict[str, Any]]:
+        found = {p.name: json.loads(p.read_text()) for p in (cache / "llm").rglob("*.json")}
+        return {k: {f: v for f, v in e.items() if f != "seconds"} for k, e in found.items()}  # seconds: EXEMPT
+
+    first, second = entries(tmp_path / "cache-a"), entries(tmp_path / "cache-b")
+    assert first and first == second
+    assert not (tmp_path / "cache-a" / RUN_KEY_FILE).exists() and not (tmp_path / "cache-b" / RUN_KEY_FILE).exists()
+    for a, b in zip(_records(tmp_path / "a"), _records(tmp_path / "b"), strict=True):
+        assert comparable(a) == comparable(b)
+    fingerprints = {json.loads((tmp_path / n / "vec" / "manifest.json").read_text())["judge"]["key"] for n in "ab"}
+    assert fingerprints == {RunKey(bytes.fromhex(key.read_text().strip())).fingerprint}
+
+
+def test_the_reply_schema_makes_the_local_judge_write_its_calls_nonce(
+    server: str, items: Path, shared: Path, tmp_path: Path
+) -> None:
+    """llama.cpp's grammar of the reply's schema pins the nonce as a one-value enum, the first field: SmolLM2's
+    reply starts with the call's nonce (how often it writes it without the schema is measured by
+    ``bench/bench_local_nonce.py``: docs/local-judge.md)."""
+    import asyncio
+    import re
+
+    from rose_sql.config import Config, JudgeConfig
+    from rose_sql.engines import Source
+    from rose_sql.engines.execute import Executor
+    from rose_sql.items.load import Item
+    from rose_sql.judges.ask import sealed
+    from rose_sql.judges.judges import Judges
+    from rose_sql.judges.keys import RunKey
+    from rose_sql.judges.llm import OpenAILLM
+    from rose_sql.judges.replies import reply_schema
+    from rose_sql.run.evaluate import case_of, execute_item
+    from rose_sql.verdicts import ProverReply
+
+    (row,) = json.loads(items.read_text())
+    it = Item(row["question_id"], row["db_id"], row["predicted_sql"], row["gold_sql"], row["question"], row["evidence"])
+    cfg = JudgeConfig(model="smollm2", base_url=server, cache_dir=None, structured="on", max_tokens=48)
+    with Executor(Config(workers=1)) as executor:
+        judges = Judges(cfg, executor, key=RunKey.fresh(), asks=False)
+        ex = execute_item(it, Source.folder(shared / "bird"), executor)
+        messages = judges.messages("prover", judges.context(case_of(ex), judges.schema(ex.db)))
+    nonce = judges.key.nonce("prover", cfg.model, 0, 0, messages)
+
+    async def ask() -> str:
+        llm = OpenAILLM(cfg)
+        try:
+            c = await llm.complete(sealed(messages, nonce), schema=reply_schema(ProverReply, nonce))
+            assert c.reply_format == "json_schema"
+            return c.content
+        finally:
+            await llm.aclose()
+
+    content = asyncio.run(ask())
+    assert re.match(r'\s*\{\s*"nonce"\s*:\s*"' + nonce + '"', content), content[:200]
 
 
 def test_judge_timeout_on_a_real_server(server: str, items: Path, shared: Path, tmp_path: Path) -> None:

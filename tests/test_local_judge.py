@@ -17,11 +17,12 @@ from rose_sql.config import JudgeConfig
 from rose_sql.errors import InputError
 from rose_sql.judges.llm import OpenAILLM
 from rose_sql.judges.local import endpoint_of, local_model
+from rose_sql.testing.gguf import write_gguf
 
 
 def _fake_gguf(path: Path, body: bytes = b"not really a model") -> Path:
-    path.write_bytes(b"GGUF" + body)
-    return path
+    """A GGUF header that reads, and no model in it (llama.cpp cannot load it)."""
+    return write_gguf(path, {"general.name": body.decode()})
 
 
 def test_identity_is_the_files_hash_and_the_cache_key_ignores_the_port(tmp_path: Path) -> None:
@@ -57,10 +58,10 @@ def test_options_that_cannot_work_with_judge_gguf_are_refused(tmp_path: Path) ->
 
 
 def test_a_server_that_cannot_start_stops_the_run_and_scores_nothing(shared: Path, tmp_path: Path) -> None:
-    """A GGUF whose header is garbage: llama.cpp's child exits at load; the run stops with exit 2 naming the
-    file and the end of the child's log, before any item is judged (infrastructure is never a score)."""
+    """A GGUF whose header reads but holds no model: llama.cpp's child exits at load; the run stops with exit 2
+    naming the file and the end of the child's log, before any item is judged (infrastructure is never a score)."""
     pytest.importorskip("xllamacpp", reason="the optional extra rose-sql[local] is not installed")
-    gguf = _fake_gguf(tmp_path / "broken.gguf", b"\x03\x00\x00\x00" + b"\xff" * 64)
+    gguf = _fake_gguf(tmp_path / "broken.gguf", b"no architecture, no tensors")
     labels = json.loads((shared / "rose-vec" / "rose-vec-bird.json").read_text(encoding="utf-8"))
     items = tmp_path / "vec.json"
     items.write_text(json.dumps([x for x in labels if x["db_id"] == "toxicology"][:1]))

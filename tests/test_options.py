@@ -65,7 +65,7 @@ def _provenance(config: Config, db_root: Path, tmp_path: Path) -> dict[str, Any]
     if whole["judge"] is not None:
         assert whole["judge"]["cache_dir"] in (None, tmp_path / "cache", tmp_path / "mine")
         whole["judge"]["cache_dir"] = str(whole["judge"]["cache_dir"]).replace(str(tmp_path), "TMP")
-    info = None if judge is None else {k: v for k, v in asdict(judge).items() if k not in ("prompts", "fence")}
+    info = None if judge is None else {k: v for k, v in asdict(judge).items() if k not in ("prompts", "fence", "key")}
     options = _databases(Source.parse(str(db_root)), ["t"], config)["options"]
     return {"config": whole, "options": list(options.items()), "judge": info}
 
@@ -270,8 +270,8 @@ def test_the_options_that_need_a_judge_are_the_judges_fields_in_help_order() -> 
     before = (
         *("samples", "samples_temperature", "escalate_to", "escalate_below", "aggregate", "judge_base_url"),
         *("judge_gguf_ctx", "judge_gguf_threads"),  # --judge-gguf's server; --judge-gguf itself names the judge
-        *("concurrency", "policy", "matched_refuter", "budget", "prices", "no_cache", "cache_dir", "judge_timeout"),
-        *("judge_max_tokens", "retry_invalid", "max_retries", "judge_structured", "judge_options"),
+        *("concurrency", "policy", "matched_refuter", "budget", "prices", "no_cache", "cache_dir", "run_key"),
+        *("judge_timeout", "judge_max_tokens", "retry_invalid", "max_retries", "judge_structured", "judge_options"),
         *("reasoning_effort", "batch", "batch_poll", "batch_max_requests"),
     )
     judge_only = cli_run._JUDGE_ONLY

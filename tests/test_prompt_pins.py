@@ -26,13 +26,13 @@ from rose_sql.engines import Database, Source
 from rose_sql.engines.base import Engine
 from rose_sql.engines.execute import Executor
 from rose_sql.items.load import Item
-from rose_sql.judges.context import Fences
+from rose_sql.judges.keys import RunKey
 from rose_sql.judges.replies import reply_schema
 from rose_sql.sql import has_top_level_order_by
 from rose_sql.verdicts import ProverReply, RefuterReply
 
-KEY = b"pinned fence secret"
-"""The fences' secret of these pins (a run's is kept with its cache)."""
+KEY = b"pinned run key"
+"""The run key of these pins (a run's is kept with its cache, or given with --run-key)."""
 BASE = JudgeConfig(model="judge-model", base_url="http://judge.invalid/v1", cache_dir=None)
 PASSED = ProverReply(
     expected_answer="the powers of 3-D Man", sql_behaviour="lists them", reasoning="it joins", answers_question=True
@@ -137,69 +137,69 @@ ENGINE_ITEM = Item(
 )
 
 PINNED: dict[str, str] = {
-    "bird_evidence_match/prover": "ae3c480b0fa63649d3d72c72c3e79e4965a5bfe8faaad04d4c255e2187bcdd33",
-    "bird_evidence_match/prover/key-auto": "1ee1a5ff1ee500f1dd858df74210317e691be568d342d449ef358eedc29cb4e4",
-    "bird_evidence_match/prover/key-off": "d94abfef8127222a10ab36c53e04884e39b9eb35b1a8d8513db89223bf97e1fc",
-    "bird_evidence_match/refuter": "4552bd6cead32f743cb33005e9506a36d510e38d635d84d03bece330bfbe626e",
-    "bird_evidence_match/refuter/key-auto": "c31492bff59935b4a22656b9b393811704040aeeda337307c3f5e2cc4d09c085",
-    "bird_evidence_match/refuter/key-off": "885c931c70eefff4131b6629b7b3be05a5d04b89b57c1b228f7d41db48e139b8",
-    "bird_evidence_match/refuter_matched": "e187af5b1548fa0994b7ea1f3aedfd28562eddc19141f5921efce867c1417642",
-    "bird_evidence_match/refuter_matched/key-auto": "b1ba2beaba79d973fd2391400ca025eb10c284b82669e23ea7c58b9a83997835",
-    "bird_evidence_match/refuter_matched/key-off": "30a583835af7b07c5cf160e1c9a182c09e7960e19f9daec040085a30b3328e94",
-    "bird_evidence_mismatch/prover": "3c11b0d57b71a0a4aedc3b9a484b5a566f1d6b7a35601259b89d1c62bda6b79b",
-    "bird_evidence_mismatch/prover/key-auto": "697d6e2245c517a134a228fc74f9f29ce22424914e8bfd298b779bbcddad82e9",
-    "bird_evidence_mismatch/prover/key-off": "ca5638efd1d4796a4cb9cc2299875e782990678942e014a3dd34e279a41df56e",
-    "bird_evidence_mismatch/refuter": "7b96ce677daa0cf9c838203c5e4cdd293801f5eda4fe79bf99dcadbc377576e9",
-    "bird_evidence_mismatch/refuter/key-auto": "b46433b245529160988af964dc95b77423d69f3fe1e5c1045711b68eaea13900",
-    "bird_evidence_mismatch/refuter/key-off": "24290a71a56b5e21005a60507822ac4c3a32015ea9905d29abba658437206d5f",
-    "bird_trimmed_schema/prover": "69592db74e0a731c447be67c2ec4456371f740b7a90729a8b436563c828f0434",
-    "bird_trimmed_schema/prover/key-auto": "13557f3c4be15349353f16ec99fcf4c4dc392e2255f8e173a147197fa1550fd6",
-    "bird_trimmed_schema/prover/key-off": "3531c9cca0c3783e4bdeb5ebbd6eed7233d5e491790eaa86b5994eb12d669fc0",
-    "bird_trimmed_schema/refuter": "ffe2b517c21472cd368a45ad865b53cd18a35c21bab89c5e9e1a1282de49fb21",
-    "bird_trimmed_schema/refuter/key-auto": "fba24bb9815f09736ed2d9a23da4ddfbc88af8ac8fbc833e96dd0db66dbbb08b",
-    "bird_trimmed_schema/refuter/key-off": "feb0e27488aa7b0a24a12ef33e0d4391a8e8f9645ca19a982500981dfe940839",
-    "engine_duckdb/prover": "fcea44e121c103232785e9681aa140c6d154084f8a300aa3093b4607f392d7ed",
-    "engine_duckdb/prover/key-auto": "dbbd431bd43e26f965318e42f4cb523b45eb293edba40a01807dbf6ba05b0291",
-    "engine_duckdb/prover/key-off": "29b18d313c907db6f7e96488d351646ebb718bd32a9f78b87c6e77338c795ea9",
-    "engine_duckdb/refuter": "3c4e6ce228c82326c62daa2c39557850811d2fad413f4804f212e64b64e49d78",
-    "engine_duckdb/refuter/key-auto": "26633a9441188b04e86ac6276d0bb8963183ebe020fd60c311822b65d809a123",
-    "engine_duckdb/refuter/key-off": "bd652dc069c22c2f557ae2f21a8dc9b5236a5059af168253f331749c391fee63",
-    "engine_mysql/prover": "24082f911c754be0778d2c4bb6cdde886c8d8f77c7b594a0dc3287e57e8668ee",
-    "engine_mysql/prover/key-auto": "757c57022341722919f3d2c847e3c5946d5a751f30c623f67ff8cc49db528006",
-    "engine_mysql/prover/key-off": "89517302af769c4ba9c78ca072f5d9521e26bbf07df1fdfa7ccb01ae1e5529f3",
-    "engine_mysql/refuter": "4099b2093dbd915e1bf45fd4a682c43a159b167f9a84d7568d6d34cc9a3f9a6b",
-    "engine_mysql/refuter/key-auto": "00b376d06c940631a9030c0fead1f47c20cd73990d17080ef241458336cb319d",
-    "engine_mysql/refuter/key-off": "6aceb82113b9547188d3c882629e4ed59c7d55e84ef9f5439ba3836fe2b27df7",
-    "engine_postgresql/prover": "ed0df729912a4ea85e4da9211b201a2ed79a62d9610e06e439a60b6791c0bf4c",
-    "engine_postgresql/prover/key-auto": "650438da960661ad0aed7ebb6506ed8a6b7520ca69f3567d762bc04b073cf21e",
-    "engine_postgresql/prover/key-off": "841c8f6a64dbf294d5f305866369888a0e09a2fabcef91458208c16ff46d2bd0",
-    "engine_postgresql/refuter": "fa6ef9bf30c3f040eeaf2248edba00e35172fa8490f30c13b33cff04b8b690a3",
-    "engine_postgresql/refuter/key-auto": "7f71d5b0e0c66592dece86e73a4973441d0f0c5a0205481e1a6c61553736c1fb",
-    "engine_postgresql/refuter/key-off": "e93a30d899a6fe9de603d820ecdbbd0b32138af76b8f1ae1c0e905195ac1cfd5",
-    "kaggle_failed_prediction/prover": "fc6dc0ee7f3e290c5592b3d34d3812b7ecaf0b3ad60cfdddcb39c6728352e790",
-    "kaggle_failed_prediction/prover/key-auto": "786b957fe41d926dbaf3387d3af37410723480514830bdd6feb8589bc2e6ac68",
-    "kaggle_failed_prediction/prover/key-off": "3537f5b390633b08e7482e6241ed823f702ed7dfbcda3e5ba4b0979f726c23e2",
-    "kaggle_failed_prediction/refuter": "e66c81faf282a70be62c48c63344c7ac3a1f7ab681b1375f8014f364ce6af98f",
-    "kaggle_failed_prediction/refuter/key-auto": "8a92e5f181279863303bb317ee8171f32380e46ce4ff872fc5d557fad20538ea",
-    "kaggle_failed_prediction/refuter/key-off": "7141a77acb386486b477a6224441da0445b363a88ba4e8dc3184d95f35ceefea",
-    "spider_match/prover": "fe8d2e4d9c8bab3cc3b50e98dc3c9545640022704fa5319968e51d8376a3bd33",
-    "spider_match/prover/key-auto": "2445252c1df421a80034a31dac27e10bbd9dc840dca3b52c49b9bd5580a11278",
-    "spider_match/prover/key-off": "1d775037f7d55c48ef54aef8cb3885e295497d8b59696bd3f706aa0995c15e39",
-    "spider_match/refuter": "686c539135c822d46b1d90ea262fdc0c68ffe3485fbe5608ff868be31a089211",
-    "spider_match/refuter/key-auto": "d900c61976cc0f19f6de2fb9e1d606c703bcbf0bb70dcb14ea9e56699a3c7743",
-    "spider_match/refuter/key-off": "473d2292034e38cd5305e8b16ea3d1972eef5f8f37dcfe78b28ffcb525969981",
-    "spider_match/refuter_matched": "c91d68928d7edea706cf6cd1ecbd9a6fc28f3160c76d9783cc6933d7d59799d2",
-    "spider_match/refuter_matched/key-auto": "5262a4e531485998b8882c546ebc8c93e721f90e5eb88cbb3f72f90f7ac97179",
-    "spider_match/refuter_matched/key-off": "a529df8b3e6c4f2f62a7de3ae6596c2a4e2ef1d8b205d420c106e56a6f0ed8ee",
-    "spider_mismatch/prover": "7bc451899870124fe96ab10f8e809a3a83f61c0dd1f3311bdb485422586a5d92",
-    "spider_mismatch/prover/key-auto": "698ba006e5e077773ead21e0e53515f4727f21b0c9488af4c395c0d6b11f93c6",
-    "spider_mismatch/prover/key-off": "659e35ada0ae4d6df1653255f84edfaed63eaedcd18edc6932698f6e789185eb",
-    "spider_mismatch/refuter": "c370b2f41332629489d28af1acd7bbe7a6544f26489f52dd79f3d4ad5392ae18",
-    "spider_mismatch/refuter/key-auto": "b98f3c7b66f2f8ded72b1271ff5c25ad93156ec5bc8788feb57baeb5c0eb0e59",
-    "spider_mismatch/refuter/key-off": "358289a131d5faff46fb2ab2a9a37f7c03f14b373b133bd18b9afdf57aaf1f0e",
+    "bird_evidence_match/prover": "70e28abe4e8c8f7719b0c85245affc04d80fd9ed3e84210ecea26fe2acf6b091",
+    "bird_evidence_match/prover/key-auto": "7b5301890410bc5dcdb2477b960d9053c756e52f7006f4c662b54342baf00332",
+    "bird_evidence_match/prover/key-off": "a91bd50f36742925686e9641f01e6bb9cd3750553929d4ee59ba61a7c2327207",
+    "bird_evidence_match/refuter": "76574da539b61a6ca61948ecefcefdea6b539dd0b9acfe4fe3df936cefeed279",
+    "bird_evidence_match/refuter/key-auto": "2b166403698268ae9c9dc4d175a7dcfed254609aa7a0cbd452e07dff115e1216",
+    "bird_evidence_match/refuter/key-off": "5969b11dfc86ea1968f4eeefb437b43628ed3bbfa2b71d8c2327ad9854d1047e",
+    "bird_evidence_match/refuter_matched": "2e3a6611883675941295c509b76d37309005824c9c06df8d81280c93a56b1373",
+    "bird_evidence_match/refuter_matched/key-auto": "2ee8f8b56ef9263f7806cd7974fdc18b03c12c5c303ac14be1f1591cef50ab03",
+    "bird_evidence_match/refuter_matched/key-off": "aedc10d0d03a5097f6c75fb3eda2ee032c9790cfd9d4720103e0683bccf67dca",
+    "bird_evidence_mismatch/prover": "009e47a751f078e7bd614b8a2f9bf097f81f7adfaaca75b531a33342744959e3",
+    "bird_evidence_mismatch/prover/key-auto": "c69463dc6cecca0fc769b8d39e1dc32e5d0b23eed000501ea5d81495529795f5",
+    "bird_evidence_mismatch/prover/key-off": "f39b9055ce0da36ad2e34cccf51d56051c5d764545a6f78c45b1d495c2a21bdf",
+    "bird_evidence_mismatch/refuter": "06253da90184e53097e8df5bd3c6dc631b2735116c263ac6066f9df0d9a00096",
+    "bird_evidence_mismatch/refuter/key-auto": "b943c219cdc898ff47b38ec897361c143b6c683d1d7d175afd71dec4e5739269",
+    "bird_evidence_mismatch/refuter/key-off": "5686ec3b1dfa45fce8e66e82698b22b685eb98e552ccf9a36de1b30f41031531",
+    "bird_trimmed_schema/prover": "321e6578937258d373ce7cafb87194ae254ef714dee3701ad59fba2c60a5f13a",
+    "bird_trimmed_schema/prover/key-auto": "0cee02f4bab5f3a63debef57652f83ce712376df5a60c2e94e1ac0f56567b6c3",
+    "bird_trimmed_schema/prover/key-off": "4d38100304578470970735112604ba2b3afc0ddebfaf93772d59d215cad52390",
+    "bird_trimmed_schema/refuter": "c9efe57b93933b52a7db22d0dcedbca169719420f0988a687e179242840c3ee5",
+    "bird_trimmed_schema/refuter/key-auto": "c5cdb92b6c6738991281f2cf9ef6c1c5d39d18bb0ed55b269d796f4efd6e617d",
+    "bird_trimmed_schema/refuter/key-off": "2e2344a424b96a8fac9385087f80ebdd7c5e4728a111102da19d4839a31645d1",
+    "engine_duckdb/prover": "493a5ec382f9412c116738f6023aadb5e9710d308083938ee371bb83943cb52a",
+    "engine_duckdb/prover/key-auto": "059c9ecc701bf8a407955de830a9ca9cae2f7b749cfdc4c2009b7e3891b478e8",
+    "engine_duckdb/prover/key-off": "84809329d784c2fb0aefe250b25a81f38755944667d69c465a88f7544c3dae53",
+    "engine_duckdb/refuter": "38b68f1ef067a10950e24f9dd0b10490628f43dd60a9c99f47c140a8c6712559",
+    "engine_duckdb/refuter/key-auto": "b001e4d45bdf7a9fdd95c14a9aebd13d576df660c813deb5bd43e85332e43dbb",
+    "engine_duckdb/refuter/key-off": "a5d4e81cad9c33fed17962f30d7d20dbf5ada6dc0f4a9f0351ea52514e92d064",
+    "engine_mysql/prover": "f4ff610f122715fffa126fae0422c9ecf390978eed5fad0018fc2c6345367f19",
+    "engine_mysql/prover/key-auto": "2e185987073662b31dd6b64d26bf197ebf77de70a56397b2e37b97c9aabbe707",
+    "engine_mysql/prover/key-off": "d0b6738649f909cd29ca969c4fbc28f49a6d160c1e47f5257a12668d82e95ba9",
+    "engine_mysql/refuter": "09a83f4cb4ef51460040bfe685457649abe3af68107ff0f67bc4937219ca7f98",
+    "engine_mysql/refuter/key-auto": "9ca687ed958ca8afcff8dd30d639746877649ba744114895ac0b7cffa9dfe046",
+    "engine_mysql/refuter/key-off": "10bde1280e93a137f3fdab1752789cb3c09798fe234a1406b950815e309b9405",
+    "engine_postgresql/prover": "b6bcf00fab5995df0c953a3eb55f7f26415992bbd6d911d8fb609cf6e2fe9d6d",
+    "engine_postgresql/prover/key-auto": "7ebf4e419e443b3eecee5ea79da9086366ae1d54fc2ed453fc403f8706e50acc",
+    "engine_postgresql/prover/key-off": "b3e8f6254a5dd7ba62c132f3fd4f962b6123f27f5c3019bd91ae21e6657757bf",
+    "engine_postgresql/refuter": "4ef89a42a2ea628f87ed07ab2e381f7d6574858620b346e8f18fcc467150dcbb",
+    "engine_postgresql/refuter/key-auto": "eaf5f5db0ffc7b8598cbccb519813de7098dd04a836f12adc35853fe374893c5",
+    "engine_postgresql/refuter/key-off": "c4a228dfacfce3399bc0fffe82a62487b9b260258116a348a0d52a3e2d3fafa3",
+    "kaggle_failed_prediction/prover": "d7e764a8eee4bccee6dbab84031846b8851b2dc31e5aa6e59dce15acb44f7f1e",
+    "kaggle_failed_prediction/prover/key-auto": "a7fbaeade2030e42a2f8178214d604550862a8d0805672296118f4c32ad9926d",
+    "kaggle_failed_prediction/prover/key-off": "bbc3c1181b25e1a64d676b22a9e94f965292184a1281c45136ab4d7b4089e376",
+    "kaggle_failed_prediction/refuter": "8da6a75b4aa8087d2f5f363f08e40ca4b43e60b164fcea9f139183121e4071ab",
+    "kaggle_failed_prediction/refuter/key-auto": "67fd806bca8328ef1f42dfa074152b29dbac8792fb104fd241a170632ff60068",
+    "kaggle_failed_prediction/refuter/key-off": "245ebfbc386041af8d49ee331d5c53f8c7c9426a5c9a25fcf5ee4f31794ef61f",
+    "spider_match/prover": "12cc7439bf2689a4b20443075e2df543f9cdc67951f996bbf8e6b149169cef2f",
+    "spider_match/prover/key-auto": "18aaa94ecbe759d4b422701d5453fb6aa2d97ceba4c3d80b7b3f9768aa3fd3d5",
+    "spider_match/prover/key-off": "289bb98a29f576a8a9b16c30330a9a7ae3532dc2ec60ccd471794e4607d66c24",
+    "spider_match/refuter": "1ed43323a2c463ee037904f364aecb0e115ab935b3346dfba0364725336c37bb",
+    "spider_match/refuter/key-auto": "ff7e4b9a1997d73588ed6eacb5f74a3926ac00871ce971d5b09af67340620899",
+    "spider_match/refuter/key-off": "ac63608049c98b3cc978cc01b570a2de0890aeece90bc0845ffc4d973c414b6f",
+    "spider_match/refuter_matched": "0abf895383f8bca60e80db2a14da43a148ea101d81fad6d73e9a22a47db471d8",
+    "spider_match/refuter_matched/key-auto": "8b7dd424f82876fae0e3a5e4d7bad763562c621e79cc78b52f487899e6c4b1ee",
+    "spider_match/refuter_matched/key-off": "646337278597c9b79773b493c11b2b750c7dac3dc457a060c296bac3fa8b8551",
+    "spider_mismatch/prover": "9498d217f8e0200e459e9dbe1b33f20ad913c4778c94838bb40be9aebc4fe42e",
+    "spider_mismatch/prover/key-auto": "ca1c023455a38a3e4d7f21c0de360c6016eff0d0ab8854ec99517006c935dddf",
+    "spider_mismatch/prover/key-off": "764f416cf81f39a93b0c618b969caf14b197b05e191128dfe134a7bb3365fc4d",
+    "spider_mismatch/refuter": "ab32c7f9acdac4682b0c6b83c91b8cb83391c0e030bcc9c2d635e7ab6001ec6d",
+    "spider_mismatch/refuter/key-auto": "98368449b921e9196b84b0440806ee76297e8bdc61a9ffdfa50ffa1842017990",
+    "spider_mismatch/refuter/key-off": "3c9a1530997a01f9b142fb73db761f291b4976c06404dbc9d128df89cef175dc",
 }
-"""sha256 of every case's messages, and the cache keys of their calls (taken from the code before the judges'
-refactor of issue 24: a change here changes judge cards and misses the cache)."""
+"""sha256 of every case's messages, and the cache keys of their calls (taken when each call's verdict nonce
+joined the prompts, a new prompt version: a change here changes judge cards and misses the cache)."""
 
 
 def messages_of(pin: Pin, db: Database, executor: Executor) -> Iterator[tuple[str, list[dict[str, str]], type[Any]]]:
@@ -214,7 +214,7 @@ def messages_of(pin: Pin, db: Database, executor: Executor) -> Iterator[tuple[st
     if gold.result is not None and pred.result is not None:
         comparison = compare(pred.result, gold.result, ordered=has_top_level_order_by(it.gold_sql))
     case = Case(it, db, gold, pred, comparison, evidence=pin.evidence)
-    judges = Judges(pin.judge, executor, fences=Fences(KEY), asks=False)
+    judges = Judges(pin.judge, executor, key=RunKey(KEY), asks=False)
     ctx = judges.context(case, judges.schema(db))  # gathered once, rendered for each judge
     yield "prover", judges.messages("prover", ctx), ProverReply
     if comparison is not None and comparison.equal:
@@ -223,16 +223,20 @@ def messages_of(pin: Pin, db: Database, executor: Executor) -> Iterator[tuple[st
 
 
 def digests(pin: Pin, db: Database, executor: Executor) -> dict[str, str]:
-    """sha256 of each judge's messages, and the cache key of its call with the reply's schema sent or not."""
+    """sha256 of each judge's messages as its first call sends them (its nonce at the end), and the cache key
+    of that call with the reply's schema (which pins the nonce) sent or not."""
+    from rose_sql.judges.ask import sealed
     from rose_sql.judges.llm import OpenAILLM
 
     out: dict[str, str] = {}
-    for stage, messages, kind in messages_of(pin, db, executor):
+    for stage, laid_out, kind in messages_of(pin, db, executor):
+        nonce = RunKey(KEY).nonce(stage, pin.judge.model, 0, 0, laid_out)
+        messages = sealed(laid_out, nonce)
         blob = json.dumps(messages, sort_keys=True, ensure_ascii=False)
         out[f"{pin.name}/{stage}"] = hashlib.sha256(blob.encode()).hexdigest()
         for structured in ("auto", "off"):
             llm = OpenAILLM(replace(pin.judge, structured=structured))
-            out[f"{pin.name}/{stage}/key-{structured}"] = llm.key(messages, reply_schema(kind))
+            out[f"{pin.name}/{stage}/key-{structured}"] = llm.key(messages, reply_schema(kind, nonce))
     return out
 
 

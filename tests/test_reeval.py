@@ -128,7 +128,7 @@ def test_compare_common_through_the_cli(shared: Path, tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     n = data["common_items"]
     assert data["reading"] == "their_ex" and all(s["ex"]["n"] == n for s in data["systems"])
-    assert [p["a"] for p in data["pairs"]] == ["gpt-5", "gpt-5", "alpha"]  # every pair of three, ranked order
+    assert [p["a"] for p in data["pairs"]] == ["alpha", "alpha", "dail"]  # every pair of three, A before B as given
     assert {m["system"]: m["ranks"]["rose_own"] for m in data["ranks"]} == {"gpt-5": 1, "alpha": 2, "dail": 3}
 
 

@@ -91,12 +91,14 @@ def labelled_source(path: Path) -> Labelled:
 
 
 def read_items(path: Path) -> list[dict[str, Any]]:
-    """A ROSE-VEC-format file: a JSON list of labelled items with their SQL."""
+    """A ROSE-VEC-format file: a JSON list of labelled items with their SQL (read at most
+    :data:`~rose_sql.config.MAX_INPUT_BYTES`, as every labels file)."""
+    from rose_sql.config import MAX_INPUT_BYTES
+    from rose_sql.items.readers import read_capped
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(read_capped(path, MAX_INPUT_BYTES, "a labelled set").decode("utf-8-sig"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise InputError(path, f"not a JSON labelled set: {e}") from None
     if not isinstance(data, list) or not data:
         raise InputError(path, "expected a non-empty JSON list of labelled items (ROSE-VEC format)")

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rose_sql.analysis.runs import read_table
+from rose_sql.config import MAX_INPUT_BYTES, MAX_TABLE_LINE_BYTES
 from rose_sql.errors import InputError
+from rose_sql.items.readers import read_capped, read_lines
 
 Flag = Literal["goldx", "ambq"]
 FLAGS: tuple[Flag, ...] = ("goldx", "ambq")
@@ -107,10 +109,16 @@ def parse_bool(value: Any, path: Path, where: str | int, what: str) -> bool:
     )
 
 
-def _digest(*parts: bytes) -> str:
+def _digest(*parts: bytes | Path) -> str:
+    """sha256 of the parts in turn (a file's bytes read in blocks), its first 16 hex digits."""
     h = hashlib.sha256()
     for p in parts:
-        h.update(p)
+        if isinstance(p, Path):
+            with p.open("rb") as f:
+                while block := f.read(2**20):
+                    h.update(block)
+        else:
+            h.update(p)
     return h.hexdigest()[:16]
 
 
@@ -143,7 +151,7 @@ def load_labels(path: Path) -> LabelSet:
         labels = {k: h if h.ambq is not None else replace(h, ambq=False) for k, h in labels.items()}
     systems = tuple(sorted({str(r["system"]) for _, r in rows if r.get("system") not in (None, "")}))
     fmt = "rose-vec" if rose_vec else "generic"
-    return LabelSet(path.stem, path, fmt, labels, _digest(path.read_bytes()), systems=systems)
+    return LabelSet(path.stem, path, fmt, labels, _digest(path), systems=systems)
 
 
 def _optional_sql(row: dict[str, Any], path: Path, where: str | int) -> str | None:
@@ -164,20 +172,29 @@ def _optional_bool(row: dict[str, Any], name: str, path: Path, where: str | int)
 
 
 def read_ids(path: Path) -> list[str]:
-    """A JSON list of ids (or a text file with one id per line)."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(path, f"cannot read: {e}") from None
+    """A JSON list of ids (or a text file with one id per line), read within the bounds of
+    :func:`~rose_sql.analysis.runs.read_table`'s files."""
     if path.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            data = json.loads(read_capped(path, MAX_INPUT_BYTES, "an id list").decode("utf-8-sig"))
+        except UnicodeDecodeError as e:
+            raise InputError(path, f"cannot read: {e}") from None
         except json.JSONDecodeError as e:
             raise InputError(path, f"not JSON ({e.msg})", where=e.lineno) from None
+        except RecursionError:
+            raise InputError(path, "not JSON this reader holds (nested too deeply)") from None
         if not isinstance(data, list) or not all(isinstance(x, int | str) for x in data):
             raise InputError(path, "expected a JSON list of ids")
         return [key(x) for x in data]
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    ids: list[str] = []
+    for lineno, raw, _ended in read_lines(path, MAX_TABLE_LINE_BYTES):
+        try:
+            line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8").strip()
+        except UnicodeDecodeError as e:
+            raise InputError(path, f"not UTF-8 text ({e.reason} at byte {e.start})", where=lineno) from None
+        if line:
+            ids.append(line)
+    return ids
 
 
 def with_tags(labels: LabelSet, flag: Flag, ids_path: Path) -> LabelSet:
@@ -190,7 +207,7 @@ def with_tags(labels: LabelSet, flag: Flag, ids_path: Path) -> LabelSet:
     return replace(
         labels,
         labels=updated,
-        sha256=_digest(labels.sha256.encode(), flag.encode(), ids_path.read_bytes()),
+        sha256=_digest(labels.sha256.encode(), flag.encode(), ids_path),
         tag_sources={**labels.tag_sources, flag: str(ids_path)},
         tags_outside={**labels.tags_outside, flag: sorted(ids - labels.labels.keys(), key=id_order)},
     )

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rose_sql.config import MAX_INPUT_BYTES, MAX_SUMMARY_BYTES, MAX_TABLE_LINE_BYTES
 from rose_sql.errors import InputError
+from rose_sql.items.readers import read_capped, read_lines
 from rose_sql.provenance import Manifest, read_manifest
 from rose_sql.readings.formulas import Readings
 from rose_sql.record import ExecutionInfo, Record, read_records
@@ -106,7 +109,7 @@ def _from_records(name: str, folder: Path, records_path: Path, summary: Summary 
     warnings = [] if by_id else [f"{records_path} holds no records"]
     try:
         manifest = read_manifest(folder / "manifest.json")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, RecursionError) as e:
         raise InputError(folder / "manifest.json", f"cannot read the manifest: {e}") from None
     if manifest is None and summary is not None:
         manifest = summary.manifest
@@ -114,11 +117,12 @@ def _from_records(name: str, folder: Path, records_path: Path, summary: Summary 
 
 
 def _summary(path: Path) -> Summary | None:
-    if not path.is_file():
+    if not path.exists():
         return None
+    data = read_capped(path, MAX_SUMMARY_BYTES, "a run's summary")
     try:
-        return Summary.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
+        return Summary.from_dict(json.loads(data))
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError, RecursionError) as e:
         raise InputError(path, f"cannot read the summary: {e}") from None
 
 
@@ -169,30 +173,49 @@ def _scores_file(path: Path) -> list[Record]:
 def read_table(path: Path) -> list[tuple[str | int, dict[str, Any]]]:
     """Rows of a JSON object (``{id: v}`` becomes rows ``{"id": id, "value": v}``), JSON list, JSONL or CSV.
 
-    Each row comes with where it was found (a line number or a key) for error messages.
+    Each row comes with where it was found (a line number or a key) for error messages. JSON Lines and CSV
+    are read line by line, each line at most :data:`~rose_sql.config.MAX_TABLE_LINE_BYTES`; a JSON document
+    at most :data:`~rose_sql.config.MAX_INPUT_BYTES` (:class:`InputError` naming the file and line past them).
     """
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(path, f"cannot read: {e}") from None
-    if path.suffix.lower() == ".csv":
-        reader = csv.DictReader(text.splitlines())
-        return [(i, dict(row)) for i, row in enumerate(reader, start=2)]
-    if path.suffix.lower() == ".jsonl":
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        reader = csv.DictReader(_text_lines(path))
+        try:
+            return [(reader.line_num, dict(row)) for row in reader]
+        except csv.Error as e:
+            raise InputError(path, f"not CSV ({e})", where=reader.line_num) from None
+    if suffix == ".jsonl":
         rows: list[tuple[str | int, dict[str, Any]]] = []
-        for i, line in enumerate(text.splitlines(), start=1):
+        for i, line in enumerate(_text_lines(path), start=1):
             if line.strip():
                 rows.append((i, _json_object(line, path, i)))
         return rows
     try:
+        text = read_capped(path, MAX_INPUT_BYTES, "a labels or scores file").decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputError(path, f"cannot read: {e}") from None
+    try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(path, f"not JSON ({e.msg})", where=e.lineno) from None
+    except RecursionError:
+        raise InputError(path, "not JSON this reader holds (nested too deeply)") from None
     if isinstance(data, dict):
         return [(str(k), {"id": k, "value": v}) for k, v in data.items()]
     if isinstance(data, list) and all(isinstance(x, dict) for x in data):
         return [(f"[{i}]", x) for i, x in enumerate(data)]
     raise InputError(path, "expected a JSON object {id: value} or a list of objects")
+
+
+def _text_lines(path: Path) -> Iterator[str]:
+    """The lines of a text file, decoded (a UTF-8 byte order mark dropped), each at most
+    :data:`~rose_sql.config.MAX_TABLE_LINE_BYTES`; line ends kept as ``\\n``, as the csv module wants them."""
+    for lineno, raw, ended in read_lines(path, MAX_TABLE_LINE_BYTES):
+        try:
+            text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(path, f"not UTF-8 text ({e.reason} at byte {e.start})", where=lineno) from None
+        yield text.removesuffix("\r") + ("\n" if ended else "")
 
 
 def _json_object(line: str, path: Path, lineno: int) -> dict[str, Any]:

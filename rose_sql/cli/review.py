@@ -55,6 +55,15 @@ def missing_extras() -> list[str]:
     help="Write the consensus (ROSE-VEC format), flag id lists and every label to DIR/<project>/, then exit.",
 )
 @click.option(
+    "--export-for",
+    "export_for",
+    metavar="NAME",
+    help=(
+        "With --export: what annotator NAME may see: the items they still owe a label are left out of every "
+        "file and figure (the export of someone labelling blind)."
+    ),
+)
+@click.option(
     "--host", default=_DEFAULTS.host, show_default=True, help="Address to bind (loopback: this machine only)."
 )
 @click.option("--port", type=int, default=_DEFAULTS.port, show_default=True, help="TCP port (0: any free one).")
@@ -81,6 +90,7 @@ def review_cmd(
     db_root: Path | None,
     annotations: tuple[Path, ...],
     export_dir: Path | None,
+    export_for: str | None,
     host: str,
     port: int,
     allow_hosts: tuple[str, ...],
@@ -109,6 +119,8 @@ def review_cmd(
 
     if labels_per_item < 1:
         fail(UsageError("--labels-per-item must be at least 1"))
+    if export_for is not None and export_dir is None:
+        fail(UsageError("--export-for says whom an export is for: give --export DIR too"))
     serving = export_dir is None and not no_serve
     if serving and missing_extras():
         # printed without rich markup, which would take "[review]" for a style
@@ -143,7 +155,7 @@ def review_cmd(
         if export_dir is not None:
             if project is None:
                 raise UsageError("--export needs --project")
-            summary = export(store, project, export_dir)
+            summary = export(store, project, export_dir, viewer=export_for, per_item=labels_per_item)
             console.print(
                 f"project {project}: {summary['consensus']} consensus items of {summary['items']} "
                 f"({summary['consensus_correct']} correct); raw agreement {summary['first_two_agree']} of "

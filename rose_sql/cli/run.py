@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import click
 from click.core import ParameterSource
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from rose_sql.cli.main import console, err, fail
@@ -185,7 +195,8 @@ ORDER = (
     *("allow_privileged_login", "judge_model", "panel", "samples", "samples_temperature", "escalate_to"),
     *("escalate_below", "aggregate", "judge_base_url", "judge_gguf", "judge_gguf_ctx", "judge_gguf_threads"),
     *("concurrency", "policy", "matched_refuter", "budget"),
-    *("prices", "no_cache", "cache_dir", "judge_timeout", "judge_max_tokens", "retry_invalid", "max_retries"),
+    *("prices", "no_cache", "cache_dir", "run_key", "judge_timeout", "judge_max_tokens", "retry_invalid"),
+    *("max_retries",),
     *("judge_structured", "judge_options", "reasoning_effort", "dry_run", "shard", "limit", "ids_file", "ray"),
     *("batch", "batch_poll", "batch_max_requests"),
 )
@@ -250,6 +261,17 @@ def run_cmd(preds: tuple[Path, ...], **values: Any) -> None:
     _exit_if_unscored(summaries, strict=job.strict)
 
 
+@contextlib.contextmanager
+def hashing(path: Path) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on standard error while a GGUF file is hashed (shown only once it takes a while)."""
+    bar = Progress(
+        f"hashing {path.name}", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=err, transient=True
+    )
+    task = bar.add_task("hash", total=None)
+    with bar:
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
 def run_config(values: dict[str, Any], *, no_cache: bool = False) -> Config:
     """The config of a ``rose run`` from its parameters: every declared field by name; the judge's models from
     --judge-model and --panel (``MODEL=URL`` gives one its endpoint), evidence on with a judge unless told."""
@@ -282,7 +304,14 @@ def run_config(values: dict[str, Any], *, no_cache: bool = False) -> Config:
         from rose_sql.judges.local import local_model
 
         # one call at a time: the server has one slot, and a call queued there would spend its timeout
-        local = local_model(gguf, n_ctx=values["judge_gguf_ctx"], threads=values["judge_gguf_threads"])
+        with hashing(gguf) as progress:
+            local = local_model(
+                gguf,
+                n_ctx=values["judge_gguf_ctx"],
+                threads=values["judge_gguf_threads"],
+                hashes=None if no_cache else judge.cache_dir,
+                progress=progress,
+            )
         judge = replace(judge, local=local, concurrency=1)
     return config.with_(judge=replace(judge, cache_dir=None) if no_cache else judge)
 

@@ -47,8 +47,7 @@ from rose_sql.engines import Source
 from rose_sql.engines.execute import Executor
 from rose_sql.errors import BudgetExhausted, EndpointError, EndpointUnreachable, Lost, UsageError
 from rose_sql.items.load import Item
-from rose_sql.judges.cache import fence_key
-from rose_sql.judges.context import Fences
+from rose_sql.judges.keys import RunKey, run_key
 from rose_sql.judges.llm import ChatReply, Ledger, Message, OpenAILLM, ReplySchema, Request
 from rose_sql.provenance import DatabaseId
 from rose_sql.run.evaluate import failed_record
@@ -154,8 +153,8 @@ class _RemoteLLM:
         self.cfg = cfg
         self.ledger = Ledger(budget_usd=cfg.budget_usd)
         self._owner = owner
-        # the owner's fence secret: every actor, on any node, builds the very messages a local run builds
-        self.fences = Fences(ray.get(owner.fence_key.remote()))
+        # the owner's run key: every actor, on any node, builds the very messages a local run builds
+        self.key = RunKey(ray.get(owner.run_key.remote()))
         self._request = Request(cfg, "")  # what a failed call records; the owner decides
 
     def reply_format(self, schema: ReplySchema | None) -> ReplyFormat:
@@ -189,7 +188,7 @@ class LLMOwner:
 
     def __init__(self, judge: JudgeConfig) -> None:
         self.llm = OpenAILLM(judge)
-        self._fence_key = fence_key(judge.cache_dir)
+        self._run_key = run_key(judge).secret
 
     async def complete(
         self, messages: list[Message], fresh: bool = False, schema: ReplySchema | None = None, sample: int = 0
@@ -203,9 +202,9 @@ class LLMOwner:
         except EndpointError as e:
             return ("endpoint", str(e), e.raw)
 
-    async def fence_key(self) -> bytes:
-        """The secret the judges' fences are keyed by (kept with the driver's cache)."""
-        return self._fence_key
+    async def run_key(self) -> bytes:
+        """The run key the judges' fences and nonces are derived from (kept with the driver's cache, or given)."""
+        return self._run_key
 
     async def totals(self) -> tuple[int, int, float]:
         """Calls made, replies served from the cache, and their cost so far."""
@@ -228,8 +227,8 @@ class EvaluatorActor:
         llm = None
         if config.judge is not None and owner is not None:
             llm = _RemoteLLM(config.judge, ray.get_actor(owner))
-        fences = llm.fences if llm is not None else None
-        self.evaluator = Evaluator(self.config, Stage1(self.config), llm, fences)
+        key = llm.key if llm is not None else None
+        self.evaluator = Evaluator(self.config, Stage1(self.config), llm, key)
         self.databases = databases
         self.checked: set[str] = set()
 

@@ -318,8 +318,12 @@ def _write(p: _Plan, out: Path, command: list[str]) -> Merged:
 
 
 def _summary(folder: Path) -> Summary | None:
+    from rose_sql.config import MAX_SUMMARY_BYTES
+    from rose_sql.errors import InputError
+    from rose_sql.items.readers import read_capped
+
     try:
-        data: Any = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+        data: Any = json.loads(read_capped(folder / "summary.json", MAX_SUMMARY_BYTES, "a run's summary"))
         return Summary.from_dict(data)
-    except (OSError, ValueError):
+    except (InputError, OSError, ValueError, RecursionError):
         return None

@@ -15,6 +15,11 @@ so whatever a file holds, reading it either returns plain values or raises
 
 Parsing costs the same as ``json.loads`` or ``csv.reader`` on the happy path; locating a problem
 re-reads the file, on the error path only.
+
+The files of finished runs (``records.jsonl``, ``summary.json``, ``manifest.json``, labels, ids and scores
+files) are read through :func:`read_lines` (line by line, each line at most a cap: memory bounded whatever the
+file's size) and :func:`read_capped` (a whole small file, at most a cap), which name the file and line of
+what they refuse.
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ import csv
 import io
 import json
 import math
+import os
 import re
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from rose_sql.errors import InputError
 
@@ -77,6 +84,72 @@ def read_text(path: Path, max_bytes: int) -> str:
     if "\r" in text:  # universal newlines, as open() reads text
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
+
+
+def read_lines(path: Path, max_line_bytes: int, *, block: int = 2**20) -> Iterator[tuple[int, bytes, bool]]:
+    """The lines of a file as (line number from 1, its bytes without the newline, whether a newline ends it),
+    read in blocks: at most ``max_line_bytes + block`` bytes are held at once, whatever the file's size.
+
+    Raises :class:`~rose_sql.errors.InputError` naming the file and line of a line longer than
+    ``max_line_bytes`` (as soon as it is past the cap: the rest of it is never read), and for a file that
+    cannot be read (missing, a folder, not a regular file: a FIFO would block)."""
+    f = _open_regular(path)
+    with f:
+        buf = bytearray()
+        lineno = 1
+        while chunk := f.read(block):
+            buf += chunk
+            start = 0
+            while (nl := buf.find(b"\n", start)) != -1:
+                if nl - start > max_line_bytes:
+                    raise _too_long(path, lineno, max_line_bytes)
+                yield lineno, bytes(buf[start:nl]), True
+                lineno += 1
+                start = nl + 1
+            del buf[:start]
+            if len(buf) > max_line_bytes:
+                raise _too_long(path, lineno, max_line_bytes)
+        if buf:
+            yield lineno, bytes(buf), False
+
+
+def read_capped(path: Path, max_bytes: int, what: str) -> bytes:
+    """A whole file of at most ``max_bytes`` bytes (``what`` it is, for the message). Raises
+    :class:`~rose_sql.errors.InputError` naming the file when it is larger (read no further) or unreadable."""
+    f = _open_regular(path)
+    with f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise InputError(
+            path, f"larger than {_mib(max_bytes)}, more than {what} holds: the file was edited or is not {what}"
+        )
+    return data
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise InputError(path, "file not found") from None
+    except OSError as e:
+        raise InputError(path, f"cannot read ({e.strerror or e})") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(path, "is a folder, not a file")
+    if not stat.S_ISREG(mode):
+        raise InputError(path, "is not a regular file (a pipe or a device): give a file")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # never blocks on a file swapped for a FIFO
+        return os.fdopen(fd, "rb")
+    except OSError as e:
+        raise InputError(path, f"cannot read ({e.strerror or e})") from None
+
+
+def _too_long(path: Path, lineno: int, cap: int) -> InputError:
+    return InputError(
+        path,
+        f"a line longer than {_mib(cap)}, more than any line of this file holds: the file was edited or corrupted",
+        where=lineno,
+    )
 
 
 def _mib(n: int) -> str:

@@ -3,11 +3,17 @@
 What a judge sees is laid out here from the item's :class:`~rose_sql.judges.context.Context`, gathered
 once per item; which judge runs when is decided by the walk
 over the decision table (:func:`rose_sql.decide.walk`), which :mod:`rose_sql.run.evaluate` drives.
+
+Each ask of a call (the first, then the re-ask) ends its last user message with the call's nonce
+(:func:`sealed`, derived from the run key: :mod:`rose_sql.judges.keys`), at the very end so that the
+providers' prefix caching keeps every block before it; the reply's schema pins it where it is sent, and
+only a verdict object carrying it is read (:func:`rose_sql.judges.replies.parse_reply`).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from string import Template
@@ -16,8 +22,9 @@ from typing import Literal, TypeVar
 from rose_sql.decide import Step
 from rose_sql.errors import BudgetExhausted, EndpointError, JudgeFailed, ReplyError
 from rose_sql.judges.context import Context, Fences
+from rose_sql.judges.keys import NONCE_ASK, RunKey
 from rose_sql.judges.llm import LLM, ChatReply, Message
-from rose_sql.judges.replies import parse_reply, quoted_data, reply_schema
+from rose_sql.judges.replies import parse_reply, reply_schema
 from rose_sql.record import JudgeCall as Call
 from rose_sql.verdicts import ProverReply, RefuterReply, ReplyFormat
 
@@ -27,6 +34,12 @@ REASK_PROBLEM_CHARS = 300
 reply itself)."""
 R = TypeVar("R", ProverReply, RefuterReply)
 Reply = ProverReply | RefuterReply
+
+
+def sealed(messages: Sequence[Message], nonce: str) -> list[Message]:
+    """``messages`` with the call's nonce asked for at the end of the last one (a user message)."""
+    *head, last = messages
+    return [*head, {**last, "content": last["content"] + NONCE_ASK.format(nonce=nonce)}]
 
 
 @cache
@@ -112,11 +125,13 @@ def _call(
 
 
 async def ask(
-    llm: LLM, stage: Step, messages: list[Message], kind: type[R], *, sample: int = 0
+    llm: LLM, stage: Step, messages: list[Message], kind: type[R], *, key: RunKey, sample: int = 0
 ) -> tuple[R, list[Call]]:
     """Call a judge and validate its reply; re-ask once (by default) when the reply is invalid.
 
-    ``sample``: which sample of the stage this is (its seed is the configured one plus it).
+    ``key``: the run key, from which each ask's nonce is derived (the stage, the model, the sample, the
+    attempt and ``messages`` identify the call). ``sample``: which sample of the stage this is (its seed is
+    the configured one plus it).
 
     With ``retry_invalid``, a cached reply that fails validation is asked again with a fresh call
     (which replaces it in the cache) before any re-ask. Raises :class:`JudgeFailed` (with the calls
@@ -126,14 +141,16 @@ async def ask(
     record_stage: RecordStage = "refuter" if stage == "refuter_matched" else stage
     calls: list[Call] = []
     convo: list[Message] = list(messages)
-    schema = reply_schema(kind)
-    for _attempt in range(1 + llm.cfg.reask):
+    for attempt in range(1 + llm.cfg.reask):
+        nonce = key.nonce(stage, llm.cfg.model, sample, attempt, messages)
+        convo = sealed(convo, nonce)
+        schema = reply_schema(kind, nonce)
         try:
             c = await llm.complete(convo, schema=schema, sample=sample)
-            reply, problem = _validated(kind, c, convo)
+            reply, problem = _validated(kind, c, nonce)
             if problem is not None and c.cached and llm.cfg.retry_invalid:
                 c = await llm.complete(convo, fresh=True, schema=schema, sample=sample)
-                reply, problem = _validated(kind, c, convo)
+                reply, problem = _validated(kind, c, nonce)
         except BudgetExhausted as e:
             raise BudgetExhausted(str(e), calls) from None
         except EndpointError as e:
@@ -161,11 +178,11 @@ def reask_messages(convo: list[Message], reply: str, problem: str) -> list[Messa
     ]
 
 
-def _validated(kind: type[R], c: ChatReply, convo: list[Message]) -> tuple[R | None, str | None]:
-    """The reply validated as ``kind``, or why it cannot be used: read from the judge's own text, never
-    from its copies of what ``convo`` fenced as data (the object itself where the schema was sent)."""
+def _validated(kind: type[R], c: ChatReply, nonce: str) -> tuple[R | None, str | None]:
+    """The reply validated as ``kind``, or why it cannot be used: the verdict object that carries the call's
+    ``nonce`` (the object itself where the schema was sent)."""
     structured = c.reply_format == "json_schema"
     try:
-        return parse_reply(kind, c.content, c.reasoning, quoted=quoted_data(convo), structured=structured), None
+        return parse_reply(kind, c.content, c.reasoning, nonce=nonce, structured=structured), None
     except ReplyError as e:
         return None, str(e)

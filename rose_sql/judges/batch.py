@@ -25,12 +25,23 @@ import contextvars
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-from rose_sql.config import BATCH_MAX_ATTEMPTS, BATCH_MAX_BYTES, BATCH_MAX_REQUESTS, BATCH_POLL_S, JudgeConfig
+from rose_sql.config import (
+    BATCH_FILE_LINE_SLACK,
+    BATCH_LINE_ENVELOPE_BYTES,
+    BATCH_MAX_ATTEMPTS,
+    BATCH_MAX_BYTES,
+    BATCH_MAX_FILE_BYTES,
+    BATCH_MAX_REQUESTS,
+    BATCH_POLL_S,
+    MAX_LOG_LINE_BYTES,
+    JudgeConfig,
+)
 from rose_sql.errors import BudgetExhausted, EndpointError, Pending, UsageError
 from rose_sql.judges.budget import Ledger, Message, cost, prompt_tokens_bound
 from rose_sql.judges.cache import Cache
@@ -87,16 +98,18 @@ class Log:
     before the next step, so that a killed run knows every batch it sent."""
 
     def __init__(self, path: Path) -> None:
+        """Read the log at ``path`` (none yet: empty), line by line; :class:`~rose_sql.errors.InputError` names
+        a line longer than :data:`~rose_sql.config.MAX_LOG_LINE_BYTES` (not one this class wrote)."""
+        from rose_sql.items.readers import read_lines
+
         self.path = path
         self.events: list[dict[str, Any]] = []
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            lines = []
-        for line in lines:
+        if not path.exists():
+            return
+        for _lineno, line, _ended in read_lines(path, MAX_LOG_LINE_BYTES):
             try:
                 event = json.loads(line)
-            except ValueError:  # a line torn by a crash: its step is done again
+            except (ValueError, RecursionError):  # a line torn by a crash: its step is done again
                 continue
             if isinstance(event, dict) and isinstance(event.get("event"), str):
                 self.events.append(event)
@@ -331,25 +344,16 @@ class BatchLLM:
             await asyncio.sleep(self.options.poll_s)
         ok: list[str] = []
         failed: dict[str, str] = {}
-        for line in [*await self._lines(b.output_file_id), *await self._lines(b.error_file_id)]:
-            cid = line.get("custom_id")
-            if not isinstance(cid, str) or cid not in requests or cid in ok:
-                continue
-            fmt: ReplyFormat = "json_schema" if upload.get("formats", {}).get(cid) == "json_schema" else "text"
-            reply, why = self._read(line, fmt)
-            key = requests[cid]
-            if reply is None:
-                failed[cid] = why
-                continue
-            c = self._chat_reply(reply, key, upload.get("params", {}), batch_id, fmt)
-            entry = _to_entry(c, self.cfg.model)
-            self.cache.put(key, {**entry, "batch_id": batch_id})
-            ok.append(cid)
-            failed.pop(cid, None)
-            self.ledger.settle(self._reserved.pop(key, 0.0), c.cost_usd or 0.0)
-            self.ledger.add(cached=False)
+        cap = self.cfg.max_reply_bytes + BATCH_LINE_ENVELOPE_BYTES
+        file_cap = min(BATCH_MAX_FILE_BYTES, (len(requests) + BATCH_FILE_LINE_SLACK) * cap)
+        unread: list[str] = []
+        for file_id in (b.output_file_id, b.error_file_id):
+            async for line in self._lines(file_id, cap, file_cap, unread):
+                self._take(line, requests, upload, batch_id, ok, failed)
         ended = f"not answered: the batch ended {b.status}"
-        if b.errors is not None and b.errors.data:  # a batch that failed as a whole says why here
+        if unread:
+            ended = "not answered: " + "; ".join(unread)
+        elif b.errors is not None and b.errors.data:  # a batch that failed as a whole says why here
             ended += ": " + "; ".join(f"{e.code}: {e.message}" for e in b.errors.data[:3])
         for cid in requests:
             if cid not in ok and cid not in failed:
@@ -362,19 +366,63 @@ class BatchLLM:
             self.failures.setdefault(requests[cid], []).append(why)
             self.ledger.settle(self._reserved.pop(requests[cid], 0.0), 0.0)  # failed requests are not charged
 
-    async def _lines(self, file_id: str | None) -> list[dict[str, Any]]:
+    def _take(
+        self,
+        line: dict[str, Any] | str,
+        requests: dict[str, str],
+        upload: dict[str, Any],
+        batch_id: str,
+        ok: list[str],
+        failed: dict[str, str],
+    ) -> None:
+        """One line of a result file: a reply into the cache, or why its request failed (a text: the custom
+        id of a line too long to read, with the reason)."""
+        if isinstance(line, str):
+            long_id, _, why = line.partition("\0")
+            if long_id in requests and long_id not in ok:
+                failed[long_id] = why
+            return
+        cid = line.get("custom_id")
+        if not isinstance(cid, str) or cid not in requests or cid in ok:
+            return
+        fmt: ReplyFormat = "json_schema" if upload.get("formats", {}).get(cid) == "json_schema" else "text"
+        reply, why = self._read(line, fmt)
+        key = requests[cid]
+        if reply is None:
+            failed[cid] = why
+            return
+        c = self._chat_reply(reply, key, upload.get("params", {}), batch_id, fmt)
+        entry = _to_entry(c, self.cfg.model)
+        self.cache.put(key, {**entry, "batch_id": batch_id})
+        ok.append(cid)
+        failed.pop(cid, None)
+        self.ledger.settle(self._reserved.pop(key, 0.0), c.cost_usd or 0.0)
+        self.ledger.add(cached=False)
+
+    async def _lines(
+        self, file_id: str | None, cap: int, file_cap: int, unread: list[str]
+    ) -> AsyncIterator[dict[str, Any] | str]:
+        """The lines of a result file, streamed: each a JSON object, or, for a line longer than ``cap`` (read no
+        further), ``"<custom id>\\0<why>"`` when its custom id can be found. At most ``file_cap`` bytes are read;
+        past them the rest of the file is left, and ``unread`` says so. Memory holds one line at most."""
         if not file_id:
-            return []
-        content = await self.api.files.content(file_id)
-        out = []
-        for raw in content.content.splitlines():
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(line, dict):
-                out.append(line)
-        return out
+            return
+        async with self.api.files.with_streaming_response.content(file_id) as response:
+            lines = _Lines(cap)
+            read = 0
+            async for chunk in response.iter_bytes(_BLOCK):
+                read += len(chunk)
+                if read > file_cap:
+                    chunk = chunk[: len(chunk) - (read - file_cap)]
+                for line in lines.feed(chunk):
+                    if (parsed := _result_line(line, cap)) is not None:
+                        yield parsed
+                if read > file_cap:
+                    unread.append(f"the result file {file_id} is larger than {file_cap} bytes, read no further")
+                    return
+            for line in lines.end():
+                if (parsed := _result_line(line, cap)) is not None:
+                    yield parsed
 
     def _read(self, line: dict[str, Any], fmt: ReplyFormat) -> tuple[Any, str]:
         """A result line's completion, or why there is none (``fmt``: how the request asked for the reply)."""
@@ -427,3 +475,78 @@ class BatchLLM:
             reply_format=fmt,
             batch_id=batch_id,
         )
+
+
+_BLOCK = 2**16
+"""Bytes a result file is read by."""
+_CUSTOM_ID = re.compile(rb'"custom_id"\s*:\s*"(rose-[0-9a-f]{32})"')
+_ID_OVERLAP = 64
+"""Bytes kept from one block to the next while a long line's custom id is looked for."""
+
+
+@dataclass(slots=True)
+class _Long:
+    """A line past the cap: its custom id once seen, and how long it is so far."""
+
+    custom_id: str | None
+    size: int
+
+
+class _Lines:
+    """A byte stream cut into lines of at most ``cap`` bytes: a longer one is kept no further than its custom
+    id (:class:`_Long`). Holds one line at most."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.buf = bytearray()
+        self.long: _Long | None = None
+        self.tail = b""
+
+    def feed(self, chunk: bytes) -> Iterator[bytes | _Long]:
+        start = 0
+        while True:
+            nl = chunk.find(b"\n", start)
+            piece = chunk[start:] if nl == -1 else chunk[start:nl]
+            if self.long is None and len(self.buf) + len(piece) > self.cap:
+                self.long = _Long(None, len(self.buf))
+                self.tail = bytes(self.buf[-_ID_OVERLAP:])
+                self._seek_id(bytes(self.buf))
+                self.buf = bytearray()
+            if self.long is not None:
+                self.long.size += len(piece)
+                self._seek_id(self.tail + piece)
+                self.tail = (self.tail + piece)[-_ID_OVERLAP:]
+            else:
+                self.buf += piece
+            if nl == -1:
+                return
+            yield self._done()
+            start = nl + 1
+
+    def end(self) -> Iterator[bytes | _Long]:
+        if self.buf or self.long is not None:
+            yield self._done()
+
+    def _seek_id(self, data: bytes) -> None:
+        assert self.long is not None
+        if self.long.custom_id is None and (m := _CUSTOM_ID.search(data)) is not None:
+            self.long.custom_id = m.group(1).decode()
+
+    def _done(self) -> bytes | _Long:
+        line: bytes | _Long = self.long if self.long is not None else bytes(self.buf)
+        self.buf, self.long, self.tail = bytearray(), None, b""
+        return line
+
+
+def _result_line(line: bytes | _Long, cap: int) -> dict[str, Any] | str | None:
+    """A result line as a JSON object; a line past the cap as ``"<custom id>\\0<why>"`` (None without an id
+    to charge it to: nothing can be done with it); None for a line that is not a JSON object."""
+    if isinstance(line, _Long):
+        if line.custom_id is None:
+            return None
+        return f"{line.custom_id}\0the result line has more than {cap} bytes ({line.size}), read no further"
+    try:
+        parsed = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return parsed if isinstance(parsed, dict) else None

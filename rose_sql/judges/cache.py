@@ -1,12 +1,12 @@
-"""The judges' disk cache: one JSON file per call, and the secret the fence markers are keyed with.
+"""The judges' disk cache: one JSON file per call, kept beside the run key.
 
 Entries are written atomically (a temporary file renamed over the entry) as each call returns, and
 checked on every read (:func:`rose_sql.judges.wire.valid_entry`): a damaged entry is a miss, and the
 fresh reply is written over it. Temporary files a killed process left behind are removed when a
 client opens the cache.
 
-The fence secret (:func:`fence_key`) lives beside the entries and is created once: the markers that
-fence untrusted text in the judges' prompts are an HMAC of the text under it, so the text cannot
+The run key (``run.key``, :func:`rose_sql.judges.keys.run_key`) lives beside the entries and is created
+once: the fence markers and the verdict nonces of the judges' prompts are HMACs under it, so no input can
 predict them, yet a rerun builds the very same prompts and finds its calls in this cache.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import threading
 import time
 from pathlib import Path
@@ -23,8 +22,6 @@ from typing import Any
 
 from rose_sql.judges.wire import valid_entry
 
-FENCE_KEY_FILE = "fence.key"
-"""The fence secret's file in the cache folder: 64 hex digits."""
 STALE_TMP_S = 3600.0
 """A temporary file this old is a leftover even if its process id was reused."""
 
@@ -86,46 +83,3 @@ def _alive(pid: int) -> bool:
     except OSError:  # it exists, owned by someone else
         return True
     return True
-
-
-def fence_key(folder: Path | None, *, create: bool = True) -> bytes:
-    """The secret of the fence markers, kept in ``folder`` (the cache) and created there once.
-
-    Without a folder (``--no-cache``), or when ``create`` is false and there is none yet (the dry run
-    writes nothing), a secret for this process only: markers are then unpredictable but not stable
-    across runs, which costs only the providers' prefix caching.
-    """
-    if folder is None:
-        return secrets.token_bytes(32)
-    path = folder / FENCE_KEY_FILE
-    key = _read_key(path)
-    if key is not None or not create:
-        return key if key is not None else secrets.token_bytes(32)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{FENCE_KEY_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        tmp.write_text(secrets.token_hex(32) + "\n", encoding="ascii")
-        tmp.chmod(0o600)
-        try:
-            os.link(tmp, path)  # atomic, and never replaces the secret another process made first
-        except FileExistsError:
-            if _read_key(path) is None:  # a damaged file: replaced (prompts change once)
-                tmp.replace(path)
-        except OSError:  # a file system without hard links
-            if not path.exists():
-                tmp.replace(path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-    key = _read_key(path)
-    if key is None:
-        raise OSError(f"cannot keep the fence secret in {path}")
-    return key
-
-
-def _read_key(path: Path) -> bytes | None:
-    try:
-        text = path.read_text(encoding="ascii").strip()
-        return bytes.fromhex(text) if len(text) == 64 else None
-    except (OSError, ValueError):
-        return None

@@ -44,29 +44,29 @@ from rose_sql.items.load import Item
 from rose_sql.results import Execution
 from rose_sql.sql import strip_comments, tables_read
 
-NONCE_HEX = 16
-"""Hex digits of a fence marker's nonce (64 bits)."""
+TAG_HEX = 16
+"""Hex digits of a fence marker's tag (64 bits)."""
 
 
 def fence(name: str, text: str, key: bytes) -> str:
     """Wrap untrusted text in markers it cannot forge.
 
-    The nonce is an HMAC of the block's name and text under ``key``, a secret the text never sees
-    (:func:`rose_sql.judges.cache.fence_key`): the same text gets the same markers on every rerun
+    The tag is an HMAC of the block's name and text under ``key``, a secret the text never sees (derived
+    from the run key: :mod:`rose_sql.judges.keys`): the same text gets the same markers on every rerun
     (so the judge cache and the providers' prefix caching keep working), yet no text can predict
-    its own closing marker. Should the text contain the nonce anyway, the next one is taken.
+    its own closing marker. Should the text contain the tag anyway, the next one is taken.
     """
     data = f"{name}\0{text}".encode("utf-8", "surrogatepass")
     for attempt in itertools.count():
-        nonce = _nonce(key, data, attempt)
-        if nonce not in text:
-            return f"<<<DATA {name} {nonce}>>>\n{text}\n<<<END {name} {nonce}>>>"
+        tag = _nonce(key, data, attempt)
+        if tag not in text:
+            return f"<<<DATA {name} {tag}>>>\n{text}\n<<<END {name} {tag}>>>"
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _nonce(key: bytes, data: bytes, attempt: int) -> str:
     salt = b"" if attempt == 0 else attempt.to_bytes(4, "big")
-    return hmac.new(key, salt + data, hashlib.sha256).hexdigest()[:NONCE_HEX]
+    return hmac.new(key, salt + data, hashlib.sha256).hexdigest()[:TAG_HEX]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +74,7 @@ class Fences:
     """:func:`fence` under one secret: what builds a judge's messages is given one."""
 
     key: bytes = field(repr=False)
-    """The secret (never written anywhere but the cache folder's ``fence.key``)."""
+    """The secret (derived from the run key, :meth:`rose_sql.judges.keys.RunKey.derive`)."""
 
     def __call__(self, name: str, text: str) -> str:
         return fence(name, text, self.key)

@@ -3,11 +3,12 @@
 :class:`Judges` holds every judge part a run has: its model (an :class:`~rose_sql.judges.llm.LLM`: the
 live client unless the caller brings the Batch API's, inspect's or a Ray actor's forwarder), the panel
 and the strong model to escalate to (:class:`~rose_sql.judges.votes.Votes`), the matched-results
-policy, the schemas read once per database through the caller's executor, and the fences of the
-prompts (keyed by the secret kept with the cache). The cache and the budget live in the model (one
-ledger, shared by the panel). :meth:`Judges.judge` walks one item's decision table; :meth:`Judges.close`
-closes what it opened. Evaluation, ``rose run`` (here, on a Ray actor, with ``--batch``), the inspect
-scorer, the dry run and the review page all use it; nothing else builds judge parts.
+policy, the schemas read once per database through the caller's executor, and the run key (kept with
+the cache, or given) that keys the prompts' fences and every call's verdict nonce. The cache and the
+budget live in the model (one ledger, shared by the panel). :meth:`Judges.judge` walks one item's
+decision table; :meth:`Judges.close` closes what it opened. Evaluation, ``rose run`` (here, on a Ray
+actor, with ``--batch``), the inspect scorer, the dry run and the review page all use it; nothing else
+builds judge parts.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ if TYPE_CHECKING:  # loaded when the judges are opened: a judge-free run, which 
     from rose_sql.engines import Database
     from rose_sql.engines.execute import Executor
     from rose_sql.judges.budget import Ledger, Message
-    from rose_sql.judges.context import Case, Context, Fences, Schema
+    from rose_sql.judges.context import Case, Context, Schema
+    from rose_sql.judges.keys import RunKey
     from rose_sql.judges.llm import LLM
     from rose_sql.judges.votes import Votes
     from rose_sql.verdicts import ProverReply, RefuterReply
@@ -35,10 +37,10 @@ __all__ = ["Judged", "Judges"]
 
 class Judges:
     """A run's judges (see the module's text). ``llm``: the model to ask (default: the live client of
-    ``cfg``); it is the judges' from now on, closed with them. ``fences``: the prompts' markers (default:
-    keyed by the secret of ``cfg``'s cache). ``connect``: the client of each other model a vote asks (the
-    panel's, the strong one's; default: live clients sharing the model's ledger).
-    ``asks``: False for the prompts alone (the dry run, the review
+    ``cfg``); it is the judges' from now on, closed with them. ``key``: the run key, which keys the
+    prompts' fence markers and every call's nonce (default: ``cfg``'s, :func:`~rose_sql.judges.keys.run_key`).
+    ``connect``: the client of each other model a vote asks (the panel's, the strong one's; default: live
+    clients sharing the model's ledger). ``asks``: False for the prompts alone (the dry run, the review
     page): no client is made and :meth:`judge` may not be called.
 
     Raises :class:`~rose_sql.errors.UsageError` for a budget on a model without a price, and for the
@@ -51,18 +53,20 @@ class Judges:
         catalogue: Executor,
         *,
         llm: LLM | None = None,
-        fences: Fences | None = None,
+        key: RunKey | None = None,
         asks: bool = True,
         connect: Callable[[JudgeConfig], LLM] | None = None,
     ) -> None:
-        from rose_sql.judges.cache import fence_key
         from rose_sql.judges.context import Fences, Schemas
+        from rose_sql.judges.keys import run_key
         from rose_sql.judges.votes import Votes
 
         self.cfg = cfg
         self.schemas = Schemas(catalogue)
         """The databases' schemas, read once each through ``catalogue``'s engines."""
-        self.fences = fences or Fences(fence_key(cfg.cache_dir, create=asks))
+        self.key = key or run_key(cfg, create=asks)
+        """The run key: the fences' secret and every call's nonce are derived from it."""
+        self.fences = Fences(self.key.derive("fence"))
         self.policy: MatchedRefuter = cfg.effective_matched_refuter
         """When the Refuter reads matched results."""
         self.llm: LLM | None = llm
@@ -71,11 +75,11 @@ class Judges:
 
             self.llm = OpenAILLM(cfg)
         voting = asks and cfg.votes and self.llm is not None
-        self.votes: Votes | None = Votes(cfg, self.llm, connect) if voting and self.llm is not None else None
+        self.votes: Votes | None = Votes(cfg, self.llm, self.key, connect) if voting and self.llm is not None else None
         """The stages' votes (samples, panel, escalation), when configured."""
 
     def asking(self, llm: LLM) -> Judges:
-        """These judges' schemas and fences with another model, configured as ``llm.cfg`` says, one reply a
+        """These judges' schemas and run key with another model, configured as ``llm.cfg`` says, one reply a
         stage (the inspect scorer: each sample's grader). Closing it closes ``llm`` only."""
         twin = copy.copy(self)
         twin.cfg, twin.llm, twin.votes, twin.policy = llm.cfg, llm, None, llm.cfg.effective_matched_refuter
@@ -134,7 +138,7 @@ class Judges:
                 tallies.append(tally)
             else:
                 try:
-                    reply, made = await ask(llm, step, msgs, kind)  # type: ignore[type-var,assignment]
+                    reply, made = await ask(llm, step, msgs, kind, key=self.key)  # type: ignore[type-var,assignment]
                 except (JudgeFailed, BudgetExhausted) as e:
                     calls.extend(e.calls)
                     if isinstance(e, JudgeFailed):

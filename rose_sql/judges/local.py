@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -26,12 +27,13 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import IO
 
 from rose_sql.config import LOCAL_CTX, LocalModel
-from rose_sql.errors import EndpointUnreachable, InputError, UsageError
+from rose_sql.errors import EndpointUnreachable, UsageError
 
 __all__ = ["RUNTIME", "LocalServer", "endpoint_of", "local_model", "sha256_of"]
 
@@ -41,13 +43,60 @@ _STDERR_TAIL = 2000
 """Characters of the child's log shown when it fails to start."""
 
 
-def sha256_of(path: Path) -> str:
-    """The SHA-256 of a file, read in blocks (a 7B GGUF of 4 GB takes about 10 s)."""
+HASHES_FILE = "gguf-sha256.json"
+"""The GGUF files hashed before, in the cache folder: their SHA-256 by path, size and modification time."""
+Progress = Callable[[int, int], None]
+"""Told the bytes hashed so far and the file's size, as hashing goes."""
+
+
+def sha256_of(path: Path, fd: int | None = None, progress: Progress | None = None) -> str:
+    """The SHA-256 of a file (open at ``fd`` when given), read in blocks (a 7B GGUF of 4 GB takes about 10 s);
+    ``progress`` is told how far it is."""
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with os.fdopen(os.dup(fd), "rb") if fd is not None else path.open("rb") as f:
+        f.seek(0)
+        total = os.fstat(f.fileno()).st_size
+        done = 0
         while block := f.read(2**22):
             h.update(block)
+            done += len(block)
+            if progress is not None:
+                progress(done, total)
     return h.hexdigest()
+
+
+def _known_hash(hashes: Path | None, key: str) -> str | None:
+    if hashes is None:
+        return None
+    try:
+        with (hashes / HASHES_FILE).open("rb") as f:
+            known = json.loads(f.read(2**20))
+    except (OSError, ValueError, RecursionError):
+        return None
+    value = known.get(key) if isinstance(known, dict) else None
+    return value if isinstance(value, str) and len(value) == 64 else None
+
+
+def _remember_hash(hashes: Path | None, key: str, digest: str) -> None:
+    if hashes is None:
+        return
+    path = hashes / HASHES_FILE
+    try:
+        with path.open("rb") as f:
+            known = json.loads(f.read(2**20))
+    except (OSError, ValueError, RecursionError):
+        known = {}
+    known = {k: v for k, v in (known.items() if isinstance(known, dict) else []) if k != key}
+    known = dict(list(known.items())[-(_KEPT_HASHES - 1) :]) | {key: digest}
+    with contextlib.suppress(OSError):
+        hashes.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+
+_KEPT_HASHES = 64
+"""GGUF files whose hash is remembered at most (the most recent)."""
 
 
 def runtime_version() -> str:
@@ -62,21 +111,39 @@ def runtime_version() -> str:
         ) from None
 
 
-def local_model(path: Path, *, n_ctx: int = LOCAL_CTX, threads: int = 1) -> LocalModel:
+def local_model(
+    path: Path,
+    *,
+    n_ctx: int = LOCAL_CTX,
+    threads: int = 1,
+    hashes: Path | None = None,
+    progress: Progress | None = None,
+) -> LocalModel:
     """The pinned local judge of a GGUF file: its hash and the runtime's version.
 
-    Raises :class:`~rose_sql.errors.InputError` naming the file when it is no GGUF file, and
-    :class:`~rose_sql.errors.UsageError` when the runtime is missing or a setting is out of range."""
-    try:
-        with path.open("rb") as f:
-            magic = f.read(4)
-    except OSError as e:
-        raise InputError(path, f"cannot be read: {e.strerror or e}") from None
-    if magic != b"GGUF":
-        raise InputError(path, "is not a GGUF file (it does not start with the GGUF magic bytes)")
+    The file must be a regular file whose GGUF header reads and declares its size
+    (:func:`rose_sql.judges.gguf.check_gguf`), checked before a byte of it is hashed; the hash is kept in
+    ``hashes`` (a cache folder: ``gguf-sha256.json``) by the file's path, size and modification time, so a rerun
+    does not hash it again. ``progress`` is told how far the hashing is.
+
+    Raises :class:`~rose_sql.errors.InputError` naming the file when it is no GGUF file (or not a regular file),
+    and :class:`~rose_sql.errors.UsageError` when the runtime is missing or a setting is out of range."""
+    from rose_sql.judges.gguf import check_gguf, open_regular
+
     if n_ctx < 512 or threads < 1:
         raise UsageError("--judge-gguf-ctx must be at least 512 and the threads at least 1")
-    return LocalModel(path=path, sha256=sha256_of(path), runtime=runtime_version(), n_ctx=n_ctx, threads=threads)
+    fd, st = open_regular(path, "--judge-gguf")
+    try:
+        check_gguf(path, fd, st.st_size)
+        runtime = runtime_version()
+        key = json.dumps([str(path.resolve()), st.st_size, st.st_mtime_ns])
+        digest = _known_hash(hashes, key)
+        if digest is None:
+            digest = sha256_of(path, fd, progress)
+            _remember_hash(hashes, key, digest)
+    finally:
+        os.close(fd)
+    return LocalModel(path=path, sha256=digest, runtime=runtime, n_ctx=n_ctx, threads=threads)
 
 
 def endpoint_of(model: LocalModel) -> str:

@@ -1,16 +1,22 @@
-"""The judges' structured replies: parsed tolerantly, validated strictly, never answered by what they quote.
+"""The judges' structured replies: parsed tolerantly, validated strictly, read only where they carry the call's nonce.
 
 Tolerant: the JSON object may sit in a code fence, after ``<think>`` blocks or reasoning prose, or
 only in the provider's ``reasoning_content``. Strict: a bool must be a JSON ``true``/``false`` (the
 string ``"false"`` is an error, never a pass), required fields must be present, unknown extra
 fields are ignored.
 
-Never answered by what they quote: a judge often quotes the SQL it judges (plain, in a ```` ```sql ````
-block, indented), and a prediction may carry fences and a verdict of its own in a literal, which then
-re-pair the judge's fences. So the verdict is read from the judge's own text only: every copy of a text
-the prompt fenced as data (``quoted``) is blanked from the reply first, line breaks and indentation
-aside, and a JSON object that the data holds (whitespace aside, or as a JSON string's text) is never a
-candidate. A schema-enforced reply (``structured``) is the object itself.
+Read only where they carry the call's nonce: each call asks the judge to write a nonce that no input can
+predict inside its verdict object (:mod:`rose_sql.judges.keys`; the reply's schema pins it as a one-value
+enum where it is sent), and only an object carrying it is a verdict. A judge quotes and restates what it
+judges (the SQL plain, in a ```` ```sql ```` block, indented; a literal's JSON with its quotes curled, its
+escapes decoded, a zero-width space dropped, a Python dict turned into JSON), and a prediction may carry a
+verdict of its own in a literal, a cell, a name or a comment: none of them carries the nonce, however it is
+restated, so none is read. A schema-enforced reply (``structured``) is the object itself.
+
+Without a nonce (a reply asked before verdict nonces, or a unit that reads one alone) the verdict is read
+from the judge's own text as it was: every copy of a text the prompt fenced as data (``quoted``) blanked
+from the reply first, and a JSON object that the data holds never a candidate. That reading stops verbatim
+copies only; the nonce is what stops restatements.
 """
 
 from __future__ import annotations
@@ -30,10 +36,11 @@ from rose_sql.verdicts import ProverReply, RefuterReply, Reply
 R = TypeVar("R", bound=Reply)
 
 
-READING = "own-text-1"
+READING = "nonce-1"
 """How verdicts are read from replies, as manifests record it (``judge.replies``) and judge cards show it:
-from the judge's own text, its copies of the prompt's data blanked first (see the module's text). Manifests
-made before it hold none: they read the first verdict-shaped object anywhere in a reply, fences first."""
+only an object carrying the call's nonce (see the module's text). Earlier manifests hold ``own-text-1``
+(the judge's own text, its copies of the prompt's data blanked first) or none (the first verdict-shaped
+object anywhere in a reply, fences first): runs made so cannot be resumed now."""
 
 
 _MAX_NESTING = 8
@@ -197,14 +204,23 @@ def _from_data(source: str, data: str) -> bool:
 
 
 def parse_reply(
-    kind: type[R], content: str, reasoning: str | None = None, *, quoted: Sequence[str] = (), structured: bool = False
+    kind: type[R],
+    content: str,
+    reasoning: str | None = None,
+    *,
+    nonce: str | None = None,
+    quoted: Sequence[str] = (),
+    structured: bool = False,
 ) -> R:
     """The judge's verdict in its reply, validated as ``kind``; :class:`ReplyError` when there is none.
 
-    ``quoted``: the texts the prompt fenced as data (:func:`quoted_data`): nothing copied from them can
-    answer. ``structured``: the reply's schema was sent, so a reply that is one JSON object is the verdict
-    itself (one that is not, from an endpoint that ignored the schema, is read as text).
+    ``nonce``: the call's nonce; only an object carrying it (``"nonce": nonce``) is the verdict. Without one,
+    the reading before nonces: ``quoted``, the texts the prompt fenced as data (:func:`quoted_data`), of which
+    no copy can answer. ``structured``: the reply's schema was sent, so a reply that is one JSON object is the
+    verdict itself (one that is not, from an endpoint that ignored the schema, is read as text).
     """
+    if nonce is not None:
+        return _sealed(kind, content, reasoning, nonce, structured)
     if structured:
         whole = _load(strip_reasoning(content, drop_unclosed=False).strip())
         if whole is not None:
@@ -228,6 +244,81 @@ def parse_reply(
     if errors:
         raise ReplyError(f"the JSON object is invalid: {errors[0]}")
     raise ReplyError("the reply contains no JSON object")
+
+
+def _sealed(kind: type[R], content: str, reasoning: str | None, nonce: str, structured: bool) -> R:
+    """The verdict of a reply to a call with a nonce: the last object that carries it (:func:`_carrying`),
+    in the content, else in the reasoning. Objects without it are never read; when none carries it, the
+    first problem of one without it is said too, so that the re-ask can say what else was wrong."""
+    if structured:
+        whole = _load(strip_reasoning(content, drop_unclosed=False).strip())
+        if whole is not None and whole.get("nonce") == nonce:
+            try:
+                return kind.model_validate(whole)
+            except ValidationError as e:
+                raise ReplyError(f"the JSON object is invalid: {_problem(e)}") from None
+    problems: list[str] = []
+    for text in (content, reasoning or ""):
+        for obj in _carrying(strip_reasoning(text, drop_unclosed=False), nonce):
+            try:
+                return kind.model_validate(obj)
+            except ValidationError as e:
+                if not problems:  # the first problem is the one reported
+                    problems.append(_problem(e))
+    if not content.strip() and not (reasoning or "").strip():
+        raise ReplyError("the reply is empty")
+    if problems:
+        raise ReplyError(f"the JSON object is invalid: {problems[0]}")
+    found = [obj for text in (content, reasoning or "") for obj, _ in _candidates(text)]
+    if found:
+        also = ""
+        try:
+            kind.model_validate(found[0])
+        except ValidationError as e:
+            also = f"; it is invalid besides: {_problem(e)}"
+        raise ReplyError(
+            f'no JSON object carries this call\'s nonce (the verdict must hold the "nonce" the request ends with){also}'
+        )
+    raise ReplyError("the reply contains no JSON object")
+
+
+_NONCES_TRIED = 8
+"""Places the nonce is found at that are tried at most, the last first (a judge writes its verdict once or
+twice: a draft, then the answer)."""
+_OPENINGS_TRIED = 16
+"""Braces before a place of the nonce tried at most as its object's start, the nearest first (the prompt
+asks for the nonce as the object's first field: the nearest one, as a rule)."""
+
+
+def _carrying(text: str, nonce: str) -> list[dict[str, Any]]:
+    """The JSON objects of ``text`` that carry ``nonce`` as a field of their own, the last first.
+
+    Found from the nonce, never by scanning the text for objects: whatever a reply copies or restates of a
+    prediction (an unbalanced quote or brace among it) cannot hide the judge's object from the reader, and no
+    object without the nonce is ever decoded. Each place the nonce is written is tried with the braces before
+    it, the nearest first, until one opens an object that holds that place and carries the nonce."""
+    found: list[dict[str, Any]] = []
+    taken: list[tuple[int, int]] = []
+    place = len(text)
+    for _ in range(_NONCES_TRIED):
+        place = text.rfind(nonce, 0, place)
+        if place < 0:
+            break
+        if any(a <= place < b for a, b in taken):
+            continue
+        opening = place
+        for _ in range(_OPENINGS_TRIED):
+            opening = text.rfind("{", 0, opening)
+            if opening < 0:
+                break
+            got = _decoded(text, opening)
+            if got is None or opening + len(got[1]) <= place:
+                continue
+            if got[0].get("nonce") == nonce:
+                found.append(got[0])
+                taken.append((opening, opening + len(got[1])))
+                break
+    return found
 
 
 def _problem(e: ValidationError) -> str:
@@ -312,12 +403,17 @@ _SCHEMAS: dict[type[Reply], tuple[str, dict[str, Any]]] = {
 }
 
 
-def reply_schema(kind: type[Reply]) -> tuple[str, dict[str, Any]]:
+def reply_schema(kind: type[Reply], nonce: str | None = None) -> tuple[str, dict[str, Any]]:
     """The name and JSON schema of a judge's reply, as ``response_format`` sends it with ``strict``.
 
     Strict structured outputs (OpenAI's, and the grammars of vLLM, SGLang, llama.cpp and Ollama) want
     every property required and no others, so the optional fields are nullable, ``checks`` has the
     prompt's fixed checklist, and bounds the grammar cannot express (``gold_confidence`` in 0-1) stay
-    with the model's validation. Properties come in the prompt's order: the reasoning before the verdict.
+    with the model's validation. Properties come in the prompt's order: the call's ``nonce`` first (a
+    one-value enum, so that a schema-enforced judge writes it), then the reasoning before the verdict.
     """
-    return _SCHEMAS[kind]
+    name, schema = _SCHEMAS[kind]
+    if nonce is None:
+        return name, schema
+    properties = {"nonce": {"type": "string", "enum": [nonce]}, **schema["properties"]}
+    return name, {**schema, "properties": properties, "required": ["nonce", *schema["required"]]}

@@ -35,6 +35,7 @@ from rose_sql.record import JudgeCall, StageVotes, Tier, Verdict
 from rose_sql.verdicts import ProverReply, RefuterReply
 
 if TYPE_CHECKING:
+    from rose_sql.judges.keys import RunKey
     from rose_sql.judges.llm import LLM, Message
 
 Reply = ProverReply | RefuterReply
@@ -191,9 +192,11 @@ class Votes:
     """The models a voting stage asks, and how: the panel (or the judge model), the strong model to
     escalate to, the samples, the rule. Every client shares the run's ledger (one budget)."""
 
-    def __init__(self, cfg: JudgeConfig, primary: LLM, connect: Callable[[JudgeConfig], LLM] | None = None) -> None:
-        """``connect``: the client of another model of the panel, or of the strong one (default: a live
-        client sharing ``primary``'s ledger)."""
+    def __init__(
+        self, cfg: JudgeConfig, primary: LLM, key: RunKey, connect: Callable[[JudgeConfig], LLM] | None = None
+    ) -> None:
+        """``key``: the run key (each vote's call gets its own nonce); ``connect``: the client of another model
+        of the panel, or of the strong one (default: a live client sharing ``primary``'s ledger)."""
         from rose_sql.errors import UsageError
         from rose_sql.judges.llm import OpenAILLM
 
@@ -201,6 +204,7 @@ class Votes:
             raise UsageError("the aggregation rule strong-only is for replay: a run decides with another rule")
         self.cfg = cfg
         self.primary = primary
+        self.key = key
         temperature = cfg.samples_temperature if cfg.samples > 1 else cfg.temperature
         made: dict[tuple[str, str | None], LLM] = {}
 
@@ -247,7 +251,7 @@ class Votes:
 
         async def one(llm: LLM, i: int) -> tuple[Vote, list[JudgeCall]]:
             try:
-                reply, made = await ask(llm, step, messages, kind, sample=i)  # type: ignore[type-var]
+                reply, made = await ask(llm, step, messages, kind, key=self.key, sample=i)  # type: ignore[type-var]
             except JudgeFailed as e:
                 problem: Problem = "invalid" if e.invalid else "failed"
                 return Vote(llm.cfg.model, i, tier, None, problem), list(e.calls)

@@ -15,6 +15,12 @@ figure the ROSE authors report: 333 of 383 on BIRD); Cohen's kappa is computed p
 annotators over the items both labelled, with :mod:`rose_sql.analysis.agree`'s kappa. Both read each
 annotator's first label on an item (:func:`blind`), given before the others' were shown: a label changed
 after the reveal counts for the consensus, never for agreement, which it would inflate.
+
+**Blind means blind.** Whoever still owes an item a label (:func:`owes`) is shown nothing computed from its
+labels, on any page or export: every figure shown to them is computed without the items they owe
+(:func:`withheld`, :func:`visible`), which are listed as waiting for their label. A figure over all items
+(a per-pair kappa, the raw agreement, the settled disagreements) would let the one who breaks a tie work out
+who said what.
 """
 
 from __future__ import annotations
@@ -81,6 +87,19 @@ def owes(annotator: str, on_item: Sequence[Label], per_item: int = 2) -> bool:
     runs out, and the item may come to them). Such an annotator is shown none of its labels, reasons or
     verdicts, on any page: blind first, then the reveal."""
     return is_open(annotator, on_item, set(), per_item)
+
+
+def withheld(labels: Iterable[Label], order: Sequence[str], viewer: str, per_item: int = 2) -> list[str]:
+    """The items ``viewer`` still owes a label (:func:`owes`), in ``order``: nothing computed from their labels is
+    shown to them until they have labelled."""
+    by_item = current(labels)
+    return [k for k in order if owes(viewer, by_item.get(k, []), per_item)]
+
+
+def visible(labels: Iterable[Label], hidden: Iterable[str]) -> list[Label]:
+    """The labels of every item but the ``hidden`` ones (:func:`withheld`)."""
+    gone = set(hidden)
+    return [lab for lab in labels if lab.key not in gone]
 
 
 def first_open(

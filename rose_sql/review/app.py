@@ -37,9 +37,10 @@ from rose_sql.review.agreement import (
     first_open,
     is_open,
     majority,
-    owes,
     progress,
     status,
+    visible,
+    withheld,
 )
 from rose_sql.review.guard import Guard, host_name
 from rose_sql.review.page import Pages, machine_view, pygments_css
@@ -421,24 +422,32 @@ def run_query(ctx: Context, request: Request, body: bytes, who: str, project: st
 
 
 def overview(ctx: Context, request: Request, body: bytes, who: str, project: str) -> Response:
-    """Progress, agreement and the disagreements side by side; an item the annotator still owes a label
-    is listed without its labels (:func:`~rose_sql.review.agreement.owes`)."""
+    """Progress, agreement and the disagreements side by side. Every figure is computed without the items the
+    annotator still owes a label (:func:`~rose_sql.review.agreement.withheld`), which are listed as waiting
+    for it, without their labels: none of their labels can be worked out from what this page shows."""
     order = ctx.store.keys(project)
-    labels = ctx.store.labels(project)
-    by_item = current(labels)
     per = ctx.config.labels_per_item
+    every = ctx.store.labels(project)
+    owed = withheld(every, order, who, per)
+    hidden = set(owed)
+    labels = visible(every, hidden)
+    shown = [k for k in order if k not in hidden]
+    by_item = current(labels)
     counts: dict[str, int] = {}
-    for k in order:
+    for k in shown:
         s = status(by_item.get(k, []), per)
         counts[s] = counts.get(s, 0) + 1
     first = blind(labels)
-    agreed = agreement(first, order)
-    disagreements = []
-    for k, _ in agreed.disagreements:
-        on_item = by_item[k]  # the labels as they stand now (the disagreement is between blind ones)
-        unseen = owes(who, on_item, per)  # the tie-breaker sees neither earlier verdict nor reason until theirs
-        side = None if unseen else majority(on_item)
-        disagreements.append((k, ctx.store.item(project, k), [] if unseen else on_item, side, unseen))
+    agreed = agreement(first, shown)
+    disputed = {k for k, _ in agreed.disagreements}
+    owed_disputed = {k for k in owed if _first_two_disagree(blind(every).get(k, []))}
+    disagreements: list[tuple[str, Any, list[Label], list[Label] | None, bool]] = []
+    for k in order:
+        if k in owed_disputed:  # listed, blind: the tie-breaker sees neither verdict nor reason until hers
+            disagreements.append((k, ctx.store.item(project, k), [], None, True))
+        elif k in disputed:
+            on_item = by_item[k]  # the labels as they stand now (the disagreement is between blind ones)
+            disagreements.append((k, ctx.store.item(project, k), on_item, majority(on_item), False))
     return _render(
         ctx,
         "overview.html",
@@ -446,12 +455,17 @@ def overview(ctx: Context, request: Request, body: bytes, who: str, project: str
         project=project,
         items=len(order),
         counts=counts,
-        progress=progress(labels, by_item, order, per),
+        owed=len(owed),
+        progress=progress(labels, by_item, shown, per),
         agreement=agreed,
         changed_verdicts=changed_verdicts(by_item, first),
         verdicts=sum(len(on) for on in by_item.values()),
         disagreements=disagreements,
         done=request.query_params.get("done") == "1",
-        consensus=sum(1 for k in order if majority(by_item.get(k, [])) is not None),
+        consensus=sum(1 for k in shown if majority(by_item.get(k, [])) is not None),
         item_url=item_url,
     )
+
+
+def _first_two_disagree(on_item: list[Label]) -> bool:
+    return len(on_item) >= 2 and on_item[0].verdict.correct != on_item[1].verdict.correct

@@ -17,6 +17,10 @@ The export of project ``P`` is a folder ``OUT/P/``:
 
 Every file is strict JSON (no ``NaN`` or ``Infinity``): a label's ``seconds`` that is not a finite
 number (a state file written before they were refused) is exported as null.
+
+An export for an annotator (``viewer``: ``rose review --export-for NAME``) leaves out every item they still owe
+a label, its labels, consensus and flags, and computes every figure without them, as the app's pages do
+(:func:`~rose_sql.review.agreement.withheld`); ``agreement.json`` says how many were left out.
 """
 
 from __future__ import annotations
@@ -28,7 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rose_sql.review.agreement import FLAG_NAMES, agreement, blind, changed_verdicts, current, majority
+from rose_sql.review.agreement import (
+    FLAG_NAMES,
+    agreement,
+    blind,
+    changed_verdicts,
+    current,
+    majority,
+    visible,
+    withheld,
+)
 from rose_sql.review.store import Label, Store
 from rose_sql.review.work import WorkItem, annotator_name, read_annotations
 
@@ -130,11 +143,17 @@ def _write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-def export(store: Store, project: str, out: Path) -> dict[str, Any]:
-    """Write the export folder ``out/<project>/`` (see the module's docstring); returns ``agreement.json``'s data."""
+def export(store: Store, project: str, out: Path, *, viewer: str | None = None, per_item: int = 2) -> dict[str, Any]:
+    """Write the export folder ``out/<project>/`` (see the module's docstring); returns ``agreement.json``'s data.
+
+    ``viewer``: the annotator it is for: the items they still owe a label (``per_item`` labels an item) are left
+    out of every file and figure."""
     order = store.keys(project)
+    every = store.labels(project)
+    hidden = withheld(every, order, viewer, per_item) if viewer is not None else []
+    order = [k for k in order if k not in set(hidden)]
     items = [it for k in order if (it := store.item(project, k)) is not None]
-    labels = store.labels(project)
+    labels = visible(every, hidden)
     by_item = current(labels)
     folder = out / project
     folder.mkdir(parents=True, exist_ok=True)
@@ -169,5 +188,9 @@ def export(store: Store, project: str, out: Path) -> dict[str, Any]:
         "flags": {FLAG_NAMES[f]: n for f, n in flags.items()},
         "rule": "consensus: a strict majority of at least two annotators; a flag: raised by any annotator of it",
     }
+    if viewer is not None:
+        summary["for"] = viewer
+        summary["withheld_items"] = len(hidden)
+        summary["withheld_because"] = f"{viewer} still owes them a label: nothing of their labels is exported"
     _write_json(folder / "agreement.json", summary)
     return summary

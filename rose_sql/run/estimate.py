@@ -25,7 +25,7 @@ from rose_sql.engines import Source
 from rose_sql.engines.execute import Executor
 from rose_sql.engines.workers import Pool
 from rose_sql.items.load import Loaded
-from rose_sql.judges.ask import REASK_PROBLEM_CHARS, reask_messages
+from rose_sql.judges.ask import REASK_PROBLEM_CHARS, reask_messages, sealed
 from rose_sql.judges.budget import (
     Message,
     Price,
@@ -37,6 +37,7 @@ from rose_sql.judges.budget import (
 )
 from rose_sql.judges.context import Context
 from rose_sql.judges.judges import Judges
+from rose_sql.judges.keys import NONCE_HEX
 from rose_sql.run.evaluate import Executed, case_of, execute_in_worker, init_worker
 from rose_sql.verdicts import ProverReply, RefuterReply
 
@@ -196,16 +197,20 @@ def estimate(loaded: Sequence[Loaded], db_root: Source, config: Config) -> list[
     return out
 
 
+_NONCE = "0" * NONCE_HEX
+"""A nonce's stand-in: each ask ends with its call's nonce (:func:`rose_sql.judges.ask.sealed`), as long."""
+
+
 class _Prompts:
     """The prompts of one item's judges, and what the calls along a path take."""
 
     def __init__(self, judges: Judges, ctx: Context) -> None:
         self.judge = judges.cfg
-        self.prover = judges.messages("prover", ctx)
-        self.refuter = judges.messages("refuter", ctx, _PASS)
-        self.matched = judges.messages("refuter_matched", ctx)
+        self.prover = sealed(judges.messages("prover", ctx), _NONCE)
+        self.refuter = sealed(judges.messages("refuter", ctx, _PASS), _NONCE)
+        self.matched = sealed(judges.messages("refuter_matched", ctx), _NONCE)
         # what a re-ask adds besides the invalid reply itself: the complaint, with the longest problem
-        self.reask = reask_messages([], "", "\U0010ffff" * REASK_PROBLEM_CHARS)
+        self.reask = sealed(reask_messages([], "", "\U0010ffff" * REASK_PROBLEM_CHARS), _NONCE)
 
     def path(self, steps: list[Step], *, bound: bool) -> _Usage:
         usage = _Usage()

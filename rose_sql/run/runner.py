@@ -62,8 +62,8 @@ from rose_sql.run.shard import Shard
 from rose_sql.summary import Brief, Summary, summarize_briefs, write_summary
 
 if TYPE_CHECKING:  # evidence and judges are loaded only when configured: a judge-free run starts faster
-    from rose_sql.judges.context import Fences
     from rose_sql.judges.judges import Judges
+    from rose_sql.judges.keys import RunKey
     from rose_sql.judges.llm import LLM, Ledger
 
 
@@ -354,10 +354,10 @@ class Evaluator:
     its concurrency limit, cache, ledger).
 
     One per run on this machine; one per actor on a Ray cluster, whose ``llm`` then forwards every call
-    to the one actor that owns the client (and ``fences`` are that actor's). Call :meth:`aclose` in the loop
-    that used it."""
+    to the one actor that owns the client (and ``key``, the run key, is that actor's). Call :meth:`aclose` in
+    the loop that used it."""
 
-    def __init__(self, config: Config, stage1: Stage1, llm: LLM | None = None, fences: Fences | None = None) -> None:
+    def __init__(self, config: Config, stage1: Stage1, llm: LLM | None = None, key: RunKey | None = None) -> None:
         self.stage1 = stage1
         self.judges: Judges | None = None
         self.catalogue: Executor | None = None
@@ -366,7 +366,7 @@ class Evaluator:
             from rose_sql.judges.judges import Judges
 
             self.catalogue = Executor(config)
-            self.judges = Judges(config.judge, self.catalogue, llm=llm, fences=fences)
+            self.judges = Judges(config.judge, self.catalogue, llm=llm, key=key)
 
     async def batch(self, batch: list[tuple[str, Item]], db_root: Source, write: Write) -> None:
         """Evaluate a batch, calling ``write`` for each record as it is finished (never raises for an item)."""

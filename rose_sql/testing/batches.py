@@ -7,7 +7,9 @@ request of a batch is answered by the server's responder, as its chat-completion
 A batch moves on only when it is polled, never with time (:class:`BatchScript`): ``validating`` for
 ``validating_polls`` retrieves, ``in_progress`` for ``in_progress_polls`` more (and for as long as
 ``hold`` is an event not set), then ``completed``, or ``expired`` with only the first requests answered
-(``expire``). ``fail`` puts chosen requests in the error file. :attr:`BatchAPI.submitted` counts the
+(``expire``). ``fail`` puts chosen requests in the error file. ``pad_bytes`` pads every output and error file
+(inside its first line, or in lines of ``pad_line`` spaces after its lines), generated as it is sent: a provider
+whose files are far larger than what they answer. :attr:`BatchAPI.submitted` counts the
 requests sent per ``custom_id``, over every batch: a request sent twice shows there.
 """
 
@@ -20,7 +22,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
 from typing import Any, Protocol
@@ -49,6 +51,8 @@ class _Handler(Protocol):
         self, status: int, payload: Mapping[str, Any] | bytes, headers: Mapping[str, str] | None = None
     ) -> None: ...
 
+    def _send_stream(self, status: int, parts: Iterator[bytes], length: int) -> None: ...
+
 
 __all__ = ["BatchAPI", "BatchScript"]
 
@@ -72,6 +76,11 @@ class BatchScript:
     """Which requests go to the error file (a 500 from the model)."""
     expire: Callable[[int], int | None] | None = None
     """``batch number (0-based, in creation order) -> requests answered before it expires`` (None: it completes)."""
+    pad_bytes: int = 0
+    """Bytes of padding in each output and error file (never held in memory: made as they are sent)."""
+    pad_line: int = 0
+    """0: the padding is JSON whitespace inside the file's first line (before its last brace); N: lines of N bytes
+    (spaces, then a newline) after the file's lines."""
 
 
 @dataclass
@@ -95,6 +104,7 @@ class BatchAPI:
         self._batches: dict[str, _Batch] = {}
         self._submitted: Counter[str] = Counter()
         self._index = 0
+        self._padded: set[str] = set()
 
     @property
     def submitted(self) -> Counter[str]:
@@ -140,9 +150,15 @@ class BatchAPI:
         elif path.startswith(BATCHES + "/"):
             handler._send_json(200, self._retrieve(path[len(BATCHES) + 1 :]))
         elif path.startswith(FILES + "/") and path.endswith("/content"):
+            file_id = path[len(FILES) + 1 : -len("/content")]
             with self._lock:
-                _meta, content = self._file(path[len(FILES) + 1 : -len("/content")])
-            handler._send_json(200, content)
+                _meta, content = self._file(file_id)
+                padded = file_id in self._padded
+            if padded and self.script.pad_bytes:
+                pad = self.script.pad_bytes
+                handler._send_stream(200, _padded(content, pad, self.script.pad_line), len(content) + pad)
+            else:
+                handler._send_json(200, content)
         elif path.startswith(FILES + "/"):
             with self._lock:
                 meta, _content = self._file(path[len(FILES) + 1 :])
@@ -269,11 +285,38 @@ class BatchAPI:
             errors.append({"id": "", "custom_id": r["custom_id"], "response": None, "error": error})
         if out:
             b.data["output_file_id"] = self._store(_jsonl(out), f"{b.data['id']}_output.jsonl", "batch_output")["id"]
+            self._padded.add(b.data["output_file_id"])
         if errors:
             b.data["error_file_id"] = self._store(_jsonl(errors), f"{b.data['id']}_error.jsonl", "batch_output")["id"]
+            self._padded.add(b.data["error_file_id"])
         b.data["status"] = status
         b.data[f"{status}_at"] = int(time.time())
         b.data["request_counts"] = {"total": len(b.requests), "completed": len(out), "failed": len(errors)}
+
+
+def _padded(content: bytes, pad: int, line: int) -> Iterator[bytes]:
+    """``content`` with ``pad`` bytes of padding, in pieces: inside its first line (``line`` 0) or in lines of
+    ``line`` bytes after it."""
+    block = 2**20
+    if line == 0:
+        end = content.find(b"\n")
+        cut = (end if end != -1 else len(content)) - 1  # before the first line's last brace
+        yield content[:cut]
+        for start in range(0, pad, block):
+            yield b" " * min(block, pad - start)
+        yield content[cut:]
+        return
+    yield content
+    one = b" " * (line - 1) + b"\n"
+    many = one * max(1, block // line)
+    left = pad
+    while left >= len(many):
+        yield many
+        left -= len(many)
+    while left >= len(one):
+        yield one
+        left -= len(one)
+    yield b" " * left
 
 
 def _verbatim(body: str | bytes) -> Any:

@@ -7,6 +7,10 @@ serves both. A 2xx reply is the completion; any other status is the endpoint's f
 :class:`~rose_sql.errors.EndpointError`, as the live client raises once its retries are spent); a handler
 may also raise. Every call is kept in :attr:`FakeLLM.asked`, in order.
 
+Its judges are honest about the nonce: each verdict a handler scripts is answered with the call's nonce
+written into it, as the prompt asks (:func:`rose_sql.testing.sign.sign`); ``sign=False`` answers the
+replies exactly as scripted.
+
 What it does not fake is the wire: retries, deadlines, refused parameters, schemas the server refuses,
 the cache, batches. Those stay with :class:`~rose_sql.testing.ScriptedOpenAI`.
 """
@@ -14,13 +18,14 @@ the cache, batches. Those stay with :class:`~rose_sql.testing.ScriptedOpenAI`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rose_sql.config import JudgeConfig
 from rose_sql.errors import EndpointError
 from rose_sql.judges.budget import Ledger, Message, cost, prompt_tokens_bound
 from rose_sql.judges.llm import ChatReply, ReplySchema, priced
 from rose_sql.testing.bodies import Reply, estimate_tokens
+from rose_sql.testing.sign import call_nonce, prompt_text, sign
 from rose_sql.verdicts import ReplyFormat
 
 __all__ = ["Asked", "FakeLLM", "Handler"]
@@ -59,11 +64,13 @@ class FakeLLM:
 
     ``cfg``: the judge's configuration (default: a model named ``fake``, no cache); its price, when the
     price table has one, charges each call, and its budget is reserved and settled as the live client
-    does, so ``no_budget`` paths can be tested too.
+    does, so ``no_budget`` paths can be tested too. ``sign``: write the call's nonce into the verdicts the
+    handler scripts (see the module's text).
     """
 
-    def __init__(self, handler: Handler, cfg: JudgeConfig | None = None) -> None:
+    def __init__(self, handler: Handler, cfg: JudgeConfig | None = None, *, sign: bool = True) -> None:
         self.handler = handler
+        self.sign = sign
         self.cfg = cfg if cfg is not None else JudgeConfig(model="fake", cache_dir=None)
         self.ledger = Ledger(budget_usd=self.cfg.budget_usd)
         self.price = priced(self.cfg)
@@ -72,9 +79,9 @@ class FakeLLM:
         self.closed = False
 
     @classmethod
-    def by_content(cls, fn: Callable[[str], Reply], cfg: JudgeConfig | None = None) -> FakeLLM:
+    def by_content(cls, fn: Callable[[str], Reply], cfg: JudgeConfig | None = None, *, sign: bool = True) -> FakeLLM:
         """A fake whose replies depend on the user text alone (the scripted server's ``by_content``)."""
-        return cls(lambda asked: fn(asked.user), cfg)
+        return cls(lambda asked: fn(asked.user), cfg, sign=sign)
 
     def reply_format(self, schema: ReplySchema | None) -> ReplyFormat:
         return "json_schema" if schema is not None and self.cfg.structured != "off" else "text"
@@ -89,6 +96,14 @@ class FakeLLM:
         spent = 0.0
         try:
             reply = self.handler(asked)
+            nonce = call_nonce(messages, schema[1] if schema is not None else None) if self.sign else None
+            if nonce is not None and reply.ok:
+                prompt = prompt_text(messages)
+                reply = replace(
+                    reply,
+                    content=sign(reply.content, nonce, prompt),
+                    reasoning_content=sign(reply.reasoning_content, nonce, prompt),
+                )
             if not reply.ok:
                 raise EndpointError(f"HTTP {reply.status}: {reply.error}", raw=reply.content or "")
             content = reply.content or ""

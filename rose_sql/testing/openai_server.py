@@ -52,7 +52,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -70,6 +70,7 @@ from rose_sql.testing.bodies import (
     estimate_tokens,
     user_text,
 )
+from rose_sql.testing.sign import call_nonce, prompt_text, sign
 
 __all__ = [
     "DEFAULT_FAULT_KINDS",
@@ -768,6 +769,21 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
 
+    def _send_stream(self, status: int, parts: Iterator[bytes], length: int) -> None:
+        """Answer ``length`` bytes made by ``parts`` as they are sent (a body never held whole); a client that
+        stops reading closes the connection."""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(length))
+        self.send_header("x-request-id", self.request_id)
+        self.end_headers()
+        try:
+            for part in parts:
+                self.wfile.write(part)
+            self.wfile.flush()
+        except OSError:  # the client read what it wanted and left
+            self.close_connection = True
+
     def _drop(self) -> None:
         """Close the connection without a byte of answer."""
         self.close_connection = True
@@ -789,6 +805,10 @@ class ScriptedOpenAI:
 
     ``prompt_cache``: report cached prompt tokens for prefixes repeated across requests (see
     :class:`_PromptCache`: ``cache_block`` tokens a block, from ``cache_min_tokens`` prompt tokens).
+
+    ``sign``: the responder's judges are honest about the nonce: each verdict it scripts is answered with
+    the request's nonce written into it, as the judges' prompt asks (:func:`rose_sql.testing.sign.sign`);
+    False answers the replies exactly as scripted.
     """
 
     def __init__(
@@ -804,9 +824,11 @@ class ScriptedOpenAI:
         cache_block: int = 128,
         cache_min_tokens: int = 1024,
         batch: BatchScript | None = None,
+        sign: bool = True,
     ) -> None:
 
         self.responder: Responder = responder or default_responder
+        self.sign = sign
         self._prompt_cache = _PromptCache(cache_block, cache_min_tokens) if prompt_cache else None
         self.batch = BatchAPI(self, batch or BatchScript())
         """The Batch API (files and batches endpoints), scripted by ``batch``."""
@@ -919,11 +941,26 @@ class ScriptedOpenAI:
             reply = self.responder(body, index)
             if not isinstance(reply, Reply):
                 raise TypeError(f"responder returned {type(reply).__name__}, not Reply")
-            return reply
+            return self._signed(body, reply)
         except Exception as e:  # a broken responder answers 500, never kills the server
             with self._lock:
                 self._errors.append(e)
             return Reply(status=500, error=f"responder raised {type(e).__name__}: {e}")
+
+    def _signed(self, body: dict[str, Any], reply: Reply) -> Reply:
+        """The reply with the request's nonce written into the verdicts it scripts (see the class's text)."""
+        if not self.sign or not reply.ok or reply.body is not None:
+            return reply
+        messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
+        nonce = call_nonce(messages, request_schema(body))
+        if nonce is None:
+            return reply
+        prompt = prompt_text(messages)
+        return replace(
+            reply,
+            content=sign(reply.content, nonce, prompt),
+            reasoning_content=sign(reply.reasoning_content, nonce, prompt),
+        )
 
     def _track(self, conn: socket.socket, *, opened: bool) -> None:
         with self._lock:
