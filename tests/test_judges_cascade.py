@@ -231,3 +231,28 @@ def test_samples_a_panel_and_escalation_vote_on_fakes(league: Source) -> None:
     assert len([a for a in made["gpt-4o"].asked if a.stage == "prover"]) == 3
     assert r.score == 1 and {c.tier for c in r.judges} == {"first", "escalated"}
     assert all(f.closed for f in made.values()) and primary.closed  # the votes' clients, then the model
+
+
+def test_a_reply_cut_at_the_token_cap_says_so_with_the_cap(league: Source) -> None:
+    """A local judge cut at its token cap was recorded judge_invalid with 'no JSON object', saying nothing of
+    --judge-max-tokens: the reply's finish_reason length is now named, with the cap."""
+
+    def handler(asked: Asked) -> Reply:
+        return Reply(content='{"expected_answer": "the names of the play', finish_reason="length")
+
+    r = judge([item(1, "SELECT name, 1 FROM player")], league, FakeLLM(handler, replace(JUDGE, max_tokens=64)))
+    assert r[1].unscored_reason == "judge_invalid" and len(r[1].judges) == 2
+    assert all("stopped at its token cap of 64 tokens (--judge-max-tokens" in (c.error or "") for c in r[1].judges)
+
+
+def test_the_finish_reason_is_read_off_the_wire_and_kept_in_the_cache_entry() -> None:
+    from rose_sql.judges.wire import read_completion, valid_entry
+
+    body = b'{"choices": [{"message": {"content": "{"}, "finish_reason": "length"}]}'
+    assert read_completion(body, limit=2**20, cut=False).finish_reason == "length"
+    odd = b'{"choices": [{"message": {"content": "x"}, "finish_reason": 7}]}'
+    assert read_completion(odd, limit=2**20, cut=False).finish_reason is None
+    entry = {"content": "", "reasoning": None, "prompt_tokens": 1, "completion_tokens": 1, "reasoning_tokens": None}
+    entry |= {"cost_usd": None, "params": {}}
+    assert valid_entry(entry) and valid_entry({**entry, "finish_reason": "length"})
+    assert not valid_entry({**entry, "finish_reason": 3})

@@ -18,7 +18,7 @@ from rose_sql.analysis.panel import (
     Member,
     Part,
     Pool,
-    Votes,
+    Tally,
     _combine,
     by_database,
     by_part,
@@ -33,8 +33,8 @@ from rose_sql.cli import main
 from rose_sql.errors import UsageError
 
 
-def _bits(scores: list[int | None]) -> Votes:
-    return Votes(
+def _bits(scores: list[int | None]) -> Tally:
+    return Tally(
         sum(1 << i for i, s in enumerate(scores) if s == 1), sum(1 << i for i, s in enumerate(scores) if s == 0)
     )
 
@@ -70,7 +70,7 @@ def test_candidates_are_panels_of_distinct_configurations() -> None:
 
 
 def test_select_refuses_a_choice_it_cannot_score_in_time() -> None:
-    members = {Member(f"c{i}", p): Votes(0, 0) for i in range(60) for p in ("recorded", "never")}
+    members = {Member(f"c{i}", p): Tally(0, 0) for i in range(60) for p in ("recorded", "never")}
     part = Part("p", ["1"], 0, 1, {"d": 1}, members)
     with pytest.raises(UsageError, match="candidates on p, more than"):
         by_database(part, Pool("all"), max_size=5)

@@ -148,7 +148,7 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
-class Votes:
+class Tally:
     """Decisions over a part's items as two bit sets: bit i of ``ones`` (``zeros``) set when item i is
     scored 1 (0); neither when it is unscored."""
 
@@ -168,7 +168,7 @@ class Part:
     """Items labelled by people (ROSE-VEC's Spider part has 50 labelled from EX without review)."""
     databases: dict[str, int]
     """The items of each database."""
-    members: dict[Member, Votes]
+    members: dict[Member, Tally]
     notes: list[str] = field(default_factory=list)
     """Members left out, and why."""
 
@@ -177,7 +177,7 @@ class Part:
         return (1 << len(self.ids)) - 1
 
 
-def _votes(records: dict[str, Record], ids: Sequence[str]) -> Votes:
+def _votes(records: dict[str, Record], ids: Sequence[str]) -> Tally:
     ones = zeros = 0
     for i, k in enumerate(ids):
         r = records.get(k)
@@ -187,7 +187,7 @@ def _votes(records: dict[str, Record], ids: Sequence[str]) -> Votes:
             ones |= 1 << i
         else:
             zeros |= 1 << i
-    return Votes(ones, zeros)
+    return Tally(ones, zeros)
 
 
 def build_part(labels: LabelSet, runs: Sequence[Run], policies: Sequence[Policy]) -> Part:
@@ -201,7 +201,7 @@ def build_part(labels: LabelSet, runs: Sequence[Run], policies: Sequence[Policy]
     for i, k in enumerate(ids):
         db = labels.labels[k].db_id or ""
         databases[db] = databases.get(db, 0) | (1 << i)
-    members: dict[Member, Votes] = {}
+    members: dict[Member, Tally] = {}
     notes = []
     for run in runs:
         matched = {p.id for p in pair(run, labels).items if p.unscored_reason not in _ABSENT}
@@ -232,18 +232,18 @@ def _replayed(records: dict[str, Record], policy: Policy) -> dict[str, Record]:
     return {k: replay_record(r, variant) for k, r in records.items()}
 
 
-def _combine(rule: Rule, votes: Sequence[Votes]) -> Votes:
+def _combine(rule: Rule, votes: Sequence[Tally]) -> Tally:
     """The panel's decisions from its members' (:func:`vote`, on every item at once)."""
     ones = zeros = 0
     for v in votes:
         ones |= v.ones
         zeros |= v.zeros
     if rule == "any":
-        return Votes(ones, zeros & ~ones)
+        return Tally(ones, zeros & ~ones)
     if rule == "all":
-        return Votes(ones & ~zeros, zeros)
+        return Tally(ones & ~zeros, zeros)
     n_ones, n_zeros = _count([v.ones for v in votes]), _count([v.zeros for v in votes])
-    return Votes(_greater(n_ones, n_zeros), _greater(n_zeros, n_ones))
+    return Tally(_greater(n_ones, n_zeros), _greater(n_zeros, n_ones))
 
 
 def _count(sets: Sequence[int]) -> list[int]:
@@ -307,7 +307,7 @@ def candidates(members: Iterable[Member], max_size: int, rules: Sequence[Rule] =
                 yield Candidate(rule, group)
 
 
-def confusion(v: Votes, positive: int, mask: int) -> Confusion:
+def confusion(v: Tally, positive: int, mask: int) -> Confusion:
     """The agreement table of decisions ``v`` with the experts on the items of ``mask``."""
     negative = ~positive & mask
     ones, zeros = v.ones & mask, v.zeros & mask
@@ -319,7 +319,7 @@ def confusion(v: Votes, positive: int, mask: int) -> Confusion:
     )
 
 
-def _kappa(v: Votes, positive: int, mask: int) -> float:
+def _kappa(v: Tally, positive: int, mask: int) -> float:
     k = kappa(confusion(v, positive, mask))
     return -2.0 if k is None else k
 
@@ -336,7 +336,7 @@ class Scored:
     """Items of the set left unscored."""
 
     @classmethod
-    def of(cls, v: Votes, positive: int, mask: int) -> Scored:
+    def of(cls, v: Tally, positive: int, mask: int) -> Scored:
         c = confusion(v, positive, mask)
         accuracy = (c.tp + c.tn) / c.n if c.n else None
         return cls(pct(kappa(c)), pct(accuracy), c.n, mask.bit_count() - c.n)
@@ -362,7 +362,7 @@ class Selection:
     """Candidates the choice was among."""
 
 
-def _best(cands: Sequence[tuple[Candidate, Votes]], positive: int, mask: int) -> tuple[Candidate, Votes]:
+def _best(cands: Sequence[tuple[Candidate, Tally]], positive: int, mask: int) -> tuple[Candidate, Tally]:
     return max(cands, key=lambda cv: (_kappa(cv[1], positive, mask), _neg(cv[0].name)))
 
 
@@ -393,7 +393,7 @@ def _choose_distinct(sizes: Sequence[int], k: int) -> int:
 
 def _scored(
     part: Part, pool: Pool, members: set[Member], max_size: int, rules: Sequence[Rule]
-) -> list[tuple[Candidate, Votes]]:
+) -> list[tuple[Candidate, Tally]]:
     """Every candidate of the pool's members, with its decisions on the part's items."""
     admitted = [m for m in members if pool.admits(m.config)]
     n = count(admitted, max_size, rules)
@@ -473,7 +473,7 @@ def by_database(p: Part, pool: Pool, *, max_size: int = 3, rules: Sequence[Rule]
         "database",
         f"{p.name}: the other {len(p.databases) - 1} databases",
         f"{p.name} ({p.all.bit_count()}), each database held out",
-        Scored.of(Votes(ones, zeros), p.positive, p.all),
+        Scored.of(Tally(ones, zeros), p.positive, p.all),
         dict(chosen.most_common()),
         (best.name, Scored.of(v, p.positive, p.all)),
         len(scored),

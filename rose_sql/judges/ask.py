@@ -185,4 +185,8 @@ def _validated(kind: type[R], c: ChatReply, nonce: str) -> tuple[R | None, str |
     try:
         return parse_reply(kind, c.content, c.reasoning, nonce=nonce, structured=structured), None
     except ReplyError as e:
+        if c.finish_reason == "length":  # cut by the cap, not a malformed verdict: say so, with the cap
+            cap = c.params.get("max_tokens", c.params.get("max_completion_tokens"))
+            at = f" of {cap} tokens" if cap is not None else ""
+            return None, f"the reply stopped at its token cap{at} (--judge-max-tokens; finish_reason length): {e}"
         return None, str(e)

@@ -474,6 +474,7 @@ class BatchLLM:
             cached_tokens=done.cached_tokens,
             reply_format=fmt,
             batch_id=batch_id,
+            finish_reason=done.finish_reason,
         )
 
 

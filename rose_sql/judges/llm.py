@@ -96,6 +96,8 @@ class ChatReply:
     """Whether the reply's JSON schema was sent (``json_schema``) or the reply was asked as text."""
     batch_id: str | None = None
     """The Batch API batch that answered this call (``rose run --batch``); None for a live call."""
+    finish_reason: str | None = None
+    """Why the model stopped (``length``: at the completion cap, ``--judge-max-tokens``); None where unsaid."""
 
 
 class _SchemaRefused(Exception):
@@ -488,6 +490,7 @@ class OpenAILLM:
             key=key,
             cached_tokens=done.cached_tokens,
             reply_format=fmt,
+            finish_reason=done.finish_reason,
         )
 
     async def aclose(self) -> None:
@@ -580,6 +583,7 @@ def _to_entry(c: ChatReply, model: str) -> dict[str, Any]:
         "seconds": c.seconds,
         "cached_tokens": c.cached_tokens,
         "reply_format": c.reply_format,
+        "finish_reason": c.finish_reason,
     }
 
 
@@ -598,4 +602,5 @@ def _from_entry(e: dict[str, Any], key: str) -> ChatReply:
         key=key,
         cached_tokens=e.get("cached_tokens", 0),
         reply_format="json_schema" if e.get("reply_format") == "json_schema" else "text",
+        finish_reason=e.get("finish_reason"),
     )

@@ -34,6 +34,8 @@ class Completion:
     """Reasoning tokens, where reported."""
     cached_tokens: int = 0
     """Of the prompt tokens, those the provider read from its prefix cache (0 where it reports none)."""
+    finish_reason: str | None = None
+    """Why the model stopped, as the provider says (``stop``; ``length`` at the completion cap); None if unsaid."""
 
 
 def _count(value: object, where: str, raw: str) -> int:
@@ -71,11 +73,13 @@ def read_completion(body: bytes, *, limit: int, cut: bool) -> Completion:
         raise EndpointError("the endpoint's reply has no choices[0].message object", raw[:RAW_KEPT_CHARS])
     content = message.get("content")
     reasoning = message.get("reasoning_content") or message.get("reasoning")
+    finish = choices[0].get("finish_reason")
+    finish = finish[:64] if isinstance(finish, str) else None
     if not isinstance(content, str | None) or not isinstance(reasoning, str | None):
         raise EndpointError("the endpoint's reply has a message that is not text", raw[:RAW_KEPT_CHARS])
     usage = data.get("usage")
     if usage is None:
-        return Completion(content or "", reasoning, None, None, None)
+        return Completion(content or "", reasoning, None, None, None, finish_reason=finish)
     if not isinstance(usage, dict):
         raise EndpointError(f"the endpoint's reply has usage = {usage!r}, not an object", raw[:RAW_KEPT_CHARS])
     counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
@@ -92,12 +96,12 @@ def read_completion(body: bytes, *, limit: int, cut: bool) -> Completion:
     checked = [None if v is None else _count(v, name, raw) for v, name in zip(counts, names, strict=True)]
     prompt, completion, thought, cached = checked
     if prompt is None or completion is None:  # half a usage is no usage: the call is charged its worst case
-        return Completion(content or "", reasoning, None, None, thought)
+        return Completion(content or "", reasoning, None, None, thought, finish_reason=finish)
     if cached is not None and cached > prompt:
         raise EndpointError(
             f"the endpoint's reply has {cached} cached prompt tokens of {prompt}", raw[:RAW_KEPT_CHARS]
         )  # else a cached rate would price tokens that were never sent
-    return Completion(content or "", reasoning, prompt, completion, thought, cached or 0)
+    return Completion(content or "", reasoning, prompt, completion, thought, cached or 0, finish)
 
 
 # --------------------------------------------------------------------------- cache entries
@@ -114,8 +118,9 @@ _ENTRY_TYPES: dict[str, tuple[type, ...]] = {
 _OPTIONAL_ENTRY_TYPES: dict[str, tuple[type, ...]] = {
     "cached_tokens": (int,),
     "reply_format": (str,),
+    "finish_reason": (str, type(None)),
 }
-"""Fields entries written before them lack (read as 0 and "text")."""
+"""Fields entries written before them lack (read as 0, "text" and None)."""
 
 
 def valid_entry(entry: object) -> bool:

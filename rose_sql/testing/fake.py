@@ -127,6 +127,7 @@ class FakeLLM:
             seconds=0.0,
             key=f"fake-{len(self.asked)}",
             reply_format=self.reply_format(schema),
+            finish_reason=reply.finish_reason,
         )
 
     async def aclose(self) -> None:
