@@ -111,6 +111,27 @@ def default_cache_dir() -> Path:
     return base / "rose-sql"
 
 
+RETRY_BACKOFF_S = (0.5, 8.0)
+"""The pause before a judge call's first retry and the longest pause, in seconds (the ``openai`` SDK's own
+values); each retry doubles it, less up to a quarter at random."""
+RETRY_BACKOFF_ENV = "ROSE_RETRY_BACKOFF_S"
+
+
+def default_retry_backoff() -> tuple[float, float]:
+    """``$ROSE_RETRY_BACKOFF_S`` (``FIRST,LONGEST`` seconds: the test suite sets ``0,0``, so its scripted
+    faults are retried at once), else :data:`RETRY_BACKOFF_S`."""
+    text = os.environ.get(RETRY_BACKOFF_ENV, "").strip()
+    if not text:
+        return RETRY_BACKOFF_S
+    try:
+        first, longest = (float(x) for x in text.split(","))
+    except ValueError:
+        raise UsageError(f"${RETRY_BACKOFF_ENV}={text!r}: give FIRST,LONGEST seconds, e.g. 0.5,8") from None
+    if not 0 <= first <= longest:
+        raise UsageError(f"${RETRY_BACKOFF_ENV}={text!r}: need 0 <= FIRST <= LONGEST")
+    return first, longest
+
+
 LOCAL_CTX = 8192
 """The pinned local judge's context window (``--judge-gguf-ctx``): ROSE's prompts take about 3.7k tokens."""
 LOCAL_SEED = 20260101
@@ -180,6 +201,9 @@ class JudgeConfig:
     not the SDK's per-read timeout: a reply trickled a byte at a time still stops here)."""
     max_retries: int = option(5, flags="--max-retries", min=0, help="Retries per call.")
     """Retries (with exponential backoff) on 429, 5xx, timeouts and connection errors."""
+    retry_backoff_s: tuple[float, float] = field(default_factory=default_retry_backoff)
+    """The pause before the first retry and the longest, in seconds (:func:`default_retry_backoff`); a
+    server's ``retry-after`` (up to a minute) comes before it."""
     temperature: float | None = scores(0.0)
     """Sampling temperature; dropped (and recorded as such) where the model refuses it."""
     seed: int | None = scores(20260101)

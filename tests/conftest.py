@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -13,10 +14,15 @@ from typing import Any
 
 import pytest
 
+from rose_sql.config import RETRY_BACKOFF_ENV
 from rose_sql.record import Record
 from rose_sql.summary import Summary
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+# A judge call's retries wait for nothing in the tests (their scripted faults), here and in every `rose` the
+# tests start as a subprocess; what the pauses are is pinned in tests/test_judges_hardening.py.
+os.environ[RETRY_BACKOFF_ENV] = "0,0"
 
 
 def build_db(path: Path, script: str) -> Path:

@@ -382,3 +382,41 @@ def test_a_damaged_cache_entry_is_ignored_and_rewritten_and_leftovers_are_remove
     assert records(tmp_path / "a").keys() == records(tmp_path / "b").keys()
     assert all(v["score"] is not None for v in records(tmp_path / "b").values())
     assert not left.exists() and not list((tmp_path / "cache").rglob("*.tmp"))
+
+
+def test_the_retry_pauses_come_from_the_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backoff between a judge call's attempts is the configuration's (``retry_backoff_s``, whose default
+    ``$ROSE_RETRY_BACKOFF_S`` can set: the tests set 0,0): doubling from the first pause to the longest, less
+    up to a quarter at random; and the live client waits it between two attempts on the wire."""
+    import asyncio
+
+    from rose_sql.config import RETRY_BACKOFF_ENV, RETRY_BACKOFF_S
+    from rose_sql.errors import UsageError
+    from rose_sql.judges.llm import OpenAILLM, _pause
+
+    failure = RuntimeError("HTTP 503")
+    for retries, full in ((0, 0.5), (1, 1.0), (3, 4.0), (4, 8.0), (9, 8.0)):
+        assert all(0.75 * full <= _pause(retries, failure, (0.5, 8.0)) <= full for _ in range(20)), retries
+    assert _pause(5, failure, (0.0, 0.0)) == 0.0
+    monkeypatch.delenv(RETRY_BACKOFF_ENV)
+    assert JudgeConfig(model="m").retry_backoff_s == RETRY_BACKOFF_S == (0.5, 8.0)
+    monkeypatch.setenv(RETRY_BACKOFF_ENV, "0.25, 2")
+    assert JudgeConfig(model="m").retry_backoff_s == (0.25, 2.0)
+    for bad in ("x", "1", "2,1", "-1,1"):
+        monkeypatch.setenv(RETRY_BACKOFF_ENV, bad)
+        with pytest.raises(UsageError, match=RETRY_BACKOFF_ENV):
+            JudgeConfig(model="m")
+
+    async def ask(srv: ScriptedOpenAI, backoff: tuple[float, float]) -> str:
+        llm = OpenAILLM(JudgeConfig(model="m", base_url=srv.base_url, cache_dir=None, retry_backoff_s=backoff))
+        try:
+            return (await llm.complete([{"role": "user", "content": "hi"}])).content
+        finally:
+            await llm.aclose()
+
+    for backoff in ((0.4, 0.4), (0.0, 0.0)):
+        with ScriptedOpenAI(script([Reply(status=503, error="overloaded"), Reply(content="fine")])) as srv:
+            assert asyncio.run(ask(srv, backoff)) == "fine" and srv.calls == 2
+            first, second = srv.requests
+        waited = second.arrived_at - first.arrived_at
+        assert waited >= 0.75 * backoff[0], (backoff, waited)  # at least the pause (more on a loaded machine)
