@@ -14,13 +14,16 @@ import os
 import re
 import shutil
 import sqlite3
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
 
+from rose_sql.cli import main
 from rose_sql.config import RETRY_BACKOFF_ENV
 from rose_sql.record import Record
 from rose_sql.summary import Summary
@@ -67,6 +70,15 @@ def peak_rss_growth() -> Iterator[list[int]]:
     out.append(peak_rss_mb() - before)
 
 
+LEAGUE = """
+CREATE TABLE team (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT);
+CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, team_id INTEGER REFERENCES team(id), age INTEGER);
+INSERT INTO team VALUES (1, 'Owls', 'Lyon'), (2, 'Hawks', 'Nice'), (3, 'Crows', NULL);
+INSERT INTO player VALUES (1, 'Ana', 1, 23), (2, 'Ben', 1, 31), (3, 'Cleo', 2, 27), (4, 'Dan', NULL, 19);
+"""
+"""The small database of the judges' and the runs' tests: four players, three teams."""
+
+
 @pytest.fixture
 def make_db(tmp_path: Path) -> Callable[..., Path]:
     """``make_db(script, db_id="t")`` builds ``tmp_path/dbs/<db_id>/<db_id>.sqlite`` and returns its path."""
@@ -111,6 +123,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker in sorted(uses(item)):
             item.add_marker(marker)
             item.add_marker("slow")
+
+
+@pytest.fixture
+def league(make_db: Callable[..., Path]) -> Path:
+    """A folder of databases holding ``league`` (:data:`LEAGUE`)."""
+    return make_db(LEAGUE, db_id="league").parent.parent
+
+
+def write_items(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """``rows`` as an items file in JSON Lines at ``path``."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def rose(*args: object, env: Mapping[str, str | None] | None = None, code: int | None = None) -> Result:
+    """``rose ARGS`` as a user runs it, in this process, with the command line it would have (manifests record
+    it). ``code``: the exit code it must end with; with 3 (items left unscored for a transient reason), the
+    output must also say how many, why and what continues."""
+    argv = sys.argv
+    sys.argv = ["rose", *map(str, args)]
+    try:
+        result = CliRunner().invoke(main, [str(a) for a in args], env=env, catch_exceptions=False)
+    finally:
+        sys.argv = argv
+    if code is not None:
+        assert result.exit_code == code, result.output
+        if code == 3:
+            assert "exit 3:" in result.output and "--resume" in result.output, result.output
+    return result
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ from rose_sql.readings.formulas import ts_equal
 from rose_sql.record import read_records
 from rose_sql.results import Execution, ResultSet
 from rose_sql.reward.execution import execution_outcome, execution_value
-from rose_sql.testing import Reply, ScriptedOpenAI, by_content
+from rose_sql.testing import MockOpenAI, Reply, by_content
 
 WIDTHS = [12, 32, 64]
 
@@ -282,7 +282,7 @@ def test_rose_run_without_a_judge_leaves_an_undecided_item_unscored_undecided(
 def test_with_a_judge_an_undecided_item_goes_to_the_prover(make_db: Callable[..., Path], tmp_path: Path) -> None:
     items, root = _wide_items(make_db, tmp_path)
     no = json.dumps({"expected_answer": "e", "sql_behaviour": "b", "reasoning": "r", "answers_question": False})
-    with ScriptedOpenAI(by_content(lambda text: Reply(content=no))) as srv:
+    with MockOpenAI(by_content(lambda text: Reply(content=no))) as srv:
         res = CliRunner().invoke(main, ["run", str(items), "--db", str(root), "--out", str(tmp_path / "out"),
                                         "--workers", "1", "--judge-model", "m", "--judge-base-url", srv.base_url,
                                         "--no-cache"], env={"OPENAI_API_KEY": "test"})  # fmt: skip

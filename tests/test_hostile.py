@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import peak_rss_growth, sha256
+from conftest import peak_rss_growth, sha256, write_items
 
 import rose_sql.engines.base
 import rose_sql.sql
@@ -374,10 +374,6 @@ def test_gate_reasons(sql: str, reason: str) -> None:
 def rose_command() -> list[str]:
     script = Path(sys.executable).with_name("rose")
     return [str(script)] if script.exists() else [sys.executable, "-m", "rose_sql"]
-
-
-def write_items(path: Path, items: list[dict[str, Any]]) -> None:
-    path.write_text("".join(json.dumps(it) + "\n" for it in items), encoding="utf-8")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

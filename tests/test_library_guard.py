@@ -111,14 +111,14 @@ def test_a_dry_run_stops_the_runaway_with_its_worker(make_db: Callable[..., Path
     """``rose run --dry-run`` (the estimate) ran the deterministic stages in threads of the CLI's process."""
     from test_judges import item, judge_args, rose, write_items
 
-    from rose_sql.testing import ScriptedOpenAI
+    from rose_sql.testing import MockOpenAI
     from rose_sql.testing.bodies import Reply
 
     db = make_db(SCRIPT, db_id="league")
     items = write_items(tmp_path / "items.jsonl", [{**item(1, LONGER, gold="SELECT 1"), "db_id": "league"}])
     args = ["run", str(items), "--db-root", str(db.parent.parent), "--out", str(tmp_path / "out"), "--timeout", "2"]
     start = time.monotonic()
-    with ScriptedOpenAI(lambda request, index: Reply(status=500, error="a dry run calls nothing")) as srv:
+    with MockOpenAI(lambda request, index: Reply(status=500, error="a dry run calls nothing")) as srv:
         rose([*args, *judge_args(srv, tmp_path / "cache", "--dry-run")])
         assert srv.calls == 0
     assert time.monotonic() - start < ENDED_WITHIN_S / 2  # the call alone runs 2 minutes and more
