@@ -14,10 +14,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from test_bounds import MB, SCRIPT, SLOW_CALLS
 
 from rose_sql import Config, Database, Executor, Item, Source, evaluate_item, evaluate_items
 from rose_sql.engines.execute import GUARD_MARGIN_S, run_query
+
+pytestmark = (
+    pytest.mark.slow
+)  # each test waits for a runaway to reach its wall-clock guard (its timeout and GUARD_MARGIN_S)
 
 TIMEOUT_S = 2.0
 ENDED_WITHIN_S = 120.0
@@ -76,8 +81,6 @@ def test_evaluate_item_and_evaluate_items_record_the_stop_on_the_item(make_db: C
 def test_the_inspect_scorer_stops_the_runaway_with_its_worker(tmp_path: Path) -> None:
     """The inspect_ai scorer ran each sample's queries and evidence in inspect's own process, unguarded."""
     import math
-
-    import pytest
 
     pytest.importorskip("inspect_ai", reason="the optional extra rose-sql[inspect] is not installed")
     from inspect_ai import Task, eval

@@ -186,6 +186,7 @@ def test_64_concurrent_slow_requests_are_not_serialized() -> None:
         assert elapsed < 8.0, f"64 requests of 0.5 s took {elapsed:.1f} s: the server serializes"
 
 
+@pytest.mark.slow  # waits out scripted timeouts on the wire
 def test_transient_faults_are_all_retried_through() -> None:
     texts = [f"question {i}" for i in range(100)]
     faults = with_faults(by_content(lambda text: Reply(content=f"answer to {text}")), rate=0.3, timeout_delay_s=3.0)

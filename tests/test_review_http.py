@@ -306,6 +306,7 @@ def test_the_command_loads_a_run_and_refuses_what_it_cannot_use(tmp_path: Path) 
     assert result.exit_code == 0  # a --out folder with one system is that system
 
 
+@pytest.mark.slow  # waits for a runaway to reach its wall-clock guard
 def test_an_annotators_runaway_call_is_stopped_with_its_worker(tmp_path: Path) -> None:
     """A query SQLite cannot interrupt (instr over megabytes) is stopped by the worker engine's guard."""
     import time

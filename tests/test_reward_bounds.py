@@ -52,6 +52,7 @@ def test_config_keeps_queries_in_worker_processes() -> None:
     )
 
 
+@pytest.mark.slow  # waits for a runaway to reach its wall-clock guard or deadline
 def test_an_uninterruptible_call_is_stopped_with_its_worker(db: Database) -> None:
     with RewardScorer(RewardConfig(timeout_s=1.0, processes=1)) as scorer:
         start = time.monotonic()
@@ -83,6 +84,7 @@ def test_a_wall_guard_stop_is_unscored_never_the_timeout_reward(db: Database) ->
     assert (budget.status, budget.execution) == ("timeout", -0.5) and "5,000,000 steps" in budget.detail
 
 
+@pytest.mark.slow  # waits for a runaway to reach its wall-clock guard or deadline
 def test_the_adapters_run_queries_where_the_guard_can_stop_them(db: Database) -> None:
     start = time.monotonic()
     label = {"gold_sql": GOLD, "db_path": db.target}
@@ -93,6 +95,7 @@ def test_the_adapters_run_queries_where_the_guard_can_stop_them(db: Database) ->
     assert r["status"] == "wall_guard" and r["scored"] is False and "wall-time guard" in r["error"]
 
 
+@pytest.mark.slow  # waits for a runaway to reach its wall-clock guard or deadline
 def test_a_deadline_answers_the_slow_items_and_scores_the_others(db: Database) -> None:
     items = [RewardItem(RUNAWAY, GOLD, db), RewardItem(OTHER_GOLD, OTHER_GOLD, db), RewardItem(GOLD, GOLD, db)]
     with RewardScorer(RewardConfig(max_steps=10**12, timeout_s=60.0, processes=2)) as scorer:

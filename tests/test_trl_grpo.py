@@ -53,6 +53,7 @@ def _missing(*modules: str) -> list[str]:
 # --------------------------------------------------------------------------- TRL's call
 
 
+@pytest.mark.slow  # imports TRL and transformers
 def test_trl_reward_takes_every_argument_grpo_trainer_passes(root: Path) -> None:
     """GRPOTrainer calls ``f(prompts=, completions=, completion_ids=, **reward_kwargs)``, reward_kwargs being the
     dataset's columns plus the names it sets itself; read those names from the installed TRL's source."""

@@ -205,6 +205,7 @@ def test_keep_unscored_keeps_them(league_run: tuple[Path, Path], tmp_path: Path)
 # --------------------------------------------------------------------------- interruptions and mistakes
 
 
+@pytest.mark.slow  # interrupts a rose run as a process of its own, mid-run
 def test_ctrl_c_stops_saves_and_says_how_to_resume(make_db: Any, tmp_path: Path) -> None:
     db_root = make_db(LEAGUE, db_id="league").parent.parent
     slow = (
