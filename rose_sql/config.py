@@ -525,6 +525,9 @@ class Config:
     """Wall-clock guard for one query: a query still running after it is stopped (inside SQLite, or by
     stopping its worker process when SQLite cannot interrupt the call), and its item is unscored
     ``wall_guard``, never scored: retried by ``--resume``. A guard against runaways, never a verdict."""
+    guard_margin_s: float = GUARD_MARGIN_S
+    """Seconds past a statement's own time limit after which its worker process is stopped (the wall guard,
+    :data:`GUARD_MARGIN_S`): room for a statement that ends on its own a little late on a loaded machine."""
     server_timeout_s: float | None = None
     """Wall-clock limit of one query on PostgreSQL, MySQL/MariaDB and DuckDB, enforced by the engine
     (``statement_timeout``, ``max_statement_time``, an interrupt): they have no step counter, so a query
@@ -758,11 +761,13 @@ class RewardConfig:
         ),
     )
     """Wall-clock guard of one predicted query, far behind its step budget: past it the query is stopped
-    inside SQLite, or, inside a call SQLite cannot interrupt, by stopping its worker process 5 s later
-    (:data:`GUARD_MARGIN_S`). Its item is unscored ``wall_guard``: wall time never decides
+    inside SQLite, or, inside a call SQLite cannot interrupt, by stopping its worker process ``guard_margin_s``
+    (5 s) later. Its item is unscored ``wall_guard``: wall time never decides
     a reward."""
     gold_timeout_s: float = 150.0
     """The same guard for a gold query; its items are unscored ``wall_guard``."""
+    guard_margin_s: float = GUARD_MARGIN_S
+    """Seconds past a query's own time limit after which its worker process is stopped (the wall guard)."""
     max_rows: int = 20_000
     """Rows kept per result; a gold past it is ``undecidable``, a prediction past it is ``wrong``."""
     max_sql_chars: int = 20_000
@@ -827,6 +832,7 @@ class RewardConfig:
             count_past_cap_steps=0,
             workers=1,
             cache_cells=self.cache_cells,
+            guard_margin_s=self.guard_margin_s,
         )
 
     @classmethod

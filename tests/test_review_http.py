@@ -317,7 +317,7 @@ def test_an_annotators_runaway_call_is_stopped_with_its_worker(tmp_path: Path) -
     run, db_root = demo_records(tmp_path, n=3)
     state = tmp_path / "state.sqlite"
     load_project(state, "demo", run, db_root)
-    cfg = config(state, query=replace(query_config(), timeout_s=1.0))
+    cfg = config(state, query=replace(query_config(), timeout_s=1.0, guard_margin_s=0.5))
     with thread_server(cfg) as base:
         c = _signed_in(base, "eve")
         sql = "SELECT instr(printf('%.*c', 4000000, 'a') || 'b', printf('%.*c', 400000, 'a') || 'b')"
@@ -327,7 +327,7 @@ def test_an_annotators_runaway_call_is_stopped_with_its_worker(tmp_path: Path) -
         )
         took = time.monotonic() - start
         assert status == 200 and "guard" in body.decode()
-        assert took < 1.0 + 5 + 15  # the guard, its margin, and a fresh worker's start on a loaded machine
+        assert took < 1.0 + 0.5 + 15  # the guard, its margin, and a fresh worker's start on a loaded machine
         status, _, body = c.request(
             "POST", "/p/demo/query?id=2", json.dumps({"sql": "SELECT 1"}).encode(), {"Content-Type": "application/json"}
         )

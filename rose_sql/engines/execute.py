@@ -24,7 +24,7 @@ import weakref
 from collections import OrderedDict
 from concurrent.futures import Future
 
-from rose_sql.config import GUARD_MARGIN_S, Config
+from rose_sql.config import Config
 from rose_sql.engines import Database, Engine, Kind, TableInfo, open_engine
 from rose_sql.engines.base import CONTRACT, GUARD_STOPPED, UNREADABLE, DbKey, Fingerprint
 from rose_sql.engines.workers import Pool, Watch, limit_memory, statement_key
@@ -171,7 +171,7 @@ class Executor:
         if key in self.watch.poisoned:
             process = CONTRACT["process"]
             return Execution(process.status, 0.0, error=GUARD_STOPPED, limit=process.limit), 0
-        self.watch.arm(key, engine.guard_s + GUARD_MARGIN_S)
+        self.watch.arm(key, engine.guard_s + self.config.guard_margin_s)
         try:
             return engine.run(db, sql, role)
         finally:
