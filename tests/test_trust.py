@@ -288,9 +288,10 @@ def _busy(n: int) -> list[subprocess.Popen[bytes]]:
 def test_the_same_records_on_an_idle_and_a_saturated_machine(shared: Path, tmp_path: Path) -> None:
     from rose_sql.record import comparable
 
-    files = [superhero_items(shared, tmp_path, 40, "alpha")]
+    n = 20  # items of each system: a bounded sample of a load test (40 each before: 69 s, the suite's third longest)
+    files = [superhero_items(shared, tmp_path, n, "alpha")]
     c3 = [x for x in json.loads((shared / "preds/bird-dev/c3-result.json").read_text()) if x["db_id"] == "superhero"]
-    (tmp_path / "c3.json").write_text(json.dumps(c3[:40]))
+    (tmp_path / "c3.json").write_text(json.dumps(c3[:n]))
     files.append(tmp_path / "c3.json")
     runs = {}
     for name in ("idle", "loaded"):  # one fence secret: the two runs must build the very same prompts
@@ -311,9 +312,9 @@ def test_the_same_records_on_an_idle_and_a_saturated_machine(shared: Path, tmp_p
                     p.kill()
             runs[name] = {f"{f.stem}/{r.id}": r for f in files for r in read_records(out / f.stem / "records.jsonl")}
     idle, loaded = runs["idle"], runs["loaded"]
-    assert idle.keys() == loaded.keys() and len(idle) == 80
+    assert idle.keys() == loaded.keys() and len(idle) == 2 * n
     assert not [k for k, r in {**idle, **loaded}.items() if r.unscored_reason in ("internal_error", "wall_guard")]
     assert sum(1 for r in idle.values() if r.evidence is not None and r.evidence.witness is not None) > 0
-    assert sum(1 for r in idle.values() if r.judges) > 20
+    assert sum(1 for r in idle.values() if r.judges) > n // 2
     different = [k for k in idle if comparable(idle[k]) != comparable(loaded[k])]
     assert different == []
