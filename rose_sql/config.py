@@ -202,8 +202,9 @@ class JudgeConfig:
     max_retries: int = option(5, flags="--max-retries", min=0, help="Retries per call.")
     """Retries (with exponential backoff) on 429, 5xx, timeouts and connection errors."""
     retry_backoff_s: tuple[float, float] = field(default_factory=default_retry_backoff)
-    """The pause before the first retry and the longest, in seconds (:func:`default_retry_backoff`); a
-    server's ``retry-after`` (up to a minute) comes before it."""
+    """The pause before the first retry and the longest, in seconds: 0.5 and 8 (the SDK's own), or
+    ``$ROSE_RETRY_BACKOFF_S`` (``FIRST,LONGEST``; the tests set ``0,0``); a server's ``retry-after`` (up to a
+    minute) comes before it."""
     temperature: float | None = scores(0.0)
     """Sampling temperature; dropped (and recorded as such) where the model refuses it."""
     seed: int | None = scores(20260101)
