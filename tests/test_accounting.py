@@ -24,7 +24,7 @@ from rose_sql.accounting import FIGURES, READINGS, figures
 from rose_sql.cli import main
 from rose_sql.record import Record, read_records
 from rose_sql.summary import Brief, summarize
-from rose_sql.testing import Reply, ScriptedOpenAI, by_content
+from rose_sql.testing import MockOpenAI, Reply, by_content
 
 _PROVER = {"expected_answer": "one number", "sql_behaviour": "counts", "reasoning": "as asked"}
 PROVER_NO = json.dumps({**_PROVER, "answers_question": False})
@@ -76,7 +76,7 @@ def test_an_endpoint_that_is_down_stops_the_run_rather_than_scoring_every_item_j
 
 def test_a_refused_key_stops_the_run_with_the_servers_message(make_db: Any, tmp_path: Path) -> None:
     items, root = _league(make_db, tmp_path)
-    with ScriptedOpenAI(api_key="the-right-key") as srv:
+    with MockOpenAI(api_key="the-right-key") as srv:
         res = _invoke("run", items, "--db", root, "--out", tmp_path / "out", "--judge-model", "m",
                       "--judge-base-url", srv.base_url, "--no-cache", env={"OPENAI_API_KEY": "wrong"})  # fmt: skip
         assert srv.calls == 0  # the check is no judge call
@@ -92,7 +92,7 @@ def busy(request: dict[str, Any], index: int) -> Reply:
 def test_any_http_answer_counts_as_reachable_and_judge_errors_exit_3(make_db: Any, tmp_path: Path) -> None:
     """A 503 is an answer: the run goes on, its items are judge_error, and it exits 3 saying what continues."""
     items, root = _league(make_db, tmp_path)
-    with ScriptedOpenAI(busy) as srv:
+    with MockOpenAI(busy) as srv:
         res = _invoke("run", items, "--db", root, "--out", tmp_path / "out", "--judge-model", "m",
                       "--judge-base-url", srv.base_url, "--no-cache", "--max-retries", "0")  # fmt: skip
     assert res.exit_code == 3, res.output
@@ -109,7 +109,7 @@ def test_any_http_answer_counts_as_reachable_and_judge_errors_exit_3(make_db: An
 def test_a_fully_cached_rerun_never_checks_the_endpoint(make_db: Any, tmp_path: Path) -> None:
     items, root = _league(make_db, tmp_path)
     cache = tmp_path / "cache"
-    with ScriptedOpenAI(
+    with MockOpenAI(
         by_content(lambda text: Reply(content=REFUTER_KEEP if "Reference SQL" in text else PROVER_YES))
     ) as srv:
         first = _invoke("run", items, "--db", root, "--out", tmp_path / "a", "--judge-model", "m",
@@ -126,7 +126,7 @@ def test_a_spent_budget_exits_3(make_db: Any, tmp_path: Path) -> None:
     items, root = _league(make_db, tmp_path)
     prices = tmp_path / "prices.json"
     prices.write_text(json.dumps({"m": {"input": 1000.0, "output": 1000.0}}))
-    with ScriptedOpenAI(by_content(lambda text: Reply(content=PROVER_NO))) as srv:
+    with MockOpenAI(by_content(lambda text: Reply(content=PROVER_NO))) as srv:
         res = _invoke("run", items, "--db", root, "--out", tmp_path / "out", "--judge-model", "m",
                       "--judge-base-url", srv.base_url, "--no-cache", "--budget", "0.0001",
                       "--prices", prices)  # fmt: skip
@@ -191,7 +191,7 @@ def test_options_that_would_do_nothing_are_refused(make_db: Any, tmp_path: Path,
 
 def test_no_evidence_with_the_default_policy_says_how_matches_are_decided(make_db: Any, tmp_path: Path) -> None:
     items, root = _league(make_db, tmp_path)
-    with ScriptedOpenAI(by_content(lambda text: Reply(content=PROVER_NO))) as srv:
+    with MockOpenAI(by_content(lambda text: Reply(content=PROVER_NO))) as srv:
         res = _invoke("run", items, "--db", root, "--out", tmp_path / "out", "--judge-model", "m",
                       "--judge-base-url", srv.base_url, "--no-cache", "--no-evidence")  # fmt: skip
     assert res.exit_code == 0, res.output

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import peak_rss_growth, sha256
+from conftest import peak_rss_growth, sha256, write_items
 
 from rose_sql.comparison.comparator import compare
-from rose_sql.config import Config
+from rose_sql.config import GUARD_MARGIN_S, Config
 from rose_sql.engines import Database, Source
-from rose_sql.engines.execute import GUARD_MARGIN_S, Executor, run_query
+from rose_sql.engines.execute import Executor, run_query
 from rose_sql.evidence.finder import Finder
 from rose_sql.items.load import Item
 from rose_sql.record import read_records
@@ -43,14 +43,12 @@ SLOW_CALLS = {  # each is one call SQLite cannot interrupt, of 10 s to minutes o
 }
 
 
-def rose(*args: object, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def rose_process(
+    *args: object, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """``rose ARGS`` as a user runs it, in a process of its own."""
     cmd = [sys.executable, "-m", "rose_sql", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
-
-
-def write_items(path: Path, rows: list[dict[str, object]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
 
 
 @pytest.mark.slow
@@ -65,7 +63,7 @@ def test_calls_sqlite_cannot_interrupt_are_stopped_by_the_guard(make_db: Callabl
     items = write_items(tmp_path / "items.jsonl", rows)
     timeout = 2.0
     start = time.monotonic()
-    done = rose("run", items, "--db-root", db.parent.parent, "--out", tmp_path / "out", "--timeout", timeout)
+    done = rose_process("run", items, "--db-root", db.parent.parent, "--out", tmp_path / "out", "--timeout", timeout)
     took = time.monotonic() - start
     assert done.returncode == 3 and "4 wall_guard" in done.stderr, done.stderr  # never a score: unscored, named
     records = {r.id: r for r in read_records(tmp_path / "out/items/records.jsonl")}
@@ -76,7 +74,7 @@ def test_calls_sqlite_cannot_interrupt_are_stopped_by_the_guard(make_db: Callabl
         assert "wall-time guard" in r.why
     assert {records[f"ok{i}"].readings.bird_ex for i in range(4)} == {0, 1}
     # each runaway costs at most its guard and a fresh worker; two workers share them
-    per_runaway = timeout + GUARD_MARGIN_S + 5
+    per_runaway = timeout + GUARD_MARGIN_S + 5  # the CLI's margin: rose run has no option for it
     assert took < len(SLOW_CALLS) * per_runaway + 30, took
     assert sha256(db) == digest and sorted(p.name for p in db.parent.iterdir()) == [db.name]
 
@@ -142,7 +140,7 @@ def test_a_runaway_witness_search_is_stopped_and_says_so(make_db: Callable[..., 
         tmp_path / "items.jsonl", [{"id": 1, "db_id": "d", "gold_sql": "SELECT count(*) FROM t", "pred_sql": pred}]
     )
     start = time.monotonic()
-    done = rose(
+    done = rose_process(
         "run", items, "--db-root", db.parent.parent, "--out", tmp_path / "out", "--evidence", "--evidence-budget", 2
     )
     took = time.monotonic() - start

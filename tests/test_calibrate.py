@@ -1,5 +1,6 @@
 """``rose calibrate``: ROSE-VEC's items whose databases are here (superhero, student_club, toxicology), judged
-by scripted judges over real HTTP; cards and the upgrade rule."""
+by scripted judges under the real openai client (:class:`~rose_sql.testing.MockOpenAI`: the wire is not what
+is tested here); cards and the upgrade rule."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from rose_sql.cli.calibrate import RUN_OPTIONS, calibrate_cmd
 from rose_sql.cli.main import main
 from rose_sql.cli.run import run_cmd
 from rose_sql.engines import Source
-from rose_sql.testing import Reply, ScriptedOpenAI, by_content
+from rose_sql.testing import MockOpenAI, Reply, by_content
 
 ENV = {"OPENAI_API_KEY": "t"}
 HERE = {"superhero", "student_club", "toxicology"}
@@ -49,7 +50,7 @@ def always_pass(text: str) -> Reply:
     return Reply(content=json.dumps(REFUTER if "Reference SQL" in text else PROVER))
 
 
-def calibrate(shared: Path, srv: ScriptedOpenAI, out: Path, *extra: str) -> Any:
+def calibrate(shared: Path, srv: MockOpenAI, out: Path, *extra: str) -> Any:
     args = [
         "calibrate",
         "--rose-vec",
@@ -91,7 +92,7 @@ def test_select_keeps_items_whose_database_exists(shared: Path) -> None:
 
 
 def test_calibrate_cards_and_upgrade_rule(shared: Path, present: list[dict[str, Any]], tmp_path: Path) -> None:
-    with ScriptedOpenAI(oracle(present)) as srv:
+    with MockOpenAI(oracle(present)) as srv:
         first = calibrate(shared, srv, tmp_path / "oracle")
         assert first.exit_code == 0, first.output
         assert srv.calls > 0
@@ -109,7 +110,7 @@ def test_calibrate_cards_and_upgrade_rule(shared: Path, present: list[dict[str, 
     assert "lacks" not in first.output
 
     # a judge that passes everything, compared with the oracle's card by the upgrade rule
-    with ScriptedOpenAI(by_content(always_pass)) as srv:
+    with MockOpenAI(by_content(always_pass)) as srv:
         second = calibrate(shared, srv, tmp_path / "pass", "--card", str(card_path))
         assert second.exit_code == 0, second.output
     assert "Keep using the current judge, ROSE_gpt-4o-mini-202612" in second.output
@@ -122,7 +123,7 @@ def test_calibrate_cards_and_upgrade_rule(shared: Path, present: list[dict[str, 
 
     # the other way round the oracle replaces the always-pass judge
     pass_card = tmp_path / "pass" / "ROSE_gpt-4o-mini-202612.json"
-    with ScriptedOpenAI(oracle(present)) as srv:
+    with MockOpenAI(oracle(present)) as srv:
         third = calibrate(shared, srv, tmp_path / "oracle-again", "--card", str(pass_card))
         assert third.exit_code == 0, third.output
     assert "Use the new judge, ROSE_gpt-4o-mini-202612" in third.output
@@ -131,7 +132,7 @@ def test_calibrate_cards_and_upgrade_rule(shared: Path, present: list[dict[str, 
 
 
 def test_dry_run_calls_nothing_and_writes_nothing(shared: Path, tmp_path: Path) -> None:
-    with ScriptedOpenAI(by_content(always_pass)) as srv:
+    with MockOpenAI(by_content(always_pass)) as srv:
         result = calibrate(shared, srv, tmp_path / "dry", "--dry-run")
         assert result.exit_code == 0, result.output
         assert srv.requests == [] and srv.http_requests == 0
@@ -152,7 +153,7 @@ def test_labels_file_from_review_export(shared: Path, present: list[dict[str, An
     other = {"name": "ROSE_o3-202601", "validation_set": {"name": "ROSE-VEC", "sha256": "x"}}
     other["agreement"] = {"kappa": 80.0, "accuracy": 90.0, "mcc": 80.0, "f1": 90.0}
     (tmp_path / "old.json").write_text(json.dumps(other))
-    with ScriptedOpenAI(oracle(present)) as srv:
+    with MockOpenAI(oracle(present)) as srv:
         args = ["calibrate", "--labels", str(export / "heroes.json"), "--db", str(shared / "bird")]
         args += ["--out", str(tmp_path / "c"), "--judge-model", "m", "--judge-base-url", srv.base_url, "--no-cache"]
         args += ["--card", str(tmp_path / "old.json")]
@@ -172,7 +173,7 @@ def test_a_judge_that_fails_leaves_a_card_of_what_was_scored_and_exit_3(
     export = tmp_path / "heroes"
     export.mkdir()
     (export / "heroes.json").write_text(json.dumps(present[:6]))
-    with ScriptedOpenAI(lambda request, index: Reply(status=503, error="overloaded")) as srv:
+    with MockOpenAI(lambda request, index: Reply(status=503, error="overloaded")) as srv:
         args = ["calibrate", "--labels", str(export / "heroes.json"), "--db", str(shared / "bird")]
         args += ["--out", str(tmp_path / "c"), "--judge-model", "m", "--judge-base-url", srv.base_url, "--no-cache"]
         result = CliRunner().invoke(main, [*args, "--bootstrap", "0", "--no-evidence", "--max-retries", "0"], env=ENV)

@@ -34,7 +34,7 @@ from rose_sql.readings.formulas import ts_equal
 from rose_sql.record import read_records
 from rose_sql.results import Execution, ResultSet
 from rose_sql.reward.execution import execution_outcome, execution_value
-from rose_sql.testing import Reply, ScriptedOpenAI, by_content
+from rose_sql.testing import MockOpenAI, Reply, by_content
 
 WIDTHS = [12, 32, 64]
 
@@ -149,7 +149,8 @@ def triples(ms: list[int]) -> int:
     return sum(1 for x in ms for y in ms if x < y and x ^ y in s)
 
 
-@pytest.mark.parametrize("width", WIDTHS)
+# the wider searches take 4 s each: the inner loop runs the narrowest
+@pytest.mark.parametrize("width", [WIDTHS[0], *(pytest.param(w, marks=pytest.mark.slow) for w in WIDTHS[1:])])
 def test_hard_alike_columns_end_in_a_right_answer_or_undecided_within_the_budget(width: int) -> None:
     gold_masks = masks(width)
     other = [*gold_masks[:-1], (width * 37) % 127 + 1]
@@ -282,7 +283,7 @@ def test_rose_run_without_a_judge_leaves_an_undecided_item_unscored_undecided(
 def test_with_a_judge_an_undecided_item_goes_to_the_prover(make_db: Callable[..., Path], tmp_path: Path) -> None:
     items, root = _wide_items(make_db, tmp_path)
     no = json.dumps({"expected_answer": "e", "sql_behaviour": "b", "reasoning": "r", "answers_question": False})
-    with ScriptedOpenAI(by_content(lambda text: Reply(content=no))) as srv:
+    with MockOpenAI(by_content(lambda text: Reply(content=no))) as srv:
         res = CliRunner().invoke(main, ["run", str(items), "--db", str(root), "--out", str(tmp_path / "out"),
                                         "--workers", "1", "--judge-model", "m", "--judge-base-url", srv.base_url,
                                         "--no-cache"], env={"OPENAI_API_KEY": "test"})  # fmt: skip

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import rose
 from servers import MYSQL_ADMIN, PG_ADMIN, SUPERHERO, reachable, superhero_fixture  # noqa: F401
 
 from rose_sql.cli.main import main
@@ -384,3 +385,23 @@ def test_wide_rows_are_cut_as_they_arrive_never_fetched_by_the_thousand(
     limit = 900 if kind == "duckdb" else 300
     print(f"{kind}: 600 rows of 1 MB, peak RSS grew by {growth[0]} MB")
     assert growth[0] < limit, f"peak RSS grew by {growth[0]} MB"
+
+
+def test_rose_db_copy_builds_a_small_database_in_duckdb_that_answers_as_sqlite(league: Path, tmp_path: Path) -> None:
+    """``rose db copy`` without a server (the inner loop's): a SQLite file copied into DuckDB answers a query as
+    the file does through the sandbox, is not overwritten without --replace, and needs no reader role."""
+    pytest.importorskip("duckdb", reason="DuckDB is not installed: pip install 'rose-sql[duckdb]'")
+    url = f"duckdb://{tmp_path / 'league.duckdb'}"
+    sqlite_file = league / "league" / "league.sqlite"
+    copied = rose("db", "copy", sqlite_file, url, code=0)
+    assert "copied 2 tables, 7 rows" in copied.output, copied.output
+    sql = "SELECT p.name, t.city FROM player p LEFT JOIN team t ON t.id = p.team_id WHERE p.age > 20 ORDER BY p.name"
+    with Executor(Config(workers=1), watch=Watch()) as ex:
+        copy, original = ex.run(Source.parse(url).locate("league"), sql), ex.run(Database.file(sqlite_file), sql)
+    assert copy.ok and copy.result is not None and original.result is not None
+    assert copy.result.rows == original.result.rows == (("Ana", "Lyon"), ("Ben", "Lyon"), ("Cleo", "Nice"))
+    again = rose("db", "copy", sqlite_file, url)
+    assert again.exit_code == 2 and "--replace" in again.output
+    assert "copied" in rose("db", "copy", sqlite_file, url, "--replace", code=0).output
+    reader = rose("db", "reader", url)
+    assert reader.exit_code == 2 and "always opened read-only" in reader.output

@@ -6,7 +6,8 @@ sandbox's). For every case: ``Executor.run`` does not raise, the
 status is what the kind of attack demands, the database file is byte-identical, no ``-journal``,
 ``-wal`` or ``-shm`` file appears, no file named by the SQL is created, the process's peak memory
 grows by less than 500 MB and the call returns (a generous hang guard, not a timing assertion).
-The whole set then goes through the real ``rose run`` command.
+The whole set then goes through the real ``rose run`` command. The cases are data:
+``tests/cases/hostile.json``.
 
 Kinds: ``write`` (a write or side effect: rejected or an error), ``bomb`` (a read that must be
 stopped: timeout, error, rejected, or guard when the wall-clock guard came first), ``capped`` (a read
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import peak_rss_growth, sha256
+from conftest import peak_rss_growth, sha256, write_items
 
 import rose_sql.engines.base
 import rose_sql.sql
@@ -64,105 +65,17 @@ class Case:
     kind: str
 
 
-def _cross_join(n: int) -> str:
-    return "SELECT count(*) FROM " + ", ".join(f"{{t}} j{i}" for i in range(n))
+def sql_of(spec: str | list[Any]) -> str:
+    """A case's SQL as the data file gives it: its text, or (the long ones) its parts, each a text or
+    ``[text, times]``, joined."""
+    return spec if isinstance(spec, str) else "".join(p if isinstance(p, str) else p[0] * p[1] for p in spec)
 
 
-FOREVER = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c)"
 CASES = [
-    # writes and DDL
-    Case("insert", "INSERT INTO {t} DEFAULT VALUES", "write"),
-    Case("insert_select", "INSERT INTO {t} SELECT * FROM {t}", "write"),
-    Case("update", "UPDATE {t} SET rowid = rowid + 1000", "write"),
-    Case("delete", "DELETE FROM {t}", "write"),
-    Case("replace", "REPLACE INTO {t} SELECT * FROM {t}", "write"),
-    Case("with_delete", "WITH x AS (SELECT 1) DELETE FROM {t}", "write"),
-    Case("with_insert", "WITH x AS (SELECT 1) INSERT INTO {t} DEFAULT VALUES", "write"),
-    Case("create_table", "CREATE TABLE evil (x)", "write"),
-    Case("create_table_as", "CREATE TABLE evil AS SELECT * FROM {t}", "write"),
-    Case("create_index", "CREATE INDEX evil ON {t} (rowid)", "write"),
-    Case("drop_table", "DROP TABLE {t}", "write"),
-    Case("alter_rename", "ALTER TABLE {t} RENAME TO evil", "write"),
-    Case("alter_add", "ALTER TABLE {t} ADD COLUMN evil", "write"),
-    Case("temp_table", "CREATE TEMP TABLE evil (x)", "write"),
-    Case("temp_view", "CREATE TEMP VIEW evil AS SELECT 1", "write"),
-    Case("trigger", "CREATE TRIGGER evil AFTER DELETE ON {t} BEGIN SELECT 1; END", "write"),
-    Case("temp_trigger", "CREATE TEMP TRIGGER evil AFTER DELETE ON {t} BEGIN SELECT 1; END", "write"),
-    # files and other databases
-    Case("attach", "ATTACH DATABASE '{evil}' AS evil", "write"),
-    Case("attach_memory", "ATTACH DATABASE ':memory:' AS evil", "write"),
-    Case("detach", "DETACH DATABASE main", "write"),
-    Case("vacuum", "VACUUM", "write"),
-    Case("vacuum_into", "VACUUM INTO '{evil}'", "write"),
-    Case("reindex", "REINDEX", "write"),
-    Case("analyze", "ANALYZE", "write"),
-    Case("load_extension", "SELECT load_extension('{evil}')", "write"),
-    Case("load_extension_entry", "SELECT load_extension('x', 'sqlite3_extension_init')", "write"),
-    Case("fts3_tokenizer", "SELECT fts3_tokenizer('simple')", "write"),
-    # pragmas and transactions
-    Case("journal_delete", "PRAGMA journal_mode = delete", "write"),
-    Case("journal_wal", "PRAGMA journal_mode = wal", "write"),
-    Case("user_version", "PRAGMA user_version = 5", "write"),
-    Case("writable_schema", "PRAGMA writable_schema = 1", "write"),
-    Case("query_only_off", "PRAGMA query_only = 0", "write"),
-    Case("heap_limit_off", "PRAGMA hard_heap_limit = 0", "write"),
-    Case("pragma_function", "SELECT * FROM pragma_table_info('{t}')", "write"),
-    Case("begin", "BEGIN", "write"),
-    Case("begin_immediate", "BEGIN IMMEDIATE", "write"),
-    Case("commit", "COMMIT", "write"),
-    Case("rollback", "ROLLBACK", "write"),
-    Case("savepoint", "SAVEPOINT s", "write"),
-    Case("release", "RELEASE s", "write"),
-    # several statements, hidden statements
-    Case("select_then_drop", "SELECT 1; DROP TABLE {t}", "write"),
-    Case("select_then_delete", "SELECT 1;DELETE FROM {t};", "write"),
-    Case("delete_then_select", "DELETE FROM {t}; SELECT 1", "write"),
-    Case("comment_then_drop", "/* SELECT */ DROP TABLE {t}", "write"),
-    Case("nul_then_drop", "SELECT 1\x00; DROP TABLE {t}", "write"),
-    Case("trailing_comment_stmt", "SELECT 1 -- ; DROP TABLE {t}", "inert"),
-    Case("block_comment_stmt", "SELECT 1 /* ; DROP TABLE {t} */", "inert"),
-    Case("semicolon_comment", "SELECT 1; -- DROP TABLE {t}", "inert"),
-    # bombs bounded by the timeout
-    Case("recursive_count", FOREVER + " SELECT count(*) FROM c", "bomb"),
-    Case("recursive_sort", FOREVER + " SELECT x FROM c ORDER BY x DESC LIMIT 1", "bomb"),
-    Case("recursive_distinct", FOREVER + " SELECT count(DISTINCT x) FROM c", "bomb"),
-    Case("cross_join", _cross_join(30), "bomb"),
-    Case("cross_join_sorted", _cross_join(20).replace("count(*)", "j0.rowid") + " ORDER BY random() LIMIT 1", "bomb"),
-    Case("recursive_rows", FOREVER + " SELECT x FROM c", "capped"),
-    # giants: the value-length limit, not memory, must stop them
-    Case("randomblob", "SELECT randomblob(2000000000)", "bomb"),
-    Case("zeroblob", "SELECT zeroblob(2000000000)", "bomb"),
-    Case("zeroblob_length", "SELECT length(zeroblob(2000000000))", "bomb"),
-    Case("hex_replace", "SELECT length(replace(hex(zeroblob(8000000)), '0', 'aa'))", "bomb"),
-    Case("printf_giant", "SELECT printf('%.*c', 300000000, 'x')", "capped"),
-    Case(
-        "string_doubling",
-        "WITH RECURSIVE r(s) AS (SELECT 'x' UNION ALL SELECT s || s FROM r) SELECT length(s) FROM r",
-        "bomb",
-    ),
-    Case(
-        "string_growth",
-        "WITH RECURSIVE r(n, s) AS (SELECT 0, '' UNION ALL SELECT n + 1, s || printf('%.*c', 1000000, 'y') FROM r) "
-        "SELECT max(length(s)) FROM r",
-        "bomb",
-    ),
-    Case("group_concat", FOREVER + " SELECT length(group_concat(printf('%.*c', 1000, 'x'))) FROM c", "bomb"),
-    # one row of 10 values of 16 MB each: past the byte cap, so counted but not kept. (A row is only
-    # bounded by the SQLite heap limit as a whole: Python copies it before the cap can look at it.)
-    Case("wide_giant_row", "SELECT " + ", ".join(["zeroblob(16000000)"] * 10), "capped"),
-    # parse bombs and strange text
-    Case("parens_100k", "SELECT " + "(" * 100_000 + "1" + ")" * 100_000, "bomb"),
-    Case("parens_60k", "SELECT " + "(" * 60_000 + "1" + ")" * 60_000, "bomb"),
-    Case("plus_one_50k", "SELECT 1" + " + 1" * 50_000, "bomb"),
-    Case("subqueries_5k", "SELECT * FROM " + "(SELECT * FROM " * 5000 + "{t}" + ")" * 5000, "bomb"),
-    Case("columns_40k", "SELECT " + ", ".join(["1"] * 40_000), "bomb"),
-    Case("nul_in_literal", "SELECT 'a\x00b'", "bomb"),
-    Case("lone_surrogate", "SELECT '\udcff'", "bomb"),
-    Case("invalid_utf8_escape", "SELECT 1 FROM {t} WHERE b = '\udce9t\udce9'", "bomb"),
-    Case("high_surrogate", "SELECT '\ud800' || 1", "bomb"),
-    Case("long_sql", "SELECT 1 WHERE " + " AND ".join(["1 = 1"] * 100_000), "bomb"),
-    Case("long_literal", "SELECT '" + "a" * 1_000_000 + "'", "bomb"),
+    Case(c["id"], sql_of(c["sql"]), c["kind"])
+    for c in json.loads((Path(__file__).parent / "cases" / "hostile.json").read_text(encoding="utf-8"))
 ]
+"""The corpus, in tests/cases/hostile.json (escapes keep its NUL and lone surrogates as they are)."""
 WRITES = [c for c in CASES if c.kind == "write"]
 REAL_DB = Path("spider/database/concert_singer/concert_singer.sqlite")
 
@@ -374,10 +287,6 @@ def test_gate_reasons(sql: str, reason: str) -> None:
 def rose_command() -> list[str]:
     script = Path(sys.executable).with_name("rose")
     return [str(script)] if script.exists() else [sys.executable, "-m", "rose_sql"]
-
-
-def write_items(path: Path, items: list[dict[str, Any]]) -> None:
-    path.write_text("".join(json.dumps(it) + "\n" for it in items), encoding="utf-8")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from click.testing import CliRunner
@@ -283,7 +284,7 @@ def test_scores_only_folders_import_as_scores(outputs: tuple[Path, Path]) -> Non
 
 def test_replay_and_card_of_a_judged_run(tmp_path: Path, make_db: Any) -> None:
     """A run judged under the paper's policy (scripted endpoint) replays to the same scores, and to others."""
-    from rose_sql.testing import Reply, ScriptedOpenAI, by_content
+    from rose_sql.testing import MockOpenAI, Reply, by_content
 
     db = make_db("CREATE TABLE p (name TEXT, age INT); INSERT INTO p VALUES ('a', 20), ('b', 30), ('c', 40);", "t")
     gold = "SELECT name FROM p WHERE age > 25"
@@ -316,7 +317,7 @@ def test_replay_and_card_of_a_judged_run(tmp_path: Path, make_db: Any) -> None:
             }
         return Reply(content=json.dumps(body))
 
-    with ScriptedOpenAI(by_content(judge)) as srv:
+    with MockOpenAI(by_content(judge)) as srv:
         args = [
             "run",
             str(items),
@@ -369,6 +370,6 @@ def test_replay_and_card_of_a_judged_run(tmp_path: Path, make_db: Any) -> None:
     )
     assert res.exit_code == 0, res.output
     card = json.loads(card_path.read_text())
-    assert card["name"] == "ROSE_judge-m-202602" and card["provider"] == "127.0.0.1"
+    assert card["name"] == "ROSE_judge-m-202602" and card["provider"] == urlsplit(srv.base_url).hostname  # its host
     assert set(card["prompts"]) == {"prover", "refuter", "refuter_matched"}
     assert card["parameters"]["matched_refuter"] == "always" and card["parameters"]["temperature"] == 0.0

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from rose_sql.errors import InputError, UsageError
 from rose_sql.items.load import FORMATS, ItemId, load_items
 
@@ -239,6 +241,7 @@ def check(case: Case) -> str:
     return "loaded"
 
 
+@pytest.mark.slow  # fuzzes every reader with mutated inputs
 def test_mutated_inputs_never_crash(tmp_path: Path) -> None:
     outcomes: dict[str, int] = {}
     deadline = time.monotonic() + SECONDS

@@ -1,4 +1,6 @@
-"""The judge cascade end to end, through the real openai client, against a scripted endpoint on loopback.
+"""The judge cascade end to end, through the real openai client, against a scripted endpoint served under its
+transport (:class:`~rose_sql.testing.MockOpenAI`). The scripted server on loopback stays where the wire is
+the point: a ``rose run`` killed as a process of its own and resumed, which only a real port can serve.
 
 Where HTTP is not the point (the policies, re-asks, what a judge is shown), the cascade is tested on the LLM
 protocol's fake instead: ``test_judges_cascade.py``."""
@@ -11,23 +13,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from conftest import rose, write_items
 
-from rose_sql.cli import main
-from rose_sql.testing import Reply, ScriptedOpenAI, by_content, with_faults
+from rose_sql.testing import MockOpenAI, Reply, ScriptedOpenAI, by_content, with_faults
 from rose_sql.testing.openai_server import request_key
-
-SCHEMA = """
-CREATE TABLE team (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT);
-CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, team_id INTEGER REFERENCES team(id), age INTEGER);
-INSERT INTO team VALUES (1, 'Owls', 'Lyon'), (2, 'Hawks', 'Nice'), (3, 'Crows', NULL);
-INSERT INTO player VALUES (1, 'Ana', 1, 23), (2, 'Ben', 1, 31), (3, 'Cleo', 2, 27), (4, 'Dan', NULL, 19);
-"""
 
 PROVER_OK = {"expected_answer": "e", "sql_behaviour": "b", "reasoning": "fine", "answers_question": True}
 PROVER_NO = {**PROVER_OK, "answers_question": False, "reasoning": "misses the filter"}
@@ -63,25 +56,6 @@ def verdicts(text: str) -> Reply:
     return Reply(content="<think>weighing it</think>\n" + json.dumps(body), prompt_tokens=1000, completion_tokens=200)
 
 
-@pytest.fixture
-def league(make_db: Callable[..., Path]) -> Path:
-    return make_db(SCHEMA, db_id="league").parent.parent
-
-
-def write_items(path: Path, items: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
-    return path
-
-
-def rose(args: list[str], *, exit_code: int = 0) -> Any:
-    """``rose`` as a user runs it; ``exit_code`` 3 when the test leaves items unscored for a transient reason."""
-    result = CliRunner().invoke(main, args, catch_exceptions=False)
-    assert result.exit_code == exit_code, result.output
-    if exit_code == 3:
-        assert "exit 3:" in result.output and "--resume" in result.output  # how many, why, what continues
-    return result
-
-
 def records(out: Path, name: str = "items") -> dict[Any, dict[str, Any]]:
     lines = (out / name / "records.jsonl").read_text().splitlines()
     recs = [json.loads(x) for x in lines]
@@ -89,7 +63,7 @@ def records(out: Path, name: str = "items") -> dict[Any, dict[str, Any]]:
     return {r["id"]: r for r in recs}
 
 
-def judge_args(srv: ScriptedOpenAI, tmp: Path, *extra: str) -> list[str]:
+def judge_args(srv: ScriptedOpenAI | MockOpenAI, tmp: Path, *extra: str) -> list[str]:
     return [
         "--judge-model",
         "gpt-4o-mini",
@@ -117,17 +91,16 @@ MIXED = [
 
 def test_paper_policy_cascade(tmp_path: Path, league: Path) -> None:
     items = write_items(tmp_path / "items.jsonl", MIXED)
-    with ScriptedOpenAI(by_content(verdicts)) as srv:
+    with MockOpenAI(by_content(verdicts)) as srv:
         rose(
-            [
-                "run",
-                str(items),
-                "--db-root",
-                str(league),
-                "--out",
-                str(tmp_path / "out"),
-                *judge_args(srv, tmp_path, "--policy", "paper"),
-            ]
+            "run",
+            str(items),
+            "--db-root",
+            str(league),
+            "--out",
+            str(tmp_path / "out"),
+            *judge_args(srv, tmp_path, "--policy", "paper"),
+            code=0,
         )
         calls = srv.calls
     r = records(tmp_path / "out")
@@ -158,18 +131,17 @@ def test_paper_policy_cascade(tmp_path: Path, league: Path) -> None:
 def test_rerun_makes_no_call_and_writes_the_same_records(tmp_path: Path, league: Path) -> None:
     """Identical records apart from what measures this run: timings and whether a call was cached."""
     items = write_items(tmp_path / "items.jsonl", MIXED)
-    with ScriptedOpenAI(by_content(verdicts)) as srv:
+    with MockOpenAI(by_content(verdicts)) as srv:
         for out in ("a", "b"):
             rose(
-                [
-                    "run",
-                    str(items),
-                    "--db-root",
-                    str(league),
-                    "--out",
-                    str(tmp_path / out),
-                    *judge_args(srv, tmp_path, "--policy", "paper"),
-                ]
+                "run",
+                str(items),
+                "--db-root",
+                str(league),
+                "--out",
+                str(tmp_path / out),
+                *judge_args(srv, tmp_path, "--policy", "paper"),
+                code=0,
             )
             if out == "a":
                 first = srv.calls
@@ -198,19 +170,18 @@ def test_transient_faults_still_score_every_item(tmp_path: Path, league: Path) -
     rows = [item(i, f"SELECT name FROM player WHERE age > {20 + i % 10}") for i in range(40)]
     items = write_items(tmp_path / "items.jsonl", rows)
     faulty = with_faults(by_content(verdicts), rate=0.3, seed=7, kinds=("429", "500", "drop"), max_faults=2)
-    with ScriptedOpenAI(faulty) as srv:
+    with MockOpenAI(faulty) as srv:
         rose(
-            [
-                "run",
-                str(items),
-                "--db-root",
-                str(league),
-                "--out",
-                str(tmp_path / "out"),
-                "--concurrency",
-                "8",
-                *judge_args(srv, tmp_path, "--policy", "paper"),
-            ]
+            "run",
+            str(items),
+            "--db-root",
+            str(league),
+            "--out",
+            str(tmp_path / "out"),
+            "--concurrency",
+            "8",
+            *judge_args(srv, tmp_path, "--policy", "paper"),
+            code=0,
         )
         assert faulty.injected > 0
     r = records(tmp_path / "out")
@@ -229,8 +200,17 @@ def test_reasoning_content_only_and_refused_temperature(tmp_path: Path, league: 
         return Reply(content="", reasoning_content="Let me think. " + json.dumps(body))
 
     items = write_items(tmp_path / "items.jsonl", [MIXED[1]])
-    with ScriptedOpenAI(responder) as srv:
-        rose(["run", str(items), "--db-root", str(league), "--out", str(tmp_path / "out"), *judge_args(srv, tmp_path)])
+    with MockOpenAI(responder) as srv:
+        rose(
+            "run",
+            str(items),
+            "--db-root",
+            str(league),
+            "--out",
+            str(tmp_path / "out"),
+            *judge_args(srv, tmp_path),
+            code=0,
+        )
     r = records(tmp_path / "out")[2]
     assert r["score"] == 1 and state["refused"] == 1
     assert all(c["params"] == {"seed": 20260101, "max_tokens": 8192} for c in r["judges"])
@@ -240,20 +220,18 @@ def test_reasoning_content_only_and_refused_temperature(tmp_path: Path, league: 
 def test_budget_stops_new_calls(tmp_path: Path, league: Path) -> None:
     rows = [item(i, f"SELECT name, {i} FROM player") for i in range(30)]
     items = write_items(tmp_path / "items.jsonl", rows)
-    with ScriptedOpenAI(by_content(verdicts)) as srv:
+    with MockOpenAI(by_content(verdicts)) as srv:
         rose(
-            [
-                "run",
-                str(items),
-                "--db-root",
-                str(league),
-                "--out",
-                str(tmp_path / "out"),
-                "--concurrency",
-                "1",
-                *judge_args(srv, tmp_path, "--budget", "0.002"),
-            ],
-            exit_code=3,
+            "run",
+            str(items),
+            "--db-root",
+            str(league),
+            "--out",
+            str(tmp_path / "out"),
+            "--concurrency",
+            "1",
+            *judge_args(srv, tmp_path, "--budget", "0.002"),
+            code=3,
         )
     r = records(tmp_path / "out")
     assert len(r) == 30
@@ -264,17 +242,16 @@ def test_budget_stops_new_calls(tmp_path: Path, league: Path) -> None:
 
 def test_dry_run_calls_nothing_and_writes_nothing(tmp_path: Path, league: Path) -> None:
     items = write_items(tmp_path / "items.jsonl", MIXED)
-    with ScriptedOpenAI(by_content(verdicts)) as srv:
+    with MockOpenAI(by_content(verdicts)) as srv:
         result = rose(
-            [
-                "run",
-                str(items),
-                "--db-root",
-                str(league),
-                "--out",
-                str(tmp_path / "out"),
-                *judge_args(srv, tmp_path, "--dry-run", "--policy", "paper"),
-            ]
+            "run",
+            str(items),
+            "--db-root",
+            str(league),
+            "--out",
+            str(tmp_path / "out"),
+            *judge_args(srv, tmp_path, "--dry-run", "--policy", "paper"),
+            code=0,
         )
         assert srv.calls == 0
     assert not (tmp_path / "out").exists()

@@ -1,4 +1,5 @@
-"""``rose run --batch``: the judges' calls through the Batch API of the scripted server, end to end.
+"""``rose run --batch``: the judges' calls through the Batch API of the scripted server, end to end (the wire:
+the Batch API's files and batches are served by the scripted server only, and a run is killed as a process).
 
 The same scripted judges answer live calls and batched requests, so a batched run must score every item
 as a live run does, at the batch price, with failed and expired requests sent again in the next round and
@@ -13,13 +14,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from test_judges import MIXED, SCHEMA, item, judge_args, records, rose, verdicts, write_items
+from conftest import rose, write_items
+from test_judges import MIXED, item, judge_args, records, verdicts
 from test_resume import ENV, rose_command
 
 from rose_sql.cli import main
@@ -35,11 +36,6 @@ ITEMS = [*MIXED, item(7, "SELECT name FROM player WHERE age > 30", question="Que
 Provers' passes (items 2, 6) and the re-ask of item 7's invalid reply."""
 
 
-@pytest.fixture
-def league(make_db: Callable[..., Path]) -> Path:
-    return make_db(SCHEMA, db_id="league").parent.parent
-
-
 def batch_args(srv: ScriptedOpenAI, tmp: Path, *extra: str) -> list[str]:
     return [*judge_args(srv, tmp, "--policy", "paper", "--batch", "--batch-poll", "0.01"), *extra]
 
@@ -48,7 +44,7 @@ def run_batch(items: Path, league: Path, out: Path, srv: ScriptedOpenAI, cache: 
     """A batched run of ``items`` (the tests' ITEMS hold item 7, whose replies are never valid: each run ends
     with it judge_invalid, and exits 3 saying so)."""
     args = ["run", str(items), "--db-root", str(league), "--out", str(out), *batch_args(srv, cache, *extra)]
-    return rose(args, exit_code=3)
+    return rose(*args, code=3)
 
 
 def batch_log(out: Path) -> list[dict[str, Any]]:
@@ -64,8 +60,8 @@ def outcome(r: dict[str, Any]) -> tuple[Any, ...]:
 def test_batch_run_scores_like_live_run_at_half_price(tmp_path: Path, league: Path) -> None:
     items = write_items(tmp_path / "items.jsonl", ITEMS)
     with ScriptedOpenAI(by_content(verdicts)) as srv:
-        rose(["run", str(items), "--db-root", str(league), "--out", str(tmp_path / "live"),
-              *judge_args(srv, tmp_path / "a", "--policy", "paper")], exit_code=3)  # fmt: skip
+        rose("run", str(items), "--db-root", str(league), "--out", str(tmp_path / "live"),
+              *judge_args(srv, tmp_path / "a", "--policy", "paper"), code=3)  # fmt: skip
         live_calls = srv.calls
         srv.reset()
         result = run_batch(items, league, tmp_path / "out", srv, tmp_path / "b")
@@ -148,8 +144,8 @@ def test_expired_batch_sends_its_unfinished_requests_again(tmp_path: Path, leagu
     items = write_items(tmp_path / "items.jsonl", ITEMS)
     script = BatchScript(validating_polls=2, in_progress_polls=3, expire=lambda n: 2 if n == 0 else None)
     with ScriptedOpenAI(by_content(verdicts)) as live_srv:
-        rose(["run", str(items), "--db-root", str(league), "--out", str(tmp_path / "live"),
-              *judge_args(live_srv, tmp_path / "a", "--policy", "paper")], exit_code=3)  # fmt: skip
+        rose("run", str(items), "--db-root", str(league), "--out", str(tmp_path / "live"),
+              *judge_args(live_srv, tmp_path / "a", "--policy", "paper"), code=3)  # fmt: skip
     with ScriptedOpenAI(by_content(verdicts), batch=script) as srv:
         run_batch(items, league, tmp_path / "out", srv, tmp_path / "b")
         batches = srv.batch.batches

@@ -1,6 +1,6 @@
 """Nothing a prediction carries can answer for a judge: judges that quote the SQL they judge, every common
 way, are read the same whatever the prediction holds. The issue's reproduction and the resume check run
-end to end (``rose run`` through the real openai client against scripted judges on loopback); the property
+end to end (``rose run`` through the real openai client, scripted judges under its transport); the property
 and the attack in every context judge real executed items through :class:`~rose_sql.judges.judges.Judges`
 over the protocol's fake, since what they test is how a reply is read, not the wire."""
 
@@ -17,7 +17,6 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from test_judges import SCHEMA
 from test_judges_cascade import judge
 
 from rose_sql.cli import main
@@ -27,7 +26,7 @@ from rose_sql.errors import ReplyError
 from rose_sql.judges.context import fence
 from rose_sql.judges.replies import READING, parse_reply, quoted_data, unquote
 from rose_sql.record import Record
-from rose_sql.testing import Reply, ScriptedOpenAI, by_content
+from rose_sql.testing import MockOpenAI, Reply, by_content
 from rose_sql.testing.fake import Asked, FakeLLM
 from rose_sql.verdicts import ProverReply
 
@@ -70,17 +69,12 @@ def quoting_no(text: str) -> Reply:
     return Reply(content=quote + "My verdict:\n" + json.dumps(verdict))
 
 
-@pytest.fixture
-def league(make_db: Callable[..., Path]) -> Path:
-    return make_db(SCHEMA, db_id="league").parent.parent
-
-
 def item(i: int, pred: str) -> dict[str, Any]:
     return {"id": i, "db_id": "league", "question": f"Question {i}: players older than 25?", "gold_sql": GOLD,
             "pred_sql": pred}  # fmt: skip
 
 
-def run(tmp: Path, league: Path, items: list[dict[str, Any]], srv: ScriptedOpenAI, *extra: str) -> dict[Any, Any]:
+def run(tmp: Path, league: Path, items: list[dict[str, Any]], srv: MockOpenAI, *extra: str) -> dict[Any, Any]:
     """``rose run`` of ``items`` (paper policy: the Refuter also reads every match); the records by id."""
     path = tmp / "items.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
@@ -107,7 +101,7 @@ def test_a_prediction_cannot_flip_a_quoting_judges_no(tmp_path: Path, league: Pa
         item(3, "SELECT name FROM player WHERE age > 25 AND name <> 'x'"),  # matches: the Refuter decides
         item(4, f"SELECT name FROM player WHERE age > 25 AND name <> '{FLIP}'"),
     ]
-    with ScriptedOpenAI(by_content(quoting_no)) as srv:
+    with MockOpenAI(by_content(quoting_no)) as srv:
         r = run(tmp_path, league, items, srv, "--judge-structured", structured)
         assert any(FLIP.strip() in req.user_text for req in srv.requests)  # the judges did read the attack
     assert outcome(r[1]) == outcome(r[2]) == (0, "prover", None)
@@ -212,7 +206,7 @@ def check(league: Path, payloads: list[str], context: str) -> None:
                 it["question"] = f"Players older than 25? [style {s}] [{answer}]"
                 items.append({**it, "evidence": None})
             pairs += [(base, base + k) for k in range(1, 1 + len(payloads))]
-    r = judge(items, Source.parse(str(league)), FakeLLM(quoting_judges, QUOTING))
+    r = judge(items, Source.folder(league), FakeLLM(quoting_judges, QUOTING))
     assert all(rec.pred.status == "ok" for rec in r.values())
     for honest, attacked in pairs:
         assert not r[honest].unscored_reason and r[honest].judges, r[honest]
@@ -311,7 +305,7 @@ def test_a_run_that_read_replies_the_old_way_is_not_resumed(tmp_path: Path, leag
     """The manifest records how verdicts are read (``judge.replies``); one made before it holds none, and
     its resumption is refused (a fresh run re-reads the cached replies the new way, with no new call)."""
     items = [item(1, "SELECT name FROM player WHERE name <> 'x'")]
-    with ScriptedOpenAI(by_content(quoting_no)) as srv:
+    with MockOpenAI(by_content(quoting_no)) as srv:
         run(tmp_path, league, items, srv)
         manifest_path = tmp_path / "out" / "items" / "manifest.json"
         manifest = json.loads(manifest_path.read_text())

@@ -1,5 +1,7 @@
 """Structured replies, providers' prompt caching and provider options, end to end through the real
-openai client against the scripted endpoint (which enforces, ignores or refuses the reply's schema)."""
+openai client against a scripted endpoint (which enforces, ignores or refuses the reply's schema), served
+under the client's transport (:class:`~rose_sql.testing.MockOpenAI`): what is tested is what each request
+carries and how each reply is read. Prompt caching, which the scripted server imitates, stays on its wire."""
 
 from __future__ import annotations
 
@@ -11,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from conftest import rose, write_items
 
-from rose_sql.cli import main
 from rose_sql.judges.keys import nonce_asked
 from rose_sql.judges.replies import reply_schema
 from rose_sql.record import Record
 from rose_sql.testing import (
+    MockOpenAI,
     Reply,
     ScriptedOpenAI,
     by_content,
@@ -29,12 +31,6 @@ from rose_sql.testing import (
 )
 from rose_sql.verdicts import ProverReply, RefuterReply
 
-SCHEMA = """
-CREATE TABLE team (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT);
-CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, team_id INTEGER REFERENCES team(id), age INTEGER);
-INSERT INTO team VALUES (1, 'Owls', 'Lyon'), (2, 'Hawks', 'Nice'), (3, 'Crows', NULL);
-INSERT INTO player VALUES (1, 'Ana', 1, 23), (2, 'Ben', 1, 31), (3, 'Cleo', 2, 27), (4, 'Dan', NULL, 19);
-"""
 GOLD = "SELECT name FROM player WHERE age > 25"
 PROVER_NO = {
     "expected_answer": "players older than 25",
@@ -81,24 +77,8 @@ def sloppy(text: str) -> Reply:
     return Reply(content=json.dumps(PROVER_NO))
 
 
-@pytest.fixture
-def league(make_db: Callable[..., Path]) -> Path:
-    return make_db(SCHEMA, db_id="league").parent.parent
-
-
-def write_items(path: Path, items: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
-    return path
-
-
-def rose(args: list[str], code: int = 0) -> Any:
-    result = CliRunner().invoke(main, args, catch_exceptions=False)
-    assert result.exit_code == code, result.output
-    return result
-
-
 def run(
-    srv: ScriptedOpenAI,
+    srv: MockOpenAI,
     tmp: Path,
     league: Path,
     items: list[dict[str, Any]],
@@ -115,7 +95,7 @@ def run(
         args += ["--judge-model", "gpt-4o-mini"]
     if "--cache-dir" not in extra and "--no-cache" not in extra:
         args += ["--cache-dir", str(tmp / "cache")]
-    rose([*args, *extra], code)
+    rose(*args, *extra, code=code)
     lines = (tmp / out / "items" / "records.jsonl").read_text().splitlines()
     return {r["id"]: r for r in map(json.loads, lines)}
 
@@ -150,7 +130,7 @@ def test_reply_schema_is_strict_and_matches_the_model(kind: type[ProverReply | R
 
 
 def test_enforced_schema_replies_parse_with_no_reask(tmp_path: Path, league: Path) -> None:
-    with ScriptedOpenAI(enforce_schema(by_content(sloppy))) as srv:
+    with MockOpenAI(enforce_schema(by_content(sloppy))) as srv:
         records = run(srv, tmp_path, league, [item(i) for i in range(N_ITEMS)])
         requests = srv.requests
     calls = calls_of(records)
@@ -169,7 +149,7 @@ def test_malformed_reply_rate_enforced_vs_ignored(tmp_path: Path, league: Path) 
     could not be used (each cost a re-ask), measured from the records."""
     rates = {}
     for mode, responder in (("ignored", by_content(sloppy)), ("enforced", enforce_schema(by_content(sloppy)))):
-        with ScriptedOpenAI(responder) as srv:
+        with MockOpenAI(responder) as srv:
             records = run(srv, tmp_path / mode, league, [item(i) for i in range(N_ITEMS)], "--no-cache")
             sent = srv.calls
         calls = calls_of(records)
@@ -183,7 +163,7 @@ def test_malformed_reply_rate_enforced_vs_ignored(tmp_path: Path, league: Path) 
 
 def test_refused_response_format_falls_back_to_text_for_the_client_life(tmp_path: Path, league: Path) -> None:
     items = [item(i) for i in range(4)] + [item(9, "SELECT name, age FROM player WHERE age > 25")]
-    with ScriptedOpenAI(refuse_schema(by_content(plain))) as srv:
+    with MockOpenAI(refuse_schema(by_content(plain))) as srv:
         records = run(srv, tmp_path, league, items, "--concurrency", "1")
         requests = srv.requests
     calls = calls_of(records)
@@ -195,7 +175,7 @@ def test_refused_response_format_falls_back_to_text_for_the_client_life(tmp_path
 
 def test_concurrent_calls_refused_together_never_cache_text_under_the_schema_key(tmp_path: Path, league: Path) -> None:
     items = [item(i) for i in range(12)]
-    with ScriptedOpenAI(refuse_schema(by_content(plain))) as srv:
+    with MockOpenAI(refuse_schema(by_content(plain))) as srv:
         first = run(srv, tmp_path, league, items, "--concurrency", "8", out="first")
         refused = sum("response_format" in r.body for r in srv.requests)
         assert 1 <= refused <= 8 and srv.calls == refused + len(items)
@@ -210,14 +190,14 @@ def test_concurrent_calls_refused_together_never_cache_text_under_the_schema_key
 def test_refusal_message_shapes_are_recognised(tmp_path: Path, league: Path) -> None:
     """llama.cpp's server answers some builds' response_format with this 400 (ggml-org/llama.cpp#11847)."""
     message = 'Either "json_schema" or "grammar" can be specified, but not both'
-    with ScriptedOpenAI(refuse_schema(by_content(plain), message)) as srv:
+    with MockOpenAI(refuse_schema(by_content(plain), message)) as srv:
         records = run(srv, tmp_path, league, [item(1)], "--concurrency", "1")
         assert srv.calls == 2
     assert records[1]["judges"][0]["reply_format"] == "text" and records[1]["score"] == 0
 
 
 def test_structured_on_insists_and_a_refusal_is_a_judge_error(tmp_path: Path, league: Path) -> None:
-    with ScriptedOpenAI(refuse_schema(by_content(plain))) as srv:
+    with MockOpenAI(refuse_schema(by_content(plain))) as srv:
         records = run(srv, tmp_path, league, [item(1)], "--judge-structured", "on", code=3)
     (call,) = records[1]["judges"]
     assert records[1]["unscored_reason"] == "judge_error" and "--judge-structured auto" in call["error"]
@@ -226,7 +206,7 @@ def test_structured_on_insists_and_a_refusal_is_a_judge_error(tmp_path: Path, le
 
 def test_reply_format_is_in_the_cache_key(tmp_path: Path, league: Path) -> None:
     items = [item(i) for i in range(3)]
-    with ScriptedOpenAI(enforce_schema(by_content(sloppy))) as srv:
+    with MockOpenAI(enforce_schema(by_content(sloppy))) as srv:
         off = run(srv, tmp_path, league, items, "--judge-structured", "off", out="off")
         assert srv.calls == 3 + 2 and not any("response_format" in r.body for r in srv.requests)  # 2 re-asks
         srv.reset()
@@ -260,9 +240,9 @@ def test_two_items_on_one_database_get_cached_tokens_at_the_cached_rate(tmp_path
     with ScriptedOpenAI(by_content(plain), prompt_cache=True) as srv:
         path = write_items(tmp_path / "items.jsonl", [item(1), item(2)])
         result = rose(
-            ["run", str(path), "--db-root", str(league), "--out", str(tmp_path / "out"), "--judge-model",
+            "run", str(path), "--db-root", str(league), "--out", str(tmp_path / "out"), "--judge-model",
              "gpt-4o-mini", "--judge-base-url", srv.base_url, "--cache-dir", str(tmp_path / "cache"),
-             "--concurrency", "1"]
+             "--concurrency", "1", code=0
         )  # fmt: skip
     records = {r["id"]: r for r in map(json.loads, (tmp_path / "out/items/records.jsonl").read_text().splitlines())}
     first, second = records[1]["judges"][0], records[2]["judges"][0]
@@ -310,7 +290,7 @@ def test_scripted_prompt_cache_follows_openai_rules() -> None:
 def test_judge_options_reach_the_body_the_manifest_and_the_cache_key(tmp_path: Path, league: Path) -> None:
     opts = ["--judge-option", "top_k=20", "--judge-option", 'chat_template_kwargs={"enable_thinking": false}',
             "--judge-option", "note=plain words"]  # fmt: skip
-    with ScriptedOpenAI(by_content(plain)) as srv:
+    with MockOpenAI(by_content(plain)) as srv:
         records = run(srv, tmp_path, league, [item(1)], *opts, out="with")
         body = srv.requests[0].body
         srv.reset()
@@ -334,7 +314,7 @@ def test_schema_placeholder_in_an_option_sends_the_schema(tmp_path: Path, league
     """vLLM's guided_json (older servers take the schema there, not in response_format)."""
     responder = refuse_schema(enforce_schema(by_content(sloppy), via=("guided_json",)))
     items = [item(i) for i in range(5)]
-    with ScriptedOpenAI(responder) as srv:
+    with MockOpenAI(responder) as srv:
         records = run(
             srv, tmp_path, league, items, "--judge-structured", "off", "--judge-option", "guided_json=$schema"
         )
@@ -360,22 +340,22 @@ def test_schema_placeholder_in_an_option_sends_the_schema(tmp_path: Path, league
 )
 def test_bad_judge_options_are_refused_by_name(tmp_path: Path, league: Path, args: list[str], message: str) -> None:
     path = write_items(tmp_path / "items.jsonl", [item(1)])
-    result = rose(["run", str(path), "--db-root", str(league), "--out", str(tmp_path / "o"), "--judge-model", "m",
-                   *args], code=2)  # fmt: skip
+    result = rose("run", str(path), "--db-root", str(league), "--out", str(tmp_path / "o"), "--judge-model", "m",
+                   *args, code=2)  # fmt: skip
     assert message in result.output and not (tmp_path / "o").exists()
 
 
 def test_judge_options_without_a_judge_are_refused(tmp_path: Path, league: Path) -> None:
     path = write_items(tmp_path / "items.jsonl", [item(1)])
-    result = rose(["run", str(path), "--db-root", str(league), "--out", str(tmp_path / "o"), "--judge-option",
-                   "top_k=1"], code=2)  # fmt: skip
+    result = rose("run", str(path), "--db-root", str(league), "--out", str(tmp_path / "o"), "--judge-option",
+                   "top_k=1", code=2)  # fmt: skip
     assert "--judge-model" in result.output
 
 
 def test_openai_reasoning_model_gets_no_temperature_and_its_cap_name(tmp_path: Path, league: Path) -> None:
     """o-series models refuse temperature and max_tokens: neither is sent, so not one request is refused."""
     responder = refuse_params(by_content(plain), ["temperature", "max_tokens"])
-    with ScriptedOpenAI(responder) as srv:
+    with MockOpenAI(responder) as srv:
         records = run(srv, tmp_path, league, [item(1), item(2)], "--judge-model", "o4-mini",
                       "--reasoning-effort", "high")  # fmt: skip
         bodies = [r.body for r in srv.requests]
@@ -387,7 +367,7 @@ def test_openai_reasoning_model_gets_no_temperature_and_its_cap_name(tmp_path: P
 
 def test_local_reasoning_model_refusing_temperature_drops_it_once(tmp_path: Path, league: Path) -> None:
     responder = with_reasoning(refuse_params(by_content(plain), ["temperature"]))
-    with ScriptedOpenAI(responder) as srv:
+    with MockOpenAI(responder) as srv:
         records = run(srv, tmp_path, league, [item(i) for i in range(3)], "--judge-model", "qwq-32b",
                       "--concurrency", "1")  # fmt: skip
         assert ["temperature" in r.body for r in srv.requests] == [True, False, False, False]
@@ -452,10 +432,10 @@ def test_each_recipe_of_the_judges_page_runs_against_its_imitation(tmp_path: Pat
     items = write_items(tmp_path / "items.jsonl", [item(i) for i in range(10)])
     mine = {"preds.json": str(items), "dbs": str(league), "runs": str(tmp_path / "out")}
     gold = args.index("--gold")  # our items carry their gold and questions
-    with ScriptedOpenAI(make(sloppy)) as srv:
+    with MockOpenAI(make(sloppy)) as srv:
         swapped = [mine.get(a, a) for a in args[:gold] + args[gold + 2 :]]
         swapped[swapped.index("--judge-base-url") + 1] = srv.base_url
-        rose([*swapped, "--cache-dir", str(tmp_path / "cache"), "--max-retries", "0"])
+        rose(*swapped, "--cache-dir", str(tmp_path / "cache"), "--max-retries", "0", code=0)
         bodies = [r.body for r in srv.requests]
     lines = (tmp_path / "out" / "items" / "records.jsonl").read_text().splitlines()
     records = [json.loads(x) for x in lines]
@@ -526,17 +506,17 @@ def test_more_cached_tokens_than_prompt_tokens_is_an_endpoint_error() -> None:
 
 
 def test_resume_with_other_options_is_refused(tmp_path: Path, league: Path) -> None:
-    with ScriptedOpenAI(by_content(plain)) as srv:
+    with MockOpenAI(by_content(plain)) as srv:
         run(srv, tmp_path, league, [item(1)], "--judge-option", "top_k=20", "--reasoning-effort", "low")
         path = tmp_path / "items.jsonl"
         base = ["run", str(path), "--db-root", str(league), "--out", str(tmp_path / "out"), "--resume",
                 "--judge-model", "gpt-4o-mini", "--judge-base-url", srv.base_url,
                 "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
-        refused = rose([*base, "--judge-option", "top_k=40", "--reasoning-effort", "low"], code=2)
+        refused = rose(*base, "--judge-option", "top_k=40", "--reasoning-effort", "low", code=2)
         assert "options" in refused.output
-        refused = rose([*base, "--judge-option", "top_k=20"], code=2)
+        refused = rose(*base, "--judge-option", "top_k=20", code=2)
         assert "reasoning_effort" in refused.output
-        rose([*base, "--judge-option", "top_k=20", "--reasoning-effort", "low"])
+        rose(*base, "--judge-option", "top_k=20", "--reasoning-effort", "low", code=0)
 
 
 def test_request_schema_is_found_where_each_server_takes_it() -> None:

@@ -1,30 +1,26 @@
 """Votes, panels and the cheap-first policy end to end: the real openai client against a scripted
-endpoint whose answers depend on the model asked and the seed of the sample, so votes split."""
+endpoint whose answers depend on the model asked and the seed of the sample, so votes split. The endpoint
+is served under the client's transport (:class:`~rose_sql.testing.MockOpenAI`): what is tested is what is
+asked and how the votes are counted, not the wire."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import rose, write_items
 
 from rose_sql.cli import main
 from rose_sql.engines import Source
 from rose_sql.record import read_records
-from rose_sql.testing import Reply, ScriptedOpenAI, by_model
+from rose_sql.testing import MockOpenAI, Reply, by_model
 from rose_sql.testing.openai_server import RecordedRequest
 from rose_sql.verdicts import ProverReply
 
-SCHEMA = """
-CREATE TABLE team (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT);
-CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, team_id INTEGER REFERENCES team(id), age INTEGER);
-INSERT INTO team VALUES (1, 'Owls', 'Lyon'), (2, 'Hawks', 'Nice'), (3, 'Crows', NULL);
-INSERT INTO player VALUES (1, 'Ana', 1, 23), (2, 'Ben', 1, 31), (3, 'Cleo', 2, 27), (4, 'Dan', NULL, 19);
-"""
 GOLD = "SELECT name FROM player WHERE age > 25"
 SEED = 20260101
 PROVER = {"expected_answer": "e", "sql_behaviour": "b", "reasoning": "r", "answers_question": True}
@@ -64,27 +60,11 @@ def judges(text: str, model: str, seed: int | None) -> Reply:
     return Reply(content=json.dumps(body), prompt_tokens=1000, completion_tokens=100)
 
 
-@pytest.fixture
-def league(make_db: Callable[..., Path]) -> Path:
-    return make_db(SCHEMA, db_id="league").parent.parent
-
-
-def write_items(path: Path, items: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
-    return path
-
-
-def rose(args: list[str]) -> Any:
-    result = CliRunner().invoke(main, args, catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result
-
-
-def run(tmp: Path, league: Path, srv: ScriptedOpenAI, items: list[dict[str, Any]], *opts: str) -> Any:
+def run(tmp: Path, league: Path, srv: MockOpenAI, items: list[dict[str, Any]], *opts: str) -> Any:
     path = write_items(tmp / "items.jsonl", items)
     args = ["run", str(path), "--db-root", str(league), "--out", str(tmp / "out")]
     args += ["--judge-base-url", srv.base_url, "--cache-dir", str(tmp / "cache"), "--judge-timeout", "5", *opts]
-    return rose(args)
+    return rose(*args, code=0)
 
 
 def records(tmp: Path) -> dict[Any, dict[str, Any]]:
@@ -105,7 +85,7 @@ def asked(requests: list[RecordedRequest]) -> Counter[tuple[int, str, str]]:
 def replay(tmp: Path, labels: dict[int, bool], *opts: str) -> list[dict[str, Any]]:
     path = tmp / "labels.json"
     path.write_text(json.dumps({str(k): v for k, v in labels.items()}))
-    out = rose(["replay", str(tmp / "out" / "items"), "--labels", str(path), "--json", *opts])
+    out = rose("replay", str(tmp / "out" / "items"), "--labels", str(path), "--json", *opts, code=0)
     rows: list[dict[str, Any]] = json.loads(out.output)
     return rows
 
@@ -115,7 +95,7 @@ DIFFERS = "SELECT name, age FROM player WHERE age > 25"  # another result: the P
 
 def test_three_samples_vote_and_replay_under_other_rules(tmp_path: Path, league: Path) -> None:
     items = [item(1, DIFFERS), item(2, DIFFERS, "[split]")]
-    with ScriptedOpenAI(by_model(judges)) as srv:
+    with MockOpenAI(by_model(judges)) as srv:
         run(tmp_path, league, srv, items, "--judge-model", "gpt-4o-mini", "--samples", "3")
         requests = srv.requests
     # each stage asked three samples at temperature 0.7, seeds base+0, base+1, base+2
@@ -162,14 +142,14 @@ def test_three_samples_vote_and_replay_under_other_rules(tmp_path: Path, league:
     assert strong.unscored_reason == "not_replayable" and "cannot support rule strong-only" in strong.why
 
     # a rerun is served from the cache: each sample is its own entry (its seed is in the key)
-    with ScriptedOpenAI(by_model(judges)) as srv:
+    with MockOpenAI(by_model(judges)) as srv:
         run(tmp_path, league, srv, items, "--judge-model", "gpt-4o-mini", "--samples", "3", "--resume")
         assert srv.calls == 0
 
 
 def test_a_three_model_panel_records_each_model_and_replays(tmp_path: Path, league: Path) -> None:
     items = [item(1, DIFFERS), item(2, DIFFERS, "[panel-split]")]
-    with ScriptedOpenAI(by_model(judges)) as srv:
+    with MockOpenAI(by_model(judges)) as srv:
         run(tmp_path, league, srv, items, "--panel", "judge-a,judge-b,judge-c")
         requests = srv.requests
     models = ("judge-a", "judge-b", "judge-c")
@@ -198,7 +178,7 @@ def test_cheap_first_escalates_only_the_unsure_items(tmp_path: Path, league: Pat
         # the cheap one fails a matching result, so the strong one decides
         item(5, "SELECT name FROM player WHERE age > 99", "[overturn]", gold="SELECT name FROM team WHERE id > 99"),
     ]
-    with ScriptedOpenAI(by_model(judges)) as srv:
+    with MockOpenAI(by_model(judges)) as srv:
         out = run(tmp_path, league, srv, items, "--judge-model", "gpt-4o-mini", "--escalate-to", "gpt-4o")
         requests = srv.requests
     n = asked(requests)
@@ -241,7 +221,7 @@ def test_the_dry_run_bounds_every_vote_and_escalation(tmp_path: Path, league: Pa
     assert (voted.min_calls, voted.max_calls) == (3 * single.min_calls, 6 * single.max_calls)
     assert single.cost_max_usd is not None and voted.cost_max_usd is not None
     assert voted.cost_max_usd > 6 * single.cost_max_usd  # the strong model's calls at its (higher) price
-    with ScriptedOpenAI(by_model(judges)) as srv:
+    with MockOpenAI(by_model(judges)) as srv:
         run(
             tmp_path,
             league,
@@ -255,7 +235,7 @@ def test_the_dry_run_bounds_every_vote_and_escalation(tmp_path: Path, league: Pa
             "gpt-4o",
         )
         assert voted.min_calls <= srv.calls <= voted.max_calls
-    with ScriptedOpenAI(by_model(judges)) as srv:
+    with MockOpenAI(by_model(judges)) as srv:
         dry = run(
             tmp_path,
             league,
@@ -331,7 +311,7 @@ def test_vote_options_that_cannot_work_are_refused(tmp_path: Path, league: Path,
 
 def test_cheap_first_with_samples_escalates_the_split_stage_only(tmp_path: Path, league: Path) -> None:
     items = [item(1, DIFFERS), item(2, DIFFERS, "[split]")]
-    with ScriptedOpenAI(by_model(judges)) as srv:
+    with MockOpenAI(by_model(judges)) as srv:
         run(tmp_path, league, srv, items, "--judge-model", "gpt-4o-mini", "--samples", "3", "--escalate-to", "gpt-4o")
         n = asked(srv.requests)
     cheap, strong = "gpt-4o-mini", "gpt-4o"
@@ -350,7 +330,7 @@ def test_cheap_first_with_samples_escalates_the_split_stage_only(tmp_path: Path,
 
 
 def test_a_panel_model_can_have_its_own_endpoint(tmp_path: Path, league: Path) -> None:
-    with ScriptedOpenAI(by_model(judges)) as main_srv, ScriptedOpenAI(by_model(judges)) as other:
+    with MockOpenAI(by_model(judges)) as main_srv, MockOpenAI(by_model(judges)) as other:
         panel = f"judge-a,judge-b,judge-c={other.base_url}"
         run(tmp_path, league, main_srv, [item(1, DIFFERS, "[panel-split]")], "--panel", panel)
         assert {r.model for r in main_srv.requests} == {"judge-a", "judge-b"}

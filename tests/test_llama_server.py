@@ -22,38 +22,26 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import absent
 
 from rose_sql.cli import main
 from rose_sql.config import LocalModel
 from rose_sql.judges.keys import RUN_KEY_FILE
 from rose_sql.record import Record, comparable
 
-pytestmark = pytest.mark.slow
-
 TOKENS = 8
 """The completion cap of most calls here: a reply under a JSON schema with required fields cannot be
 complete in 8 tokens, so the cap is what stops it (the way it stops a model that loops)."""
 
 
-def _missing(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"the real-server lane must run in CI: {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
-def gguf() -> Path:
+def gguf(gguf: Path) -> Path:
+    """The model (conftest's), and llama.cpp's server to run it."""
     try:
         metadata.version("xllamacpp")
     except metadata.PackageNotFoundError:
-        _missing("xllamacpp is not installed (pip install -e '.[local]')")
-    value = os.environ.get("ROSE_TEST_GGUF")
-    if not value:
-        _missing("ROSE_TEST_GGUF does not name a GGUF file (.ci/run downloads SmolLM2-135M-Instruct.Q4_1.gguf)")
-    path = Path(str(value))
-    if not path.is_file():
-        _missing(f"ROSE_TEST_GGUF={path} is not a file")
-    return path
+        absent("xllamacpp is not installed (pip install -e '.[local]')")
+    return gguf
 
 
 @pytest.fixture(scope="module")

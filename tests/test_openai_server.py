@@ -186,6 +186,7 @@ def test_64_concurrent_slow_requests_are_not_serialized() -> None:
         assert elapsed < 8.0, f"64 requests of 0.5 s took {elapsed:.1f} s: the server serializes"
 
 
+@pytest.mark.slow  # waits out scripted timeouts on the wire
 def test_transient_faults_are_all_retried_through() -> None:
     texts = [f"question {i}" for i in range(100)]
     faults = with_faults(by_content(lambda text: Reply(content=f"answer to {text}")), rate=0.3, timeout_delay_s=3.0)
@@ -337,3 +338,70 @@ def test_stop_is_quick_quiet_and_final(capfd: pytest.CaptureFixture[str]) -> Non
     with pytest.raises(openai.APIConnectionError):
         ask(srv, max_retries=0)
     assert capfd.readouterr().err == ""
+
+
+# --------------------------------------------------------------------------- the same endpoint without a socket
+
+
+def _ask_llm(base_url: str, **cfg: Any) -> Any:
+    """One chat call of ROSE-SQL's live client (the real SDK under it): its reply, or the error it raised."""
+    from dataclasses import asdict
+
+    from rose_sql.config import JudgeConfig
+    from rose_sql.errors import EndpointError, EndpointUnreachable
+    from rose_sql.judges.llm import OpenAILLM
+
+    async def go() -> Any:
+        llm = OpenAILLM(JudgeConfig(model="judge-1", base_url=base_url, cache_dir=None, max_retries=1, **cfg))
+        try:
+            reply = await llm.complete(list(MESSAGES))  # type: ignore[arg-type]
+            return {k: v for k, v in asdict(reply).items() if k not in ("seconds", "key")}  # the key names the URL
+        except (EndpointError, EndpointUnreachable) as e:
+            return f"{type(e).__name__}: {e}".replace(base_url, "URL")
+        finally:
+            await llm.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    "replies",
+    [
+        [Reply(content="fine", prompt_tokens=7, completion_tokens=3)],
+        [Reply(content='{"a": 1}', reasoning_content="thinking", reasoning_tokens=4)],
+        [Reply(status=500, error="overloaded"), Reply(content="after a retry")],
+        [Reply(status=400, error="Unsupported parameter: 'seed'"), Reply(content="without the seed")],
+        [Reply(status=401, error="no such key")],
+        [Reply(drop=True), Reply(content="after a dropped connection")],
+        [Reply(body="not json")],
+    ],
+    ids=["content", "reasoning", "retried 500", "refused parameter", "401", "dropped", "not json"],
+)
+def test_mock_openai_answers_the_real_client_as_the_scripted_server_does(replies: list[Reply]) -> None:
+    """The same responder behind the scripted server (the wire) and behind MockOpenAI (the SDK's httpx
+    transport): ROSE-SQL's client gets the same reply, or raises the same error, after the same requests."""
+    from rose_sql.testing import MockOpenAI
+
+    with ScriptedOpenAI(script(replies)) as srv:
+        wired = _ask_llm(srv.base_url)
+        wired_bodies = [r.body for r in srv.requests]
+    with MockOpenAI(script(replies)) as mock:
+        mocked = _ask_llm(mock.base_url)
+        assert srv.http_requests == mock.http_requests
+    assert mocked == wired and [r.body for r in mock.requests] == wired_bodies
+
+
+def test_mock_openai_takes_only_its_own_url_and_only_while_open() -> None:
+    from rose_sql.judges import llm
+    from rose_sql.testing import MockOpenAI
+
+    before = llm.open_client
+    with (
+        ScriptedOpenAI(script([Reply(content="from the wire")])) as srv,
+        MockOpenAI(script([Reply(content="mock")])) as mock,
+    ):
+        assert _ask_llm(srv.base_url)["content"] == "from the wire" and mock.calls == 0 and srv.calls == 1
+        assert _ask_llm(mock.base_url)["content"] == "mock" and mock.calls == 1
+    assert llm.open_client is before
+    assert _ask_llm(mock.base_url).startswith("EndpointUnreachable: the judge's endpoint URL cannot be reached")
+    assert mock.calls == 1  # closed: nothing answers its URL any more

@@ -18,7 +18,7 @@ import rose_sql.cli.run as cli_run
 from rose_sql import Config, JudgeConfig, Source, UsageError, evaluate_items, load_items
 from rose_sql.cli import main
 from rose_sql.cli.options import ordered, run_options, values_of
-from rose_sql.config import option, score_fields, scores
+from rose_sql.config import RETRY_BACKOFF_ENV, option, score_fields, scores
 from rose_sql.provenance import (
     JUDGE_OPTIONS,
     JUDGE_SETTINGS,
@@ -50,6 +50,7 @@ def _items(tmp_path: Path) -> Path:
 
 def _config_of(tmp_path: Path, db_root: Path, args: list[str], monkeypatch: pytest.MonkeyPatch) -> Config:
     monkeypatch.setenv("ROSE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(RETRY_BACKOFF_ENV, raising=False)  # the default, not the tests' 0,0
     monkeypatch.setattr(cli_run, "plan", _capture)
     cmd = ["run", str(_items(tmp_path)), "--db", str(db_root), "--out", str(tmp_path / "out"), "--workers", "3"]
     result = CliRunner().invoke(main, [*cmd, *args])

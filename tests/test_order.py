@@ -138,6 +138,7 @@ def assert_same(runs: dict[str, Records]) -> None:
             assert record == expected[key], f"item {key}: {name} differs from {first}"
 
 
+@pytest.mark.slow  # runs rose in processes of their own, once per hash seed
 def test_the_records_are_the_same_whatever_the_order_and_the_process(
     make_db: Callable[..., Path], tmp_path: Path
 ) -> None:

@@ -1,6 +1,7 @@
 """Small protocol edges of the third hardening pass (issue 22, finding 7): each answered as the docs say.
 
-A judge's reply without a choice is ``judge_error`` on the live and the Batch API path alike; the reward
+A judge's reply without a choice is ``judge_error`` on the live and the Batch API path alike (on the
+scripted server's wire: its Batch API is served there only); the reward
 server answers a field of the wrong type with 400 and a message; ``rose merge``'s hint for a missing shard
 is a command that works when run as printed.
 """
@@ -13,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_judges import SCHEMA, item, judge_args, records, rose, verdicts, write_items
+from conftest import rose, write_items
+from test_judges import item, judge_args, records, verdicts
 
 from rose_sql.testing import ScriptedOpenAI
 from rose_sql.testing.bodies import Reply, user_text
@@ -22,11 +24,6 @@ NO_CHOICE = {
     "empty choices": json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "choices": []}),
     "no choices": json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "usage": None}),
 }
-
-
-@pytest.fixture
-def league(make_db: Callable[..., Path]) -> Path:
-    return make_db(SCHEMA, db_id="league").parent.parent
 
 
 def _no_choice_for_item_2(body: str) -> Callable[[dict[str, Any], int], Reply]:
@@ -47,9 +44,9 @@ def test_a_reply_without_a_choice_is_judge_error_never_an_invalid_verdict(
     rows = [item(1, "SELECT name FROM player WHERE age > 25"), item(2, "SELECT name, age FROM player WHERE age > 25")]
     items = write_items(tmp_path / "items.jsonl", rows)
     extra = ["--policy", "paper", "--max-retries", "0"] + (["--batch", "--batch-poll", "0.01"] if batch else [])
-    with ScriptedOpenAI(_no_choice_for_item_2(NO_CHOICE[fault])) as srv:
+    with ScriptedOpenAI(_no_choice_for_item_2(NO_CHOICE[fault])) as srv:  # the Batch API too: the wire
         args = ["run", str(items), "--db-root", str(league), "--out", str(tmp_path / "out")]
-        result = rose([*args, *judge_args(srv, tmp_path / "cache", *extra)], exit_code=3)
+        result = rose(*args, *judge_args(srv, tmp_path / "cache", *extra), code=3)
     assert "1 judge_error" in result.output, result.output
     r = records(tmp_path / "out")
     assert (r[1]["score"], r[1]["unscored_reason"]) == (1, None)  # the other item is judged as usual

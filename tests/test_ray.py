@@ -3,7 +3,8 @@ and merged shards, and what happens when a Ray worker or the driver is killed mi
 
 The workload is real: the first questions of three shared Spider prediction files and the BIRD dev
 ``superhero`` items of three shared BIRD files, judged by a deterministic scripted judge (its verdicts
-follow a hash of what it reads, so any change in a prompt shows). Every run asks the judge itself
+follow a hash of what it reads, so any change in a prompt shows) on the scripted server's wire: the
+judges run on Ray's workers, processes that only a real port reaches. Every run asks the judge itself
 (a cache folder of its own).
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_shards import rose
+from conftest import rose
 from test_trust import hashed_verdict
 
 from rose_sql.config import Config, JudgeConfig

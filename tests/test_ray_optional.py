@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_shards import rose
+from conftest import rose
 
 from rose_sql.errors import UsageError
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import LEAGUE, write_items
 from rich.console import Console
 
 from rose_sql import Config, JudgeConfig, Record, evaluate_items, load_items
@@ -24,18 +25,13 @@ from rose_sql.engines import Source
 from rose_sql.errors import InputError
 from rose_sql.record import SCHEMA_VERSION, id_key, read_records
 from rose_sql.summary import Summary
-from rose_sql.testing import Reply, ScriptedOpenAI, by_content
+from rose_sql.testing import MockOpenAI, Reply, by_content
 from rose_sql.verdicts import ProverReply, RefuterReply
 
 V1 = Path(__file__).parent / "data" / "v1"
 
-SCHEMA = """
-CREATE TABLE team (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT);
-CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, team_id INTEGER REFERENCES team(id), age INTEGER);
-INSERT INTO team VALUES (1, 'Owls', 'Lyon'), (2, 'Hawks', 'Nice'), (3, 'Crows', NULL);
-INSERT INTO player VALUES (1, 'Ana', 1, 23), (2, 'Ben', 1, 31), (3, 'Cleo', 2, 27), (4, 'Dan', NULL, 19),
-    (5, 'Eve', 3, NULL);
-"""
+EVE = "INSERT INTO player VALUES (5, 'Eve', 3, NULL);"
+"""A fifth player, of no age, added to the league database (conftest's LEAGUE)."""
 # Eve's NULL age (in a team the items do not count) makes a NULL age plausible here: only a plausible
 # witness questions a match (docs/witness-grades.md)
 
@@ -72,23 +68,22 @@ def verdict(text: str) -> Reply:
 
 
 @pytest.fixture
-def league(make_db: Any, tmp_path: Path) -> tuple[Path, Path]:
-    db_root = make_db(SCHEMA, db_id="league").parent.parent
-    items = tmp_path / "items.jsonl"
+def league_run(make_db: Any, tmp_path: Path) -> tuple[Path, Path]:
+    """ITEMS on the league database with Eve: (the items file, the database folder)."""
+    db_root = make_db(LEAGUE + EVE, db_id="league").parent.parent
     rows = [{"id": i, "db_id": "league", "question": q, "pred_sql": p, "gold_sql": g} for i, p, g, q in ITEMS]
-    items.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return items, db_root
+    return write_items(tmp_path / "items.jsonl", rows), db_root
 
 
-def _judged(srv: ScriptedOpenAI, tmp: Path, policy: str) -> JudgeConfig:
+def _judged(srv: MockOpenAI, tmp: Path, policy: str) -> JudgeConfig:
     return JudgeConfig(
         model="gpt-4o-mini", base_url=srv.base_url, api_key="t", cache_dir=tmp / "cache", matched_refuter=policy
     )  # type: ignore[arg-type]
 
 
-def test_records_made_in_process_read_back_equal(league: tuple[Path, Path], tmp_path: Path) -> None:
-    items, db_root = league
-    with ScriptedOpenAI(by_content(verdict)) as srv:
+def test_records_made_in_process_read_back_equal(league_run: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league_run
+    with MockOpenAI(by_content(verdict)) as srv:
         config = Config(workers=1, judge=_judged(srv, tmp_path, "always"))
         records = evaluate_items(load_items(items).items, Source.folder(db_root), config)
     assert {r.id: r.score for r in records} == {1: 1, 2: 1, 3: 0, 4: 0, 5: 1, 6: 0, 7: 0}
@@ -100,9 +95,9 @@ def test_records_made_in_process_read_back_equal(league: tuple[Path, Path], tmp_
         assert back == r, r.id
 
 
-def test_every_line_rose_run_writes_reads_back_to_the_same_line(league: tuple[Path, Path], tmp_path: Path) -> None:
-    items, db_root = league
-    with ScriptedOpenAI(by_content(verdict)) as srv:
+def test_every_line_rose_run_writes_reads_back_to_the_same_line(league_run: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league_run
+    with MockOpenAI(by_content(verdict)) as srv:
         args = ["run", str(items), "--db-root", str(db_root), "--out", str(tmp_path / "out"), "--workers", "2"]
         args += ["--judge-model", "m", "--judge-base-url", srv.base_url, "--cache-dir", str(tmp_path / "c")]
         res = CliRunner().invoke(main, args, env={"OPENAI_API_KEY": "t"})
@@ -192,11 +187,11 @@ def test_one_vocabulary_of_unscored_reasons() -> None:
     assert all(reason.means and reason.fix for reason in UNSCORED.values())
 
 
-def test_replay_decides_every_policy_as_rose_run_did(league: tuple[Path, Path], tmp_path: Path) -> None:
-    items, db_root = league
+def test_replay_decides_every_policy_as_rose_run_did(league_run: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league_run
     loaded = load_items(items).items
     ran: dict[str, list[Record]] = {}
-    with ScriptedOpenAI(by_content(verdict)) as srv:
+    with MockOpenAI(by_content(verdict)) as srv:
         for policy in ("always", "evidence", "never"):
             config = Config(workers=1, judge=_judged(srv, tmp_path, policy))
             ran[policy] = evaluate_items(loaded, Source.folder(db_root), config)
@@ -211,9 +206,9 @@ def test_replay_decides_every_policy_as_rose_run_did(league: tuple[Path, Path], 
     assert "evidence" in VARIANTS
 
 
-def test_replay_keeps_what_no_judge_could_decide(league: tuple[Path, Path], tmp_path: Path) -> None:
+def test_replay_keeps_what_no_judge_could_decide(league_run: tuple[Path, Path], tmp_path: Path) -> None:
     """An item without a question and one whose judge never answered validly replay as they ran."""
-    items, db_root = league
+    items, db_root = league_run
     loaded = load_items(items).items
     loaded[4] = replace(loaded[4], question="q5 [bad]")  # differing results: the Prover is asked
     loaded[5] = replace(loaded[5], question="  ")
@@ -221,7 +216,7 @@ def test_replay_keeps_what_no_judge_could_decide(league: tuple[Path, Path], tmp_
     def unusable(text: str) -> Reply:
         return Reply(content="I would rather not say.") if "[bad]" in text else verdict(text)
 
-    with ScriptedOpenAI(by_content(unusable)) as srv:
+    with MockOpenAI(by_content(unusable)) as srv:
         records = evaluate_items(
             loaded, Source.folder(db_root), Config(workers=1, judge=_judged(srv, tmp_path, "always"))
         )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 import json
 import re
-import shutil
 import struct
 import subprocess
 import zlib
@@ -135,12 +134,9 @@ CHROMIUM_FLAGS = [
 ]
 
 
-def _chromium(tmp_path: Path, url: str, *mode: str) -> str:
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.skip("Debian's chromium is not installed (CI installs it: apt-get install -y chromium)")
+def _chromium(exe: Path, tmp_path: Path, url: str, *mode: str) -> str:
     profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
-    cmd = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *mode, url]
+    cmd = [str(exe), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *mode, url]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
@@ -195,12 +191,11 @@ def _coloured_share(png: tuple[int, int, int, bytes], box: tuple[int, int, int, 
     return coloured / total if total else 0.0
 
 
-@pytest.mark.slow
-def test_rendered_in_headless_chromium(runs: list[Path], tmp_path: Path) -> None:
+def test_rendered_in_headless_chromium(chromium: Path, runs: list[Path], tmp_path: Path) -> None:
     out = tmp_path / "compare.html"
     _report([str(runs[0]), str(runs[1]), "--compare", "--out", str(out)])
     url = out.resolve().as_uri()
-    dom = _chromium(tmp_path, url, "--dump-dom")
+    dom = _chromium(chromium, tmp_path, url, "--dump-dom")
     body = re.search(r"<body([^>]*)>", dom)
     assert body is not None and 'data-ready="1"' in body.group(1), "the page's script did not run to the end"
     assert 'data-resources="0"' in body.group(1), "the page fetched something"
@@ -214,16 +209,16 @@ def test_rendered_in_headless_chromium(runs: list[Path], tmp_path: Path) -> None
         x, y, w, h = (int(v) for v in fig.group(1).split(","))
         assert w > 300 and h > 150 and y + h <= WINDOW[1], f"chart {chart} box {fig.group(1)}"
         boxes[chart] = (x, y, w, h)
-    filtered = _chromium(tmp_path, url + "#label=goldx&system=1", "--dump-dom")
+    filtered = _chromium(chromium, tmp_path, url + "#label=goldx&system=1", "--dump-dom")
     assert re.search(r'<body[^>]*data-rows="7"', filtered), "the fragment's filters were not applied"
     clicked = tmp_path / "clicked.html"  # the page with one row clicked open: its detail is built as text
     opener = "<script>document.querySelectorAll('#items-table tr.item')[2].click();</script></body>"
     clicked.write_text(out.read_text(encoding="utf-8").replace("</body>", opener), encoding="utf-8")
-    detail = _chromium(tmp_path, clicked.resolve().as_uri(), "--dump-dom")
+    detail = _chromium(chromium, tmp_path, clicked.resolve().as_uri(), "--dump-dom")
     assert '<tr class="detail">' in detail and "judge-x" in detail and "the query answers question 3" in detail
     assert "<img" not in detail and "&lt;/script&gt;&lt;img" in detail
     shot = tmp_path / "report.png"
-    _chromium(tmp_path, url, f"--screenshot={shot}")
+    _chromium(chromium, tmp_path, url, f"--screenshot={shot}")
     png = read_png(shot)
     assert (png[0], png[1]) == WINDOW
     for chart, box in boxes.items():
@@ -273,14 +268,13 @@ MEASURE = """<script>(function () {
 })();</script></body>"""
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3, 9, 20, 25])
-def test_chart_labels_never_overlap(tmp_path: Path, n: int) -> None:
+def test_chart_labels_never_overlap(chromium: Path, tmp_path: Path, n: int) -> None:
     summary = {"llm": {"calls_per_item": 2.0, "cost_usd": 0.15}, "judge": {"model": "judge-x"}}
     runs = [load_run(write_records(tmp_path / f"{NAMES[i % len(NAMES)]}-{i}", _system(i), summary)) for i in range(n)]
     page = tmp_path / "measured.html"
     page.write_text(build_report(runs).replace("</body>", MEASURE), encoding="utf-8")
-    dom = _chromium(tmp_path, page.resolve().as_uri(), "--dump-dom")
+    dom = _chromium(chromium, tmp_path, page.resolve().as_uri(), "--dump-dom")
     found = re.search(r'data-measured="([^"]*)"', dom)
     assert found is not None, "the measuring script did not run"
     measured = json.loads(html.unescape(found.group(1)))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import write_items
 
 N_ITEMS = 200
 SLOW_EVERY = 4
@@ -49,10 +50,6 @@ def make_items(n: int) -> list[dict[str, Any]]:
         }
         for i in range(n)
     ]
-
-
-def write_items(path: Path, items: list[dict[str, Any]]) -> None:
-    path.write_text("".join(json.dumps(it) + "\n" for it in items), encoding="utf-8")
 
 
 def count_lines(path: Path) -> int:

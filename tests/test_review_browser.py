@@ -52,13 +52,13 @@ SCREENSHOT_DIR = os.environ.get("ROSE_REVIEW_SCREENSHOTS")
 
 
 @pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Callable[[], WebDriver]]:
+def browser(chromium: Path, tmp_path: Path) -> Iterator[Callable[[], WebDriver]]:
     """Opens headless Chromium browsers, each with a fresh profile; all are closed after the test."""
     opened: list[WebDriver] = []
 
     def open_one() -> WebDriver:
         options = webdriver.ChromeOptions()
-        options.binary_location = str(CHROMIUM)
+        options.binary_location = str(chromium)
         for arg in (
             "--headless=new",
             "--no-sandbox",

@@ -100,6 +100,7 @@ def _integrity(state: Path) -> str:
         conn.close()
 
 
+@pytest.mark.slow  # kills and restarts the review server, a process of its own
 def test_a_killed_server_restarts_with_every_acknowledged_label(tmp_path: Path) -> None:
     items, db_root = _many_items(tmp_path, 200)
     state = tmp_path / "state.sqlite"
@@ -141,6 +142,7 @@ def test_a_killed_server_restarts_with_every_acknowledged_label(tmp_path: Path) 
         assert again.acked and not again.errors
 
 
+@pytest.mark.slow  # a load test: twenty annotators at once
 def test_twenty_concurrent_annotators_lose_nothing_and_latency_is_reported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -26,8 +26,10 @@ import pytest
 
 from rose_sql.config import Config
 from rose_sql.engines import Database, Source
-from rose_sql.engines.execute import run_query
+from rose_sql.engines.execute import Executor
+from rose_sql.engines.workers import Watch
 from rose_sql.errors import UsageError
+from rose_sql.results import Execution
 from rose_sql.reward import (
     Reward,
     RewardConfig,
@@ -304,16 +306,23 @@ def test_execution_only_reward(spider_db: Database) -> None:
 
 
 def _plain(item: RewardItem, config: RewardConfig, step: int | None) -> tuple[Any, ...]:
-    """What a reward is made of, from the plain functions: fresh sandboxes, no scorer, no cache."""
+    """What a reward is made of, from the plain functions: fresh sandboxes, no scorer, no cache (in this
+    process: the worker's guard is not what this compares, and a worker per query would cost 600 processes)."""
     sql = extract_sql(item.completion, item.prompt)
     assert sql is not None
     sandbox = Config(max_rows=config.max_rows, float_digits=config.float_digits, count_past_cap_steps=0)
-    gold = run_query(item.db, item.gold_sql, replace(sandbox, max_steps=config.gold_max_steps))
-    pred = run_query(item.db, sql, replace(sandbox, max_steps=config.max_steps))
+    gold = _fresh(item.db, item.gold_sql, replace(sandbox, max_steps=config.gold_max_steps))
+    pred = _fresh(item.db, sql, replace(sandbox, max_steps=config.max_steps))
     status, detail = execution_outcome(pred, gold, item.gold_sql, config)
     structure = syntax_score(parse(sql, config), parse(item.gold_sql, config), config)
     execution = {"match": 1.0, "partial": 0.5, "wrong": 0.0, "error": -1.0, "timeout": -0.5}[status]
     return status, detail, structure, combine(structure, execution, config, step)
+
+
+def _fresh(db: Database, sql: str, config: Config) -> Execution:
+    """``sql`` on a sandbox of its own (no cache shared with anything), in this process."""
+    with Executor(config, watch=Watch()) as ex:
+        return ex.run(db, sql)
 
 
 def _rollouts(shared: Path) -> list[RewardItem]:

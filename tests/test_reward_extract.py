@@ -95,6 +95,7 @@ def _completion(rng: random.Random) -> Any:
     return rng.choice([None, 42, 3.5, b"SELECT 1", object()])
 
 
+@pytest.mark.slow  # fuzzes for a fixed few seconds
 def test_no_completion_makes_extraction_raise() -> None:
     rng = random.Random(20260101)
     start, n = time.monotonic(), 0
@@ -113,6 +114,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.slow  # fuzzes for a fixed few seconds
 def test_no_completion_makes_an_adapter_raise(root: Path) -> None:
     rng = random.Random(7)
     cfg = RewardConfig(processes=1, max_steps=1_000_000)

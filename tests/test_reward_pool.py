@@ -106,6 +106,35 @@ def test_the_pool_scores_as_one_process(ray_cluster: str, shared: Path) -> None:
     assert {r.status for r in expected} >= {"match", "wrong", "error"}
 
 
+def test_verl_s_module_gives_the_pool_its_keywords_and_the_reward_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without Ray (the inner loop's): ``ray_workers``, ``ray_rate`` and ``ray_pool`` make the pool (one per
+    name, size and rate), every other keyword goes to the reward, and the per-response form is the batch
+    form of one. Scoring on a real pool: the Ray test below."""
+    import rose_sql.distributed.verl as verl
+
+    made: list[tuple[str, int | None, float | None]] = []
+    calls: list[tuple[Any, ...]] = []
+
+    class Pool:
+        def compute_score_batch(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+            calls.append((*args, kwargs))
+            return [{"score": float(i)} for i in range(len(args[0]))]
+
+    def pool(name: str, size: int | None, rate: float | None) -> Pool:
+        made.append((name, size, rate))
+        return Pool()
+
+    monkeypatch.setattr(verl, "_pool", pool)
+    got = verl.compute_score_batch(["a", "b"], ["s1", "s2"], ["g1", "g2"], None, ray_workers=3, ray_rate=2.5,
+                                   ray_pool="mine", timeout_s=2, db_root="/dbs")  # fmt: skip
+    assert got == [{"score": 0.0}, {"score": 1.0}]
+    assert made == [("mine", 3, 2.5)]
+    assert calls == [(["a", "b"], ["s1", "s2"], ["g1", "g2"], None, {"timeout_s": 2, "db_root": "/dbs"})]
+    one = verl.compute_score("a", "s1", "g1", {"db_id": "x"}, timeout_s=1)
+    assert one == {"score": 0.0} and made[-1] == ("rose-reward", None, None)
+    assert calls[-1] == (["a"], ["s1"], ["g1"], [{"db_id": "x"}], {"timeout_s": 1})
+
+
 @pytest.mark.ray
 def test_verl_batch_reward_manager_calls_the_pool(ray_cluster: str, shared: Path) -> None:
     """verl imports the file at ``custom_reward_function.path`` under its own module name and its batch

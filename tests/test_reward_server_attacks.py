@@ -180,6 +180,7 @@ def _poll(s: socket.socket) -> bytes | None:
 # --------------------------------------------------------------------------- slow clients
 
 
+@pytest.mark.slow  # an attack held for seconds against the server
 def test_800_slow_clients_are_cut_off_and_cost_no_threads(server: Server) -> None:
     base = server.reset_peak()
     with server.watched():
@@ -213,6 +214,7 @@ def test_800_slow_clients_are_cut_off_and_cost_no_threads(server: Server) -> Non
     assert peak - base < 100
 
 
+@pytest.mark.slow  # an attack held for seconds against the server
 def test_a_head_is_bounded_in_total_not_per_read(server: Server) -> None:
     (s,) = _connect(server.port, 1)
     start = time.monotonic()
@@ -232,6 +234,7 @@ def test_a_head_is_bounded_in_total_not_per_read(server: Server) -> None:
 # --------------------------------------------------------------------------- bodies
 
 
+@pytest.mark.slow  # an attack held for seconds against the server
 def test_400_slowly_streamed_6mb_bodies_keep_memory_bounded(server: Server) -> None:
     base = server.reset_peak()
     chunk = b"x" * 250_000
@@ -343,6 +346,7 @@ def test_wrong_methods_are_405(server: Server) -> None:
 # --------------------------------------------------------------------------- connections
 
 
+@pytest.mark.slow  # an attack held for seconds against the server
 def test_past_max_connections_new_ones_are_told_503_and_health_still_answers(root: Path) -> None:
     with serving(root, max_connections=20) as server:
         held = _connect(server.port, 20)
@@ -362,6 +366,7 @@ def test_past_max_connections_new_ones_are_told_503_and_health_still_answers(roo
 # --------------------------------------------------------------------------- slow completions
 
 
+@pytest.mark.slow  # an attack held for seconds against the server
 def test_slow_completions_do_not_take_the_time_of_later_requests(server: Server) -> None:
     results: dict[str, tuple[float, Any]] = {}
 
@@ -394,6 +399,7 @@ def test_slow_completions_do_not_take_the_time_of_later_requests(server: Server)
         assert elapsed < deadline + 3
 
 
+@pytest.mark.slow  # an attack held for seconds against the server
 def test_an_item_past_the_deadline_is_answered_and_the_others_scored(server: Server) -> None:
     start = time.monotonic()
     status, _, body = server.request(

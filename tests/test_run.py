@@ -114,12 +114,15 @@ def test_workers_are_forked_only_from_a_single_threaded_process_on_linux() -> No
         assert workers_module.can_fork() is False
 
 
-@pytest.mark.parametrize("fork", [True, False], ids=["forked", "spawned"])
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"], ids=["forked", "fork server", "spawned"])
 def test_worker_processes_write_the_records_one_process_writes(
-    fork: bool, two_systems: tuple[list[Path], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    method: str, two_systems: tuple[list[Path], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if fork and sys.platform != "linux":
+    """Forked from this process (one thread), from the fork server (threads), or spawned (no fork server)."""
+    if method == "fork" and sys.platform != "linux":
         pytest.skip("workers are forked on Linux only")
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"no {method} start method here")
     files, db_root = two_systems
     methods: list[str] = []
     real_get_context = multiprocessing.get_context
@@ -130,9 +133,11 @@ def test_worker_processes_write_the_records_one_process_writes(
 
     monkeypatch.setattr(workers_module.multiprocessing, "get_context", spy)
     # whether the test process has other threads depends on the tests before: decide it here
-    monkeypatch.setattr(workers_module, "can_fork", lambda: fork)
+    monkeypatch.setattr(workers_module, "can_fork", lambda: method == "fork")
+    if method == "spawn":  # a platform without a fork server
+        monkeypatch.setattr(workers_module.multiprocessing, "get_all_start_methods", lambda: ["spawn"])
     in_workers = evaluate(files, db_root, tmp_path / "workers", workers=2)
-    assert methods == ["fork" if fork else "spawn"] * 2
+    assert methods == [method] * 2
     # the library's own path, in this process, gives the same records
     in_process = {}
     for f in files:

@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import Result
-from test_trust import SCHEMA
-from test_trust import rose as invoke
+from conftest import rose, write_items
 
 from rose_sql.errors import UsageError
 from rose_sql.provenance import read_manifest
@@ -31,26 +29,15 @@ PREDS = [
 
 
 @pytest.fixture
-def league(make_db: Any, tmp_path: Path) -> tuple[Path, Path]:
-    db_root = make_db(SCHEMA, db_id="league").parent.parent
+def league_run(league: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """Forty items on the league database: (the items file, the database folder)."""
     items = tmp_path / "items.jsonl"
     rows = [
         {"id": i, "db_id": "league", "question": f"q{i}", "gold_sql": "SELECT name FROM player WHERE age > 25",
          "pred_sql": PREDS[i % len(PREDS)]}
         for i in range(40)
     ]  # fmt: skip
-    items.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return items, db_root
-
-
-def rose(*args: Any, env: dict[str, str] | None = None) -> Result:
-    """``rose ARGS`` in this process, with the command line it would have (manifests record it)."""
-    argv = sys.argv
-    sys.argv = ["rose", *map(str, args)]
-    try:
-        return invoke(*args, env=env)
-    finally:
-        sys.argv = argv
+    return write_items(items, rows), league
 
 
 def _records(folder: Path) -> dict[str, Record]:
@@ -93,16 +80,16 @@ def test_every_item_is_in_exactly_one_shard(n: int) -> None:
 
 
 @pytest.mark.parametrize("text", ["4/4", "-1/4", "a/b", "1/0", "2"])
-def test_a_bad_shard_is_refused_by_name(text: str, league: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_bad_shard_is_refused_by_name(text: str, league_run: tuple[Path, Path], tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--shard"):
         Shard.parse(text)
-    items, db_root = league
+    items, db_root = league_run
     res = rose("run", items, "--db-root", db_root, "--out", tmp_path / "out", "--shard", text)
     assert res.exit_code == 2 and "--shard" in res.output
 
 
-def test_a_shard_records_its_share_and_resume_keeps_to_it(league: tuple[Path, Path], tmp_path: Path) -> None:
-    items, db_root = league
+def test_a_shard_records_its_share_and_resume_keeps_to_it(league_run: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league_run
     (folder,) = _shards(items, db_root, tmp_path, 3, which=range(1, 2))
     manifest = read_manifest(folder / "items/manifest.json")
     assert manifest is not None and manifest.complete and manifest.shard is not None
@@ -120,8 +107,8 @@ def test_a_shard_records_its_share_and_resume_keeps_to_it(league: tuple[Path, Pa
 # --------------------------------------------------------------------------- merging
 
 
-def test_merged_shards_are_the_local_run(league: tuple[Path, Path], tmp_path: Path) -> None:
-    items, db_root = league
+def test_merged_shards_are_the_local_run(league_run: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league_run
     assert rose("run", items, "--db-root", db_root, "--out", tmp_path / "local").exit_code == 0
     shards = _shards(items, db_root, tmp_path, 4)
     res = rose("merge", *shards, "--out", tmp_path / "merged")
@@ -142,8 +129,10 @@ def test_merged_shards_are_the_local_run(league: tuple[Path, Path], tmp_path: Pa
     assert view.exit_code == 0 and "complete" in view.output
 
 
-def test_a_missing_shard_is_refused_then_merged_partial_and_resumed(league: tuple[Path, Path], tmp_path: Path) -> None:
-    items, db_root = league
+def test_a_missing_shard_is_refused_then_merged_partial_and_resumed(
+    league_run: tuple[Path, Path], tmp_path: Path
+) -> None:
+    items, db_root = league_run
     assert rose("run", items, "--db-root", db_root, "--out", tmp_path / "local").exit_code == 0
     shards = _shards(items, db_root, tmp_path, 4, which=range(3))  # shard 3/4 never ran
     res = rose("merge", *shards, "--out", tmp_path / "merged")
@@ -164,8 +153,8 @@ def test_a_missing_shard_is_refused_then_merged_partial_and_resumed(league: tupl
     assert manifest is not None and manifest.complete
 
 
-def test_duplicated_items_are_kept_once_or_refused(league: tuple[Path, Path], tmp_path: Path) -> None:
-    items, db_root = league
+def test_duplicated_items_are_kept_once_or_refused(league_run: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league_run
     shards = _shards(items, db_root, tmp_path, 2)
     again = _shards(items, db_root, tmp_path / "again", 2, which=range(1))  # shard 0/2 run twice
     res = rose("merge", *shards, *again, "--out", tmp_path / "merged")
@@ -183,8 +172,8 @@ def test_duplicated_items_are_kept_once_or_refused(league: tuple[Path, Path], tm
     assert not (tmp_path / "merged-2").exists()
 
 
-def test_shards_of_other_options_or_inputs_are_refused(league: tuple[Path, Path], tmp_path: Path) -> None:
-    items, db_root = league
+def test_shards_of_other_options_or_inputs_are_refused(league_run: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league_run
     a = _shards(items, db_root, tmp_path / "a", 2, which=range(1))
     b = _shards(items, db_root, tmp_path / "b", 2, "--max-rows", "10", which=range(1, 2))
     res = rose("merge", *a, *b, "--out", tmp_path / "merged")
@@ -202,8 +191,8 @@ def test_shards_of_other_options_or_inputs_are_refused(league: tuple[Path, Path]
     assert not (tmp_path / "merged").exists()
 
 
-def test_a_record_in_the_wrong_shard_is_refused(league: tuple[Path, Path], tmp_path: Path) -> None:
-    items, db_root = league
+def test_a_record_in_the_wrong_shard_is_refused(league_run: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league_run
     s0, s1 = _shards(items, db_root, tmp_path, 2)
     stray = (s1 / "items/records.jsonl").read_text().splitlines()[0]
     with (s0 / "items/records.jsonl").open("a") as f:
@@ -212,8 +201,8 @@ def test_a_record_in_the_wrong_shard_is_refused(league: tuple[Path, Path], tmp_p
     assert res.exit_code == 2 and "which belongs to shard 1/2" in res.output
 
 
-def test_merge_never_overwrites_a_run(league: tuple[Path, Path], tmp_path: Path) -> None:
-    items, db_root = league
+def test_merge_never_overwrites_a_run(league_run: tuple[Path, Path], tmp_path: Path) -> None:
+    items, db_root = league_run
     shards = _shards(items, db_root, tmp_path, 2)
     assert rose("merge", *shards, "--out", tmp_path / "merged").exit_code == 0
     res = rose("merge", *shards, "--out", tmp_path / "merged")
@@ -222,13 +211,13 @@ def test_merge_never_overwrites_a_run(league: tuple[Path, Path], tmp_path: Path)
     assert res.exit_code == 2 and "is not a folder" in res.output
 
 
-def test_a_merge_whose_items_a_judge_left_unscored_exits_3(league: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_merge_whose_items_a_judge_left_unscored_exits_3(league_run: tuple[Path, Path], tmp_path: Path) -> None:
     """As rose run would: the merged run is complete, but not every item is scored, and the status says so."""
-    from rose_sql.testing import Reply, ScriptedOpenAI
+    from rose_sql.testing import MockOpenAI, Reply
 
-    items, db_root = league
+    items, db_root = league_run
     env = {"OPENAI_API_KEY": "t"}
-    with ScriptedOpenAI(lambda request, index: Reply(status=503, error="overloaded")) as srv:
+    with MockOpenAI(lambda request, index: Reply(status=503, error="overloaded")) as srv:
         judge = ["--judge-model", "m", "--judge-base-url", srv.base_url, "--no-cache", "--max-retries", "0"]
         folders = []
         for i in range(2):

@@ -33,10 +33,8 @@ from rose_sql.reward.server import ServeConfig, serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "grpo_trl.py"
-SPIDER = ROOT.parent / "shared" / "data" / "spider"
 GOLD = "SELECT count(*) FROM singer"
 CFG = RewardConfig(processes=1)
-CI = os.environ.get("CI") == "true"
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +53,7 @@ def _missing(*modules: str) -> list[str]:
 # --------------------------------------------------------------------------- TRL's call
 
 
+@pytest.mark.slow  # imports TRL and transformers
 def test_trl_reward_takes_every_argument_grpo_trainer_passes(root: Path) -> None:
     """GRPOTrainer calls ``f(prompts=, completions=, completion_ids=, **reward_kwargs)``, reward_kwargs being the
     dataset's columns plus the names it sets itself; read those names from the installed TRL's source."""
@@ -174,32 +173,17 @@ def test_openrlhf_agent_request(root: Path) -> None:
 # --------------------------------------------------------------------------- two real GRPO steps
 
 
-def _gguf() -> Path:
-    missing = _missing("trl", "transformers", "gguf", "datasets")
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed: pip install torch==2.13.0 && pip install -e '.[rl]'")
-    if not (SPIDER / "dev.json").is_file():
-        pytest.skip(f"Spider is not at {SPIDER} (../shared/data)")
-    value = os.environ.get("ROSE_TEST_GGUF")
-    if not value or not Path(value).is_file():
-        reason = (
-            f"no model: set ROSE_TEST_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf (it is {value!r}; .ci/run downloads it)"
-        )
-        if CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return Path(value)
-
-
-@pytest.mark.slow
-def test_grpo_trains_two_steps_on_the_reward(tmp_path: Path) -> None:
+def test_grpo_trains_two_steps_on_the_reward(gguf: Path, shared: Path, tmp_path: Path) -> None:
     """examples/grpo_trl.py as a user runs it: two GRPO steps of SmolLM2-135M on Spider questions. The rewards
     TRL logged for the last batch (and the statuses in its completions table) are exactly what ROSE-SQL computes
     for those completions, and a step whose group had different rewards moved the weights (a gradient norm above
     0)."""
-    gguf = _gguf()
+    missing = _missing("trl", "transformers", "gguf", "datasets")
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed: pip install torch==2.13.0 && pip install -e '.[rl]'")
+    spider = shared / "spider"
     summary_file = tmp_path / "summary.json"
-    command = [sys.executable, str(EXAMPLE), "--gguf", str(gguf), "--spider", str(SPIDER), "--questions", "4"]
+    command = [sys.executable, str(EXAMPLE), "--gguf", str(gguf), "--spider", str(spider), "--questions", "4"]
     command += ["--output-dir", str(tmp_path / "out"), "--summary", str(summary_file)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # everything is local: no look-up of the hub, even a failing one
     run = subprocess.run(command, capture_output=True, text=True, timeout=1500, cwd=tmp_path, env=env)
@@ -216,7 +200,7 @@ def test_grpo_trains_two_steps_on_the_reward(tmp_path: Path) -> None:
     items = []
     for entry in last:
         row = golds[json.dumps(entry["prompt"])]
-        db = Source.folder(SPIDER / "database").locate(row["db_id"])
+        db = Source.folder(spider / "database").locate(row["db_id"])
         items.append(RewardItem(entry["completion"], row["gold_sql"], db))
     # the last batch was generated and scored at global_step 1, by the example's config
     with RewardScorer(RewardConfig(processes=1, total_steps=2)) as scorer:

@@ -16,17 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
+from conftest import rose
 
-from rose_sql.cli import main
 from rose_sql.config import Config
 from rose_sql.engines import Source
 from rose_sql.items.load import load_items
 from rose_sql.run.runner import plan, run
-
-
-def rose(*args: Any) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def ok(*args: Any) -> Result:

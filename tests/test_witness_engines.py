@@ -272,3 +272,43 @@ def test_a_scratch_connection_lost_is_recorded_and_the_next_item_gets_a_new_copy
     finally:
         finder.close()
     assert scratch_databases("postgresql") == left
+
+
+def test_the_witness_search_on_a_small_duckdb_copy_finds_what_it_finds_on_sqlite(league: Path, tmp_path: Path) -> None:
+    """DuckDB's witness space without a server or the shared data (the inner loop's): COUNT(*) and COUNT(age)
+    agree on the league's players, and on the DuckDB copy as on the SQLite file a NULL age tells them apart."""
+    pytest.importorskip("duckdb", reason="DuckDB is not installed: pip install 'rose-sql[duckdb]'")
+    from rose_sql.engines.admin.copy import copy_sqlite
+
+    sqlite_file = league / "league" / "league.sqlite"
+    source = Source.parse(f"duckdb://{tmp_path / 'league.duckdb'}")
+    copy_sqlite(sqlite_file, source, "league")
+    before = hashlib.sha256(Path(source.locate("league").target).read_bytes()).hexdigest()
+    found = {}
+    for name, db in (("sqlite", Database.file(sqlite_file)), ("duckdb", source.locate("league"))):
+        config = Config(workers=1)
+        gold, pred = "SELECT COUNT(*) FROM player", "SELECT COUNT(age) FROM player"
+        with Executor(config) as ex:
+            g, p = ex.run(db, gold), ex.run(db, pred)
+        assert g.result is not None and p.result is not None, (g.error, p.error)
+        cmp = compare(p.result, g.result, ordered=False)
+        assert cmp.equal is True
+        finder = Finder(config)
+        try:
+            found[name] = finder.gather(db, gold, pred, g, p, cmp)
+        finally:
+            finder.close()
+    for name, ev in found.items():
+        w = ev.witness
+        assert ev.skipped is None and ev.guard is None and w is not None, (name, ev.skipped, ev.guard)
+        change = w.changes[0]
+        assert (w.kind, change.op, change.table.lower(), change.column, change.new) == (
+            "null",
+            "update",
+            "player",
+            "age",
+            None,
+        ), name
+    assert found["duckdb"].witness.gold_result.rows == found["sqlite"].witness.gold_result.rows  # type: ignore[union-attr]
+    assert found["duckdb"].witness.pred_result.rows == found["sqlite"].witness.pred_result.rows  # type: ignore[union-attr]
+    assert hashlib.sha256(Path(source.locate("league").target).read_bytes()).hexdigest() == before  # untouched

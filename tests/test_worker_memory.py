@@ -60,6 +60,7 @@ print(json.dumps({"records": out, "peak": peak * 1024}))
 """
 
 
+@pytest.mark.slow  # memory bombs in a fresh interpreter
 @pytest.mark.parametrize("heap", [128 * 2**20, 2 * 2**30], ids=["heap well below", "heap of the default"])
 def test_the_worker_process_stays_within_its_memory_bound(make_db: Callable[..., Path], heap: int) -> None:
     db = make_db(
@@ -89,6 +90,7 @@ def _data_limit(state: object, _: object) -> int:
     return resource.getrlimit(resource.RLIMIT_DATA)[0]
 
 
+@pytest.mark.slow  # memory bombs in a fresh interpreter
 def test_the_review_apps_query_workers_hold_the_worker_memory_bound(tmp_path: Path) -> None:
     from dataclasses import replace
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rose_sql.engines import workers as workers_module
 from rose_sql.engines.workers import Pool, Watch, statement_key
 from rose_sql.errors import Lost
 
@@ -112,6 +115,80 @@ def test_the_guard_stops_a_runaway_and_the_unit_completes_without_it() -> None:
     assert stats.guard_kills == 1 and stats.poisoned == [statement_key("runaway", "2")]
     assert took < 0.3 + 10  # the guard's 0.3 s, plus a fresh worker's start on a loaded machine
     assert after[0][2] == 14  # the replacement worker serves later units
+
+
+def environment(state: State, name: str) -> str | None:
+    return os.environ.get(name)
+
+
+def test_a_replacement_is_forked_from_the_fork_server_with_the_parents_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once the pool's thread runs, a new worker never forks this process, and never spawns: it comes from
+    the fork server (started with the modules imported), and takes this process's environment as it is now."""
+    methods: list[str] = []
+    real = multiprocessing.get_context
+
+    def spy(method: str) -> Any:
+        methods.append(method)
+        return real(method)
+
+    monkeypatch.setattr(workers_module.multiprocessing, "get_context", spy)
+    monkeypatch.setenv("ROSE_TEST_WORKER_ENV", "before")
+    with Pool(1, init, "cfg") as pool:
+        monkeypatch.setenv("ROSE_TEST_WORKER_ENV", "after")  # the fork server, if it runs, was started before
+        assert pool.submit(runaway, [2]).result(timeout=60) == ["guard"]
+        assert pool.submit(environment, ["ROSE_TEST_WORKER_ENV"]).result(timeout=60) == ["after"]
+    assert methods[1:] == ["forkserver"] and pool.stats.guard_kills == 1
+
+
+LEFT_BEHIND = """\
+import os, sys, threading, time
+from rose_sql.engines.workers import Pool
+def init(arg, watch):
+    return None
+def busy(state, folder):
+    with open(os.path.join(folder, str(os.getpid())), "w"):
+        pass
+    time.sleep(600)  # busy: only the worker's watch on its parent can end it
+if __name__ == "__main__":
+    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()  # threads: the fork server's workers
+    pool = Pool(2, init, None)
+    for _ in range(2):
+        pool.submit(busy, [sys.argv[1]])  # one to each worker
+    time.sleep(600)
+"""
+
+
+def test_busy_workers_from_the_fork_server_leave_when_the_parent_is_killed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script, folder = tmp_path / "parent.py", tmp_path / "pids"
+    script.write_text(LEFT_BEHIND)
+    folder.mkdir()
+    parent = subprocess.Popen([sys.executable, str(script), str(folder)])
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(folder.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        parent.wait()
+    pids = {int(p.name) for p in folder.iterdir()}
+    assert len(pids) == 2 and parent.pid not in pids
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids), "a worker outlived its parent"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has left
 
 
 def test_a_unit_whose_worker_died_once_is_sent_again(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from rose_sql.__version__ import __version__
+from rose_sql.engines.workers import preload
 from rose_sql.errors import RoseError
 
 console = Console(soft_wrap=True)
@@ -87,6 +88,7 @@ def main() -> None:
       rose run rose-demo-out/items.jsonl --db-root rose-demo-out/db --out runs/
       rose report runs/items
     """
+    preload(__package__ or "rose_sql.cli")  # what the `rose` script imports, for the workers that run it again
 
 
 def fail(e: RoseError) -> NoReturn:

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, cast
 
-from rose_sql.config import GUARD_MARGIN_S, Config
+from rose_sql.config import Config
 from rose_sql.engines import Database, Engine, Kind, TableInfo, open_engine
 from rose_sql.engines.base import (
     CONTRACT,
@@ -145,7 +145,7 @@ class Executor:
         key = statement_key("catalogue", dbk[0])
         if key in self.watch.poisoned:
             return None
-        self.watch.arm(key, engine.guard_s + GUARD_MARGIN_S)
+        self.watch.arm(key, engine.guard_s + self.config.guard_margin_s)
         try:
             found = engine.catalogue(db)
         finally:
@@ -171,7 +171,7 @@ class Executor:
         key = statement_key("steps", dbk[0], sql)
         if key in self.watch.poisoned:
             return Counted(None, GUARD_STOPPED)
-        self.watch.arm(key, engine.guard_s + GUARD_MARGIN_S)
+        self.watch.arm(key, engine.guard_s + self.config.guard_margin_s)
         try:
             return engine.count_steps(db, sql)
         finally:
@@ -209,7 +209,7 @@ class Executor:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return Timed(tuple(times), past, (i, j))
-                    self.watch.arm(key, min(engine.guard_s, left) + GUARD_MARGIN_S)
+                    self.watch.arm(key, min(engine.guard_s, left) + self.config.guard_margin_s)
                     timing = engine.timed(db, sql, deadline)
                     failure = timing.failure
                     if failure is not None:
@@ -299,7 +299,7 @@ class Executor:
         if key in self.watch.poisoned:
             process = CONTRACT["process"]
             return Execution(process.status, 0.0, error=GUARD_STOPPED, limit=process.limit), 0
-        self.watch.arm(key, engine.guard_s + GUARD_MARGIN_S)
+        self.watch.arm(key, engine.guard_s + self.config.guard_margin_s)
         try:
             return engine.run(db, sql, role)
         finally:

@@ -14,12 +14,17 @@ is lost, and the item whose statement it was says so on its record. A worker tha
 reason (killed, out of memory) has its unit sent again once; a second death of the same unit is
 reported as such.
 
-Workers start by ``fork`` while the parent has a single thread (they begin with everything imported);
-otherwise, and for every replacement, by ``spawn``, which runs the caller's main module again in the
-worker: a script must keep its work under ``if __name__ == "__main__":``, as multiprocessing requires.
-One that does not is stopped with a :class:`~rose_sql.errors.UsageError` saying so as soon as the
-worker's run of it reaches ROSE-SQL (a pool or a reward scorer), not left to run its work twice.
-Workers leave when the parent dies.
+Workers start by ``fork`` while the parent has a single thread (they begin with everything imported).
+Otherwise, and for every replacement (the supervising thread exists by then), they are forked from
+multiprocessing's fork server: a clean, single-threaded process started once (at the first worker that
+needs it) with ROSE-SQL's worker modules imported, so a worker starts in a few hundredths of a second,
+not the second a ``spawn`` takes to import everything again. Such a worker takes the parent's current
+environment variables, working folder and ``sys.path``, and runs the caller's main module again as
+``spawn`` would: a script must keep its work under ``if __name__ == "__main__":``, as multiprocessing
+requires. One that does not is stopped with a :class:`~rose_sql.errors.UsageError` saying so as soon as
+the worker's run of it reaches ROSE-SQL (a pool or a reward scorer), not left to run its work twice.
+Workers leave when the parent dies (forked from the fork server, they watch the parent's end of the
+pipe they were started through, and the fork server, which leaves when the parent does).
 """
 
 from __future__ import annotations
@@ -104,8 +109,19 @@ class Watch:
             self._deadlines[self._slot()] = 0.0
 
 
-def _loop(conn: Connection, init: Callable[[Any, Watch], Any], arg: Any, deadlines: Any, keys: Any, index: int) -> None:
+def _loop(
+    conn: Connection,
+    init: Callable[[Any, Watch], Any],
+    arg: Any,
+    deadlines: Any,
+    keys: Any,
+    index: int,
+    env: dict[str, str] | None = None,
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops the workers
+    if env is not None:  # forked from the fork server: the parent's environment now, not the server's at its start
+        os.environ.clear()
+        os.environ.update(env)
     parent = os.getppid()
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
     watch = Watch(deadlines, keys, index)
@@ -139,10 +155,13 @@ def _serve(conn: Connection, state: Any, watch: Watch) -> None:
 
 
 def _exit_with(parent: int) -> None:
-    """Leave when the process that started this worker is gone (kill -9 included): no orphans."""
+    """Leave when the process that started this worker is gone (kill -9 included): no orphans. Forked by
+    the fork server, the worker's parent is that server; the pool's process is watched through its end of
+    the pipe the worker was started through (closed when it dies)."""
+    starter = multiprocessing.parent_process()
     while True:
         time.sleep(0.5)
-        if os.getppid() != parent:
+        if os.getppid() != parent or (starter is not None and not starter.is_alive()):
             os._exit(0)
 
 
@@ -169,6 +188,34 @@ def limit_memory(limit: int) -> None:
 def can_fork() -> bool:
     """Whether forking workers is safe here: Linux (macOS frameworks are not fork-safe), one thread."""
     return sys.platform == "linux" and threading.active_count() == 1
+
+
+_PRELOAD = {"rose_sql.engines.execute", "rose_sql.engines.sqlite"}
+"""Modules the fork server imports before it forks any worker (each pool's ``init`` module joins them)."""
+_preload_lock = threading.Lock()
+
+
+def preload(*modules: str) -> None:
+    """Have the fork server import ``modules`` too, once, before it forks a worker: what the caller's main
+    module imports, which each worker forked from it runs again (as ``spawn`` does), so that the worker finds
+    them imported (``rose`` preloads its command-line package, the test suite pytest: 0.2 s a worker). Takes
+    effect when the fork server starts, at the first worker that needs it. A module must import without a
+    thread or an error other than ImportError (which is ignored)."""
+    with _preload_lock:
+        _PRELOAD.update(modules)
+
+
+def _clean_start() -> str:
+    """The start method of a worker forked from a clean process: the fork server (started at the first call,
+    with :data:`_PRELOAD` imported), or ``spawn`` where there is none (Windows)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    from multiprocessing import forkserver
+
+    with _preload_lock:  # its modules are set before it starts; started here, not from the pool's thread
+        forkserver.set_forkserver_preload(sorted(_PRELOAD))  # not __main__: a worker runs it as spawn does
+        forkserver.ensure_running()
+    return "forkserver"
 
 
 def refuse_unguarded_main() -> None:
@@ -239,7 +286,9 @@ class Pool(Generic[S]):
         self._closed = False
         self.stats = Stats()
         refuse_unguarded_main()
-        self._workers = [self._start(i, "fork" if can_fork() else "spawn") for i in range(self.size)]
+        if init.__module__.startswith("rose_sql."):
+            _PRELOAD.add(init.__module__)
+        self._workers = [self._start(i, "fork" if can_fork() else _clean_start()) for i in range(self.size)]
         self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)
         self._supervisor = threading.Thread(target=self._supervise, name="rose-workers", daemon=True)
         self._supervisor.start()
@@ -294,7 +343,8 @@ class Pool(Generic[S]):
     def _start(self, index: int, method: str) -> _Worker:
         ctx: Any = multiprocessing.get_context(method)
         parent, child = ctx.Pipe()
-        args = (child, self._init, self._arg, self._deadlines, self._keys, index)
+        env = None if method == "fork" else dict(os.environ)
+        args = (child, self._init, self._arg, self._deadlines, self._keys, index, env)
         process = ctx.Process(target=_loop, args=args, name=f"rose-worker-{index}", daemon=True)
         process.start()
         child.close()
@@ -390,7 +440,7 @@ class Pool(Generic[S]):
         w.process.join()
         w.conn.close()
         with self._lock:
-            self._workers[i] = self._start(i, "spawn")
+            self._workers[i] = self._start(i, _clean_start())
             pending = [uid for uid in w.units if uid in self._units]
             if not pending:
                 return

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from rose_sql.comparison.comparator import Comparison
-from rose_sql.config import GUARD_MARGIN_S, Config
+from rose_sql.config import Config
 from rose_sql.engines import Database
 from rose_sql.engines.base import GUARD_STOPPED
 from rose_sql.engines.spaces import Space, open_space
@@ -71,7 +71,7 @@ class Finder:
             space = self._space(db)
             if isinstance(space, str):
                 return Evidence(skipped=space)
-            self.watch.arm(key, space.guard_s + GUARD_MARGIN_S)
+            self.watch.arm(key, space.guard_s + cfg.guard_margin_s)
             space.start(cfg.evidence_max_steps, start + cfg.evidence_budget_s)
             try:
                 found = self._gather(space, db, gold_sql, pred_sql, g, p, comparison)

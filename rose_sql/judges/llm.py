@@ -111,8 +111,6 @@ _REFUSED = re.compile(r"unsupported|not supported|unrecognized|unknown|not allow
 _RETRIED_STATUSES = (408, 409, 429)
 PROBE_TIMEOUT_S = 30.0
 """The longest the check that the endpoint answers waits (``--judge-timeout`` when it is shorter)."""
-_BACKOFF_S = (0.5, 8.0)
-"""The first pause before a retry, and the longest (the SDK's own values)."""
 
 
 class LLM(Protocol):
@@ -448,7 +446,7 @@ class OpenAILLM:
                 transient = status is None or status in _RETRIED_STATUSES or status >= 500
                 if not transient or retries >= self.cfg.max_retries:
                     raise EndpointError(_failure(e, self.cfg.timeout_s, retries)) from None
-                await asyncio.sleep(_pause(retries, e))
+                await asyncio.sleep(_pause(retries, e, self.cfg.retry_backoff_s))
                 retries += 1
 
     async def _post(
@@ -554,9 +552,9 @@ def _failure(e: BaseException, timeout_s: float, retries: int) -> str:
     return f"{type(e).__name__}: {e}{tried}"
 
 
-def _pause(retries: int, e: BaseException) -> float:
+def _pause(retries: int, e: BaseException, backoff: tuple[float, float]) -> float:
     """Seconds before the next attempt: the server's ``retry-after`` when it gives one (up to a minute),
-    else exponential backoff with jitter."""
+    else exponential backoff with jitter (``backoff``: the first pause and the longest)."""
     response = getattr(e, "response", None)
     headers = getattr(response, "headers", None) or {}
     for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
@@ -566,7 +564,7 @@ def _pause(retries: int, e: BaseException) -> float:
             continue
         if 0 <= wait <= 60:
             return wait
-    first, longest = _BACKOFF_S
+    first, longest = backoff
     return float(min(first * 2**retries, longest) * (1 - 0.25 * random.random()))
 
 

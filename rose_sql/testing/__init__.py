@@ -1,4 +1,6 @@
-"""Test support shipped with ROSE-SQL: a scripted OpenAI-compatible server for the LLM judge stages."""
+"""Test support shipped with ROSE-SQL for the LLM judge stages: a scripted OpenAI-compatible server (the wire),
+the same responders under the real client without a socket (:class:`MockOpenAI`), and a fake of the LLM
+protocol (:mod:`rose_sql.testing.fake`)."""
 
 from __future__ import annotations
 
@@ -27,10 +29,12 @@ from rose_sql.testing.openai_server import (
     with_faults,
     with_reasoning,
 )
+from rose_sql.testing.transport import MockOpenAI
 
 __all__ = [
     "DEFAULT_FAULT_KINDS",
     "FaultInjector",
+    "MockOpenAI",
     "RecordedRequest",
     "Reply",
     "Responder",

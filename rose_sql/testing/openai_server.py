@@ -794,6 +794,23 @@ class _Handler(BaseHTTPRequestHandler):
 # --------------------------------------------------------------------------- the server
 
 
+def signed(body: Mapping[str, Any], reply: Reply) -> Reply:
+    """``reply`` with the nonce ``body`` (a chat-completions request) asks for written into the verdicts it
+    scripts, as an honest judge writes it (:func:`rose_sql.testing.sign.sign`); any other reply as it is."""
+    if not reply.ok or reply.body is not None:
+        return reply
+    messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
+    nonce = call_nonce(messages, request_schema(body))
+    if nonce is None:
+        return reply
+    prompt = prompt_text(messages)
+    return replace(
+        reply,
+        content=sign(reply.content, nonce, prompt),
+        reasoning_content=sign(reply.reasoning_content, nonce, prompt),
+    )
+
+
 class ScriptedOpenAI:
     """An OpenAI-compatible chat-completions server on ``127.0.0.1``, scripted by a responder.
 
@@ -949,18 +966,7 @@ class ScriptedOpenAI:
 
     def _signed(self, body: dict[str, Any], reply: Reply) -> Reply:
         """The reply with the request's nonce written into the verdicts it scripts (see the class's text)."""
-        if not self.sign or not reply.ok or reply.body is not None:
-            return reply
-        messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
-        nonce = call_nonce(messages, request_schema(body))
-        if nonce is None:
-            return reply
-        prompt = prompt_text(messages)
-        return replace(
-            reply,
-            content=sign(reply.content, nonce, prompt),
-            reasoning_content=sign(reply.reasoning_content, nonce, prompt),
-        )
+        return signed(body, reply) if self.sign else reply
 
     def _track(self, conn: socket.socket, *, opened: bool) -> None:
         with self._lock:
