@@ -277,6 +277,45 @@ def strip_comments(sql: str) -> str:
     return "".join(out)
 
 
+_QUOTED_TOKENS = frozenset(
+    {
+        TokenType.STRING,
+        TokenType.NATIONAL_STRING,
+        TokenType.HEX_STRING,
+        TokenType.BIT_STRING,
+        TokenType.BYTE_STRING,
+        TokenType.UNICODE_STRING,
+        TokenType.HEREDOC_STRING,
+        TokenType.RAW_STRING,
+        TokenType.NATIONAL_RAW_STRING,
+    }
+)
+"""Tokens sqlglot reads as a quoted literal (a hex or bit literal only when written with quotes)."""
+
+
+def lexemes(sql: str, dialect: str = DEFAULT_DIALECT) -> tuple[tuple[str, int, int], ...] | None:
+    """sqlglot's reading of the text's lexical structure, for comparing it with a server's
+    (:mod:`rose_sql.engines.lexical`): each token as (kind, start, end), the end exclusive, its kind
+    ``string`` (a quoted literal, prefix included: ``N'x'``, ``E'x'``, ``$$x$$``), ``name`` (a quoted
+    name), ``comment`` (an optimizer hint, a comment sqlglot keeps as a token) or ``code``. What no token
+    covers, sqlglot skipped as a space or a comment. None when sqlglot cannot tokenize the text."""
+    tokens = query(sql, dialect).tokens
+    if tokens is None:
+        return None
+    out = []
+    for tok in tokens:
+        raw = sql[tok.start : tok.end + 1]
+        kind = "code"
+        if tok.token_type == TokenType.IDENTIFIER and raw[:1] in ('"', "`", "["):
+            kind = "name"
+        elif tok.token_type in _QUOTED_TOKENS and raw[-1:] in ("'", '"', "$"):
+            kind = "string"
+        elif tok.token_type == TokenType.HINT:
+            kind = "comment"
+        out.append((kind, tok.start, tok.end + 1))
+    return tuple(out)
+
+
 _KEPT_AS_WRITTEN = {TokenType.STRING, TokenType.NATIONAL_STRING, TokenType.HEX_STRING, TokenType.BIT_STRING}
 """Tokens whose text is data: their case is never folded."""
 

@@ -16,7 +16,9 @@ Each thread has its own cursor of one connection per file. A statement runs insi
 TRANSACTION READ ONLY`` with a watchdog thread that calls ``interrupt()`` at the limit, is fetched in batches
 against the caps, and is rolled back.
 
-The function policy: scalar and aggregate functions without side effects (``duckdb_functions()``'s
+The policy reads the text with PostgreSQL's lexical rules (DuckDB's parser is PostgreSQL's, ``\\v`` a
+space: :mod:`rose_sql.engines.lexical`) and refuses what sqlglot reads otherwise. The function policy:
+scalar and aggregate functions without side effects (``duckdb_functions()``'s
 ``has_side_effects``), plus :data:`ALLOWED`; table functions only from :data:`TABLES`; never
 :data:`DENIED` (``query()`` runs SQL text, ``setseed`` changes the session, sequences advance), nor
 :data:`SECRET_FUNCTIONS` and :data:`SECRET_VIEWS` (the settings and the logs, behind built-in views).
@@ -27,10 +29,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import duckdb
 
+from rose_sql.engines import lexical
 from rose_sql.engines.base import (
     SECRETS,
     Classified,
@@ -44,6 +49,7 @@ from rose_sql.engines.base import (
     file_fingerprint,
 )
 from rose_sql.engines.kinds import Database, Kind
+from rose_sql.engines.lexical import Span
 from rose_sql.results import Limits, ResultSet
 
 ALLOWED = frozenset({"random", "uuid", "gen_random_uuid", "uuidv4"})
@@ -57,6 +63,8 @@ SECRET_VIEWS = frozenset({"pg_settings", "duckdb_logs", "duckdb_logs_parsed", "p
 policy (``SELECT * FROM pg_settings`` reads ``duckdb_settings()``)."""
 TABLES = frozenset({"range", "generate_series", "unnest", "json_each", "json_tree", "repeat", "repeat_row"})
 """Table functions a query may read from (every other one reads files or metadata)."""
+_LEXER = partial(lexical.postgres, standard_strings=True, vertical_tab=True)
+"""DuckDB's lexer: PostgreSQL's (its parser is PostgreSQL's), ``\\v`` a space, backslashes plain in ``'...'``."""
 _NO_TABLE = "Table with name"
 """How DuckDB's catalogue error names a table that does not exist (a function's is worded otherwise)."""
 NOTES = (
@@ -185,6 +193,9 @@ class DuckDB(Pooled[_Conn]):
         if isinstance(e, duckdb.OutOfMemoryException | MemoryError):
             return Classified("memory", message)
         return Classified("error", message)
+
+    def _lexer(self, conn: _Conn) -> tuple[str, Callable[[str], list[Span]]]:
+        return "DuckDB", _LEXER
 
     def _catalog(self, schema: str, name: str) -> bool:
         return schema in ("", "main", "pg_catalog") and name in SECRET_VIEWS

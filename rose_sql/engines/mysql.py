@@ -23,8 +23,11 @@ with a warning and returns what it has; under a case-insensitive collation (the 
 ``utf8mb4_general_ci``; ``rose db copy`` makes ``utf8mb4_bin`` tables) text compares equal across case,
 ``'a' = 'A'``: a statement that compares text with a literal is noted.
 
-The function policy: no MySQL executable comment (``/*! ... */``, ``/*M! ... */``: the server runs
-what sqlglot reads as a comment), no ``INTO`` (``OUTFILE``, ``DUMPFILE``, ``@var``), no ``:=``, none of
+The policy reads the text with the server's lexical rules under the session's ``sql_mode``
+(:func:`rose_sql.engines.lexical.mysql`: ``--`` starts a comment only before an ASCII space or control
+character, a Unicode space is part of a name) and refuses what sqlglot reads otherwise. The function
+policy: no MySQL executable comment (``/*! ... */``, ``/*M! ... */``: the server runs what sqlglot reads
+as a comment), no ``INTO`` (``OUTFILE``, ``DUMPFILE``, ``@var``), no ``:=``, none of
 :data:`DENIED` (locks, sleeps, file reads, sequence and session-value changes), and no stored function
 of the database; nothing of :data:`SECRET_SCHEMAS` or :data:`SECRET_TABLES` (credentials, settings,
 other sessions' queries) and no ``@@variable``, whatever the role. A login with any privilege beyond
@@ -37,14 +40,18 @@ MySQL 8's TempTable engine (server-wide settings only).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pymysql
 import pymysql.cursors
 from sqlglot import exp
 
+from rose_sql.engines import lexical
 from rose_sql.engines.base import Classified, ColumnInfo, Pooled, TableInfo, batches, collect, examples
 from rose_sql.engines.kinds import Database, Kind
+from rose_sql.engines.lexical import Span
 from rose_sql.results import Limits, ResultSet
 from rose_sql.sql import query
 
@@ -129,6 +136,8 @@ class _Conn:
         self.target = target
         self.collation = ""
         """The database's default collation (a ``_ci`` one compares text across case)."""
+        self.lexer: Callable[[str], list[Span]] = lexical.mysql
+        """The server's lexer under the session's ``sql_mode`` (its backslash escapes and ``ANSI_QUOTES``)."""
 
 
 def connect_args(url: str) -> dict[str, Any]:
@@ -179,8 +188,13 @@ class MySQL(Pooled[_Conn]):
         mariadb = "mariadb" in conn.get_server_info().lower()
         c = _Conn(conn, mariadb, db.target)
         with conn.cursor() as cur:
-            cur.execute("SELECT @@collation_database")
-            c.collation = str((cur.fetchone() or ("",))[0] or "")
+            cur.execute("SELECT @@collation_database, @@sql_mode")
+            collation, mode = cur.fetchone() or ("", "")
+        c.collation = str(collation or "")
+        modes = set(str(mode or "").upper().split(","))
+        c.lexer = partial(
+            lexical.mysql, backslash_escapes="NO_BACKSLASH_ESCAPES" not in modes, ansi_quotes="ANSI_QUOTES" in modes
+        )
         self._session(c)
         return c
 
@@ -272,6 +286,9 @@ class MySQL(Pooled[_Conn]):
         if isinstance(e, MemoryError) or code in _MEMORY_CODES:
             return Classified("memory", message, broken=isinstance(e, MemoryError))
         return Classified("error", message, broken=code is None)
+
+    def _lexer(self, conn: _Conn) -> tuple[str, Callable[[str], list[Span]]]:
+        return ("MariaDB" if conn.mariadb else "MySQL"), conn.lexer
 
     def _catalog(self, schema: str, name: str) -> bool:
         return schema in SECRET_SCHEMAS or (schema == "information_schema" and name in SECRET_TABLES)

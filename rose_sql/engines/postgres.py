@@ -19,7 +19,9 @@ with the server's message; ``statement_timeout`` (57014) is the wall clock; clas
 disk, a configured limit such as ``temp_file_limit``) is the memory limit. Rows are fetched two first
 (most results are one row), then in batches sized by the widest row seen (:func:`~rose_sql.engines.base.batches`).
 
-The function policy: a function called by name must be in ``pg_catalog`` with every overload immutable
+The policy reads the text with PostgreSQL's lexical rules (:func:`rose_sql.engines.lexical.postgres`,
+under the session's ``standard_conforming_strings``) and refuses what sqlglot reads otherwise. The
+function policy: a function called by name must be in ``pg_catalog`` with every overload immutable
 or stable (``provolatile``), and not one of :data:`DENIED` (stable functions that run SQL text given to
 them), or one of :data:`ALLOWED` (volatile but harmless). That refuses advisory locks, ``set_config``,
 ``nextval``, ``lo_export``, ``pg_read_file``, ``pg_sleep``, ``pg_terminate_backend``, ``dblink`` and
@@ -36,14 +38,17 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
 
+from rose_sql.engines import lexical
 from rose_sql.engines.base import SECRETS, Classified, ColumnInfo, Pooled, TableInfo, batches, collect, examples
 from rose_sql.engines.kinds import Database, Kind
+from rose_sql.engines.lexical import Span
 from rose_sql.results import Limits, ResultSet
 
 DENIED = frozenset(
@@ -280,6 +285,13 @@ class PostgreSQL(Pooled[_Conn]):
         if state == "25006":  # read_only_sql_transaction
             return Classified("rejected", message)
         return Classified("error", message)
+
+    def _lexer(self, conn: _Conn) -> tuple[str, Callable[[str], list[Span]]]:
+        info = conn.conn.info
+        standard = info.parameter_status("standard_conforming_strings") != "off"  # reported on every change
+        return "PostgreSQL", partial(
+            lexical.postgres, standard_strings=standard, vertical_tab=info.server_version >= 160000
+        )
 
     def _catalog(self, schema: str, name: str) -> bool:
         return schema in ("", "pg_catalog", "information_schema") and (
