@@ -316,6 +316,49 @@ def lexemes(sql: str, dialect: str = DEFAULT_DIALECT) -> tuple[tuple[str, int, i
     return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class NameUses:
+    """The names a statement's tokens call or reach as attributes, whatever sqlglot's tree makes of them
+    (unquoted names lower-cased, quoted ones as written)."""
+
+    called: frozenset[str]
+    """Names followed by ``(``: ``f(x)``, ``schema.f(x)``, ``"f"(x)``."""
+    attributes: frozenset[str]
+    """Names after a ``.`` and not followed by ``(``: ``s.f`` (PostgreSQL's attribute notation calls
+    ``f(s)`` when ``s`` has no column ``f``)."""
+
+
+def name_uses(sql: str, dialect: str = DEFAULT_DIALECT) -> NameUses | None:
+    """The names ``sql`` calls or reaches as attributes (None when sqlglot cannot tokenize it)."""
+    tokens = query(sql, dialect).tokens
+    if tokens is None:
+        return None
+    called: set[str] = set()
+    attributes: set[str] = set()
+    for i, tok in enumerate(tokens):
+        if tok.token_type in _NOT_NAMES:
+            continue
+        name = tok.text if tok.token_type == TokenType.IDENTIFIER else tok.text.lower()
+        after = tokens[i + 1].token_type if i + 1 < len(tokens) else None
+        if after == TokenType.L_PAREN:
+            called.add(name)
+        elif i and tokens[i - 1].token_type == TokenType.DOT:
+            attributes.add(name)
+    return NameUses(frozenset(called), frozenset(attributes))
+
+
+_NOT_NAMES = _QUOTED_TOKENS | {
+    TokenType.L_PAREN,
+    TokenType.R_PAREN,
+    TokenType.DOT,
+    TokenType.COMMA,
+    TokenType.NUMBER,
+    TokenType.STAR,
+    TokenType.HINT,
+}
+"""Tokens that are never a function's name."""
+
+
 _KEPT_AS_WRITTEN = {TokenType.STRING, TokenType.NATIONAL_STRING, TokenType.HEX_STRING, TokenType.BIT_STRING}
 """Tokens whose text is data: their case is never folded."""
 

@@ -321,6 +321,11 @@ class Engine(Protocol):
         warning."""
         ...
 
+    def refused_functions(self, db: Database) -> list[str]:
+        """The database's own functions (and operators) the policy refuses to every statement, each with why,
+        for people (``rose run`` and ``rose db reader`` say which they found)."""
+        ...
+
     def cancel(self) -> None:
         """Stop every statement this engine is running (from any thread)."""
         ...
@@ -637,6 +642,9 @@ class Pooled(Generic[C]):
 
     def _version(self, conn: C) -> str:
         raise NotImplementedError
+
+    def refused_functions(self, db: Database) -> list[str]:
+        return []
 
     def _catalog(self, schema: str, name: str) -> bool:
         """Whether the relation ``schema.name`` (schema "" when unqualified, lower-cased) is a catalog view

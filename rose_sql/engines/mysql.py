@@ -372,8 +372,23 @@ class MySQL(Pooled[_Conn]):
         found = sorted({p for g in grants for p in granted(g)} - READ_ONLY_PRIVILEGES)
         return f"user {user} has {', '.join(found)}" if found else None
 
+    def refused_functions(self, db: Database) -> list[str]:
+        return stored_functions(self.conn(db).conn)
+
     def unbounded_disk(self, db: Database) -> str | None:
         return None  # what can be bounded is, per statement (tmp_disk_table_size); the rest is documented
+
+
+def stored_functions(conn: pymysql.connections.Connection[Any]) -> list[str]:
+    """The stored functions of ``conn``'s database, each with why the policy refuses it, for people."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT ROUTINE_SCHEMA, ROUTINE_NAME, SECURITY_TYPE FROM information_schema.ROUTINES "
+            "WHERE ROUTINE_TYPE = 'FUNCTION' AND ROUTINE_SCHEMA = DATABASE() ORDER BY ROUTINE_NAME"
+        )
+        rows = cur.fetchall()
+    conn.rollback()
+    return [f"{schema}.{name} (a stored function, {security})" for schema, name, security in rows]
 
 
 READ_ONLY_PRIVILEGES = frozenset({"SELECT", "SHOW VIEW", "SHOW DATABASES", "USAGE"})
