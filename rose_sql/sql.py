@@ -359,6 +359,24 @@ _NOT_NAMES = _QUOTED_TOKENS | {
 """Tokens that are never a function's name."""
 
 
+def enclosable(sql: str, dialect: str = DEFAULT_DIALECT) -> str | None:
+    """The statement without its trailing semicolons and what follows its last token, to be read inside
+    parentheses (``SELECT * FROM (...) LIMIT n``); None unless sqlglot reads its parentheses balanced,
+    where parentheses around it could close early."""
+    tokens = query(sql, dialect).tokens
+    if not tokens:
+        return None
+    depth = 0
+    for tok in tokens:
+        depth += (tok.token_type == TokenType.L_PAREN) - (tok.token_type == TokenType.R_PAREN)
+        if depth < 0:
+            return None
+    end = len(tokens)
+    while end and tokens[end - 1].token_type == TokenType.SEMICOLON:
+        end -= 1
+    return sql[: tokens[end - 1].end + 1] if end and not depth else None
+
+
 _KEPT_AS_WRITTEN = {TokenType.STRING, TokenType.NATIONAL_STRING, TokenType.HEX_STRING, TokenType.BIT_STRING}
 """Tokens whose text is data: their case is never folded."""
 
