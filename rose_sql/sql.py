@@ -304,13 +304,12 @@ def lexemes(sql: str, dialect: str = DEFAULT_DIALECT) -> tuple[tuple[str, int, i
         return None
     out = []
     for tok in tokens:
-        raw = sql[tok.start : tok.end + 1]
-        kind = "code"
-        if tok.token_type == TokenType.IDENTIFIER and raw[:1] in ('"', "`", "["):
+        kind, kind_of = "code", tok.token_type
+        if kind_of == TokenType.IDENTIFIER and sql[tok.start] in ('"', "`", "["):
             kind = "name"
-        elif tok.token_type in _QUOTED_TOKENS and raw[-1:] in ("'", '"', "$"):
+        elif kind_of in _QUOTED_TOKENS and sql[tok.end] in ("'", '"', "$"):
             kind = "string"
-        elif tok.token_type == TokenType.HINT:
+        elif kind_of == TokenType.HINT:
             kind = "comment"
         out.append((kind, tok.start, tok.end + 1))
     return tuple(out)

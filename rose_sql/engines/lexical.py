@@ -47,8 +47,9 @@ class Span:
 
 _MY_SPACE = frozenset(" \t\n\v\f\r")
 """``my_isspace`` of the utf8mb4 character sets: the ASCII spaces only."""
-_MY_NAME = re.compile(r"[0-9A-Za-z_$\u0080-\U0010ffff]+")
-"""An unquoted name or number: every character past ASCII belongs to a name."""
+_MY_CODE = re.compile(r"(?:(?![nNxXbB]')[0-9A-Za-z_$\u0080-\U0010ffff]+|[(),;.+*<>=!~^&|%@?:\[\]{}\\])+")
+"""A run of code: unquoted names and numbers (every character past ASCII belongs to a name; ``N'``, ``X'``
+and ``B'`` start a string instead) and the punctuation that starts nothing else."""
 _MY_SPACES = re.compile(r"[ \t\n\v\f\r]+")
 
 
@@ -86,7 +87,7 @@ def mysql(sql: str, *, backslash_escapes: bool = True, ansi_quotes: bool = False
             kind, j = "string", _quoted(sql, i + 2, "'", backslash_escapes)
         elif c in "xXbB" and nxt == "'":
             kind, j = "string", _after(sql, "'", i + 2, n)
-        elif (m := _MY_NAME.match(sql, i)) is not None:
+        elif (m := _MY_CODE.match(sql, i)) is not None:
             j = m.end()
         else:
             j = i + 1
@@ -100,9 +101,14 @@ def mysql(sql: str, *, backslash_escapes: bool = True, ansi_quotes: bool = False
 # --------------------------------------------------------------------------- PostgreSQL
 
 
-_PG_NAME = re.compile(r"[A-Za-z_\u0080-\U0010ffff][A-Za-z_0-9$\u0080-\U0010ffff]*")
-"""``ident_start ident_cont*``: every byte past ASCII, so every character past it, belongs to a name."""
-_PG_NUMBER = re.compile(r"[0-9]+")
+_PG_CODE = re.compile(
+    r"(?:(?![eEnNbBxX]'|[uU]&['\"])[A-Za-z_\u0080-\U0010ffff][A-Za-z_0-9$\u0080-\U0010ffff]*|[0-9]+"
+    r"|[(),;.+*<>=!~^&|%@#?:\[\]{}\\])+"
+)
+"""A run of code: names (``ident_start ident_cont*``: every byte past ASCII, so every character past it,
+belongs to a name; ``E'``, ``N'``, ``B'``, ``X'``, ``U&'`` and ``U&"`` start a quoted text instead),
+numbers (never ``$``, which may start a dollar quote after them) and the punctuation that starts nothing
+else."""
 _DOLLAR = re.compile(r"\$(?:[A-Za-z_\u0080-\U0010ffff][A-Za-z_0-9\u0080-\U0010ffff]*)?\$")
 _PARAMETER = re.compile(r"\$[0-9]*")
 
@@ -156,7 +162,7 @@ def postgres(sql: str, *, standard_strings: bool = True, vertical_tab: bool = Fa
                 kind, j = "string", _after(sql, m.group(), m.end(), n)
             else:
                 j = _end(_PARAMETER.match(sql, i), n)
-        elif (m := _PG_NAME.match(sql, i)) is not None or (m := _PG_NUMBER.match(sql, i)) is not None:
+        elif (m := _PG_CODE.match(sql, i)) is not None:
             j = m.end()
         else:
             j = i + 1
@@ -276,7 +282,7 @@ def disagreement(sql: str, server: Sequence[Span], reading: Sequence[Lexeme], en
             theirs[s.start : s.end] = bytes([_LABEL[s.kind]]) * (s.end - s.start)
     ours = bytearray(b"\x01" * n)  # what no token covers, sqlglot skipped
     for kind, start, end in reading:
-        if kind == "code" and _SPACE.search(sql, start, end):  # ORDER BY: one token over a space
+        if kind == "code" and end - start > 2 and _SPACE.search(sql, start, end):  # ORDER BY: one token over a space
             ours[start:end] = bytes(1 if ch.isspace() else 0 for ch in sql[start:end])
         else:
             ours[start:end] = bytes([_LABEL[kind]]) * (end - start)
