@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -138,6 +139,31 @@ def test_postgres_accepts_what_it_reads_as_sqlglot(name: str) -> None:
     assert _postgres(POSTGRES_ACCEPTED[name]) is None
 
 
+DUCKDB_REFUSED = {
+    # DuckDB replaces Unicode spaces before it parses, reading quotes without backslash escapes or /* */
+    "escaped_quote": "SELECT E'\\'\u200a'",
+    "quote_in_a_block_comment": "SELECT /* ' */ 1, '\u3000'",
+    "nbsp_between_tokens": f"SELECT 1{NBSP}+ 2",
+    "zero_width_space_in_a_name": "SELECT 1 AS a\u200bb",  # one name to sqlglot, two tokens to DuckDB
+}
+DUCKDB_ACCEPTED = {
+    "in_a_string": "SELECT '\u200a', $$\u3000$$",
+    "in_a_quoted_name": 'SELECT 1 AS "x\u200a"',
+    "in_a_comment": "SELECT 1 -- \u3000\n, 2",
+    "vertical_tab": "SELECT 1\x0b+ 2",
+}
+
+
+@pytest.mark.parametrize("name", list(DUCKDB_REFUSED))
+def test_duckdb_refuses_what_it_reads_otherwise_than_sqlglot(name: str) -> None:
+    assert refusal(DUCKDB_REFUSED[name], "duckdb", lexical.duckdb, "DuckDB") is not None
+
+
+@pytest.mark.parametrize("name", list(DUCKDB_ACCEPTED))
+def test_duckdb_accepts_what_it_reads_as_sqlglot(name: str) -> None:
+    assert refusal(DUCKDB_ACCEPTED[name], "duckdb", lexical.duckdb, "DuckDB") is None
+
+
 def test_the_refusal_names_the_character_and_both_readings() -> None:
     why = _mysql(f"SELECT 1 --{NBSP}, @@datadir")
     assert why == (
@@ -194,7 +220,7 @@ def test_the_nbsp_comment_attack_is_refused_through_rose_db_reader_and_rose_run(
     need("mysql")
     admin, _, _ = hostile_on("mysql")
     name, lock = f"rose_test_policy_{uuid.uuid4().hex[:10]}", f"rose_policy_{uuid.uuid4().hex[:8]}"
-    outfile = f"/tmp/rose-policy-{uuid.uuid4().hex}"
+    outfile = str(Path(tempfile.gettempdir()) / f"rose-policy-{uuid.uuid4().hex}")  # the server is this machine
     with pymysql.connect(**connect_args(admin)) as c, c.cursor() as cur:
         cur.execute("SELECT @@datadir, @@hostname, @@plugin_dir")
         secrets = [str(v) for v in cur.fetchone() or ()]

@@ -154,6 +154,8 @@ class Generator:
 
 # --------------------------------------------------------------------------- sqlglot's rendering
 
+REWRITTEN = frozenset("\u200b\u2060\ufeff")
+"""Characters sqlglot reads as part of a name and DuckDB replaces with a space outside quotes."""
 _STRINGS = {
     TokenType.STRING,
     TokenType.NATIONAL_STRING,
@@ -190,6 +192,8 @@ def render(sql: str, dialect: str) -> str | None:
             out.append("U&'" + tok.text.replace("'", "''") + "'")
         elif any(ch.isspace() for ch in raw):  # one keyword over a space: ORDER BY
             out.append(tok.text)
+        elif dialect == "duckdb" and tok.token_type == TokenType.VAR and not REWRITTEN.isdisjoint(raw):
+            out.append('"' + raw.replace('"', '""') + '"')  # a name to sqlglot; DuckDB would split it unquoted
         else:
             out.append(raw)
         end = tok.end + 1

@@ -16,8 +16,9 @@ TRANSACTION READ ONLY`` with a watchdog thread that calls ``interrupt()`` at the
 window against the caps (:func:`fetch`: DuckDB computes 2,048 rows at a time, their strings outside its
 ``memory_limit``), and is rolled back.
 
-The policy reads the text with PostgreSQL's lexical rules (DuckDB's parser is PostgreSQL's, ``\\v`` a
-space: :mod:`rose_sql.engines.lexical`) and refuses what sqlglot reads otherwise. The function policy:
+The policy reads the text as DuckDB does (:func:`rose_sql.engines.lexical.duckdb`: PostgreSQL's lexical
+rules, ``\\v`` a space, after DuckDB's replacing of Unicode spaces) and refuses what sqlglot reads
+otherwise. The function policy:
 scalar and aggregate functions without side effects (``duckdb_functions()``'s
 ``has_side_effects``), plus :data:`ALLOWED`; table functions only from :data:`TABLES`; never
 :data:`DENIED` (``query()`` runs SQL text, ``setseed`` changes the session, sequences advance), nor
@@ -31,7 +32,6 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -66,8 +66,6 @@ SECRET_VIEWS = frozenset({"pg_settings", "duckdb_logs", "duckdb_logs_parsed", "p
 policy (``SELECT * FROM pg_settings`` reads ``duckdb_settings()``)."""
 TABLES = frozenset({"range", "generate_series", "unnest", "json_each", "json_tree", "repeat", "repeat_row"})
 """Table functions a query may read from (every other one reads files or metadata)."""
-_LEXER = partial(lexical.postgres, standard_strings=True, vertical_tab=True)
-"""DuckDB's lexer: PostgreSQL's (its parser is PostgreSQL's), ``\\v`` a space, backslashes plain in ``'...'``."""
 _NO_TABLE = "Table with name"
 """How DuckDB's catalogue error names a table that does not exist (a function's is worded otherwise)."""
 NOTES = (
@@ -190,7 +188,7 @@ class DuckDB(Pooled[_Conn]):
         return Classified("error", message)
 
     def _lexer(self, conn: _Conn) -> tuple[str, Callable[[str], list[Span]]]:
-        return "DuckDB", _LEXER
+        return "DuckDB", lexical.duckdb
 
     def _catalog(self, schema: str, name: str) -> bool:
         return schema in ("", "main", "pg_catalog") and name in SECRET_VIEWS

@@ -27,8 +27,8 @@ from typing import Literal
 
 from rose_sql.sql import lexemes
 
-SpanKind = Literal["space", "comment", "string", "name", "code", "executable", "open"]
-_LABEL = {"code": 0, "space": 1, "comment": 2, "string": 3, "name": 4, "executable": 2, "open": 2}
+SpanKind = Literal["space", "comment", "string", "name", "code", "executable", "open", "rewritten"]
+_LABEL = {"code": 0, "space": 1, "comment": 2, "string": 3, "name": 4, "executable": 2, "open": 2, "rewritten": 3}
 _SAID = {0: "code", 1: "a space", 2: "a comment", 3: "a string", 4: "a quoted name"}
 _SKIPPED = {True: "a space", False: "a comment"}
 
@@ -173,6 +173,88 @@ def postgres(sql: str, *, standard_strings: bool = True, vertical_tab: bool = Fa
     return spans
 
 
+# --------------------------------------------------------------------------- DuckDB
+
+_DUCK_SPACES = frozenset(
+    [chr(0xA0), *map(chr, range(0x2000, 0x200C)), chr(0x202F), chr(0x205F), chr(0x2060), chr(0x3000), chr(0xFEFF)]
+)
+"""The Unicode spaces DuckDB replaces with an ASCII space before it parses a statement."""
+
+
+def duckdb(sql: str) -> list[Span]:
+    """The spans of ``sql`` as DuckDB reads it: PostgreSQL's rules (its parser is PostgreSQL's) with
+    ``\\v`` a space, after DuckDB's own pass over the text, which replaces the Unicode spaces of
+    :data:`_DUCK_SPACES` with ASCII spaces wherever a simpler reading than its parser's finds them
+    outside quotes (it knows ``'``, ``"``, dollar quotes and ``--``, not ``/* */`` nor backslash escapes).
+    Such a space inside what the parser then reads as a string or a quoted name changes its value, and
+    one in code splits what sqlglot reads as one name (U+200B, U+2060 and U+FEFF are no spaces to it):
+    that place is a ``rewritten`` span, which :func:`disagreement` refuses."""
+    spans = postgres(sql, standard_strings=True, vertical_tab=True)
+    if _DUCK_SPACES.isdisjoint(sql):
+        return spans
+    for at in _duckdb_rewrites(sql):
+        for s in spans:
+            if s.start <= at < s.end and s.kind != "comment":
+                return [*spans, Span("rewritten", at, at + 1)]
+    return spans
+
+
+def _duckdb_rewrites(sql: str) -> list[int]:
+    """Where DuckDB's pass replaces a Unicode space (character offsets), following its reading of the
+    text byte by byte: a quote runs to the same quote (doubled, it stays inside), ``$`` and a tag (letters
+    or any byte past ASCII, then digits too) run to the same ``$tag$``, looked for from the opening's last
+    ``$`` on, ``--`` runs to a line break, and the last two bytes of the text are never looked at."""
+    data = sql.encode("utf-8")
+    chars = [i for i, ch in enumerate(sql) for _ in range(len(ch.encode("utf-8")))]  # byte -> character
+    n, pos, found = len(data), 0, []
+    while pos + 2 < n:
+        b = data[pos]
+        if b >= 0xC2 and sql[chars[pos]] in _DUCK_SPACES and (pos == 0 or chars[pos - 1] != chars[pos]):
+            found.append(chars[pos])
+            pos += 1
+        elif b in (0x22, 0x27):  # a quote, to the same quote; a doubled one stays inside
+            pos += 1
+            while pos + 1 < n and not (data[pos] == b and data[pos + 1] != b):
+                pos += 2 if data[pos] == b else 1
+            if pos + 1 >= n:
+                break
+            pos += 1
+        elif b == 0x24 and (data[pos + 1] == 0x24 or _tag_start(data[pos + 1])):  # a dollar quote
+            pos = start = pos + 1
+            while pos + 2 < n and data[pos] != 0x24 and (_tag_start(data[pos]) or 0x30 <= data[pos] <= 0x39):
+                pos += 1
+            if pos + 2 >= n:
+                break
+            if data[pos] != 0x24:
+                continue  # not a tag: that byte is read as any other
+            tag = data[start:pos]
+            close = _dollar_close(data, tag, pos)
+            if close is None:
+                break
+            pos = close + len(tag) + 1  # its last $, which is read again
+        elif b == 0x2D and data[pos + 1] == 0x2D:  # -- to a line break
+            while pos < n and data[pos] not in (0x0A, 0x0D):
+                pos += 1
+        else:
+            pos += 1
+    return found
+
+
+def _dollar_close(data: bytes, tag: bytes, pos: int) -> int | None:
+    """Where DuckDB's pass finds ``$tag$`` closing a dollar quote, from ``pos`` on (None: nowhere)."""
+    n = len(data)
+    while pos + 2 < n:
+        end = pos + len(tag) + 1
+        if data[pos] == 0x24 and end < n and data[end] == 0x24 and data[pos + 1 : end] == tag:
+            return pos
+        pos += 1
+    return None
+
+
+def _tag_start(b: int) -> bool:
+    return 0x41 <= b <= 0x5A or 0x61 <= b <= 0x7A or b >= 0x80
+
+
 def _pg_string_start(sql: str, i: int, c: str, nxt: str) -> tuple[int, bool | None] | None:
     """Where a string literal's body begins if one starts at ``i``, and whether a backslash escapes in it
     (None: as ``standard_conforming_strings`` says)."""
@@ -270,6 +352,11 @@ def disagreement(sql: str, server: Sequence[Span], reading: Sequence[Lexeme], en
     for s in server:
         if s.kind == "executable":
             return f"an executable comment at character {s.start + 1} (/*! ... */): {engine} runs what it holds"
+        if s.kind == "rewritten":
+            return (
+                f"{engine} replaces the U+{ord(sql[s.start]):04X} at character {s.start + 1} with a space before it "
+                "reads the text, where sqlglot reads it as part of a name or a quoted text"
+            )
         if s.kind == "open":
             return (
                 f"a comment, string or quoted name that never ends, from character {s.start + 1}: {engine} reads "
