@@ -137,7 +137,8 @@ class _Conn:
         self.collation = ""
         """The database's default collation (a ``_ci`` one compares text across case)."""
         self.lexer: Callable[[str], list[Span]] = lexical.mysql
-        """The server's lexer under the session's ``sql_mode`` (its backslash escapes and ``ANSI_QUOTES``)."""
+        """The server's lexer under the ``sql_mode`` every statement runs with (the global one, to which each
+        reset returns: its backslash escapes and ``ANSI_QUOTES``)."""
 
 
 def connect_args(url: str) -> dict[str, Any]:
@@ -188,10 +189,12 @@ class MySQL(Pooled[_Conn]):
         mariadb = "mariadb" in conn.get_server_info().lower()
         c = _Conn(conn, mariadb, db.target)
         with conn.cursor() as cur:
-            cur.execute("SELECT @@collation_database, @@sql_mode")
-            collation, mode = cur.fetchone() or ("", "")
+            cur.execute("SELECT @@collation_database, @@SESSION.sql_mode, @@GLOBAL.sql_mode")
+            collation, mode, every = cur.fetchone() or ("", "", "")
+        if mode != every:  # init_connect set another: each reset (after every statement) returns to the global one
+            _reset(conn)
         c.collation = str(collation or "")
-        modes = set(str(mode or "").upper().split(","))
+        modes = set(str(every or "").upper().split(","))
         c.lexer = partial(
             lexical.mysql, backslash_escapes="NO_BACKSLASH_ESCAPES" not in modes, ansi_quotes="ANSI_QUOTES" in modes
         )
@@ -261,9 +264,7 @@ class MySQL(Pooled[_Conn]):
         return "; ".join(notes) or None
 
     def _end(self, conn: _Conn) -> None:
-        c = conn.conn  # the reset rolls the transaction back, and clears what a session holds
-        c._execute_command(COM_RESET_CONNECTION, b"")  # what PyMySQL has no public call for
-        c._read_ok_packet()
+        _reset(conn.conn)  # the reset rolls the transaction back, and clears what a session holds
         self._session(conn)
 
     def _classify(self, e: BaseException) -> Classified:
@@ -407,6 +408,13 @@ def granted(line: str) -> set[str]:
     if re.search(r"\sWITH\s+GRANT\s+OPTION\b", line, re.IGNORECASE):
         named.add("GRANT OPTION")
     return named
+
+
+def _reset(c: pymysql.connections.Connection[Any]) -> None:
+    """``COM_RESET_CONNECTION``: the session's variables back to the global values, its transaction rolled
+    back, its user variables, locks and temporary tables gone."""
+    c._execute_command(COM_RESET_CONNECTION, b"")  # what PyMySQL has no public call for
+    c._read_ok_packet()
 
 
 class _Refused(Exception):
