@@ -164,6 +164,26 @@ def test_duckdb_accepts_what_it_reads_as_sqlglot(name: str) -> None:
     assert refusal(DUCKDB_ACCEPTED[name], "duckdb", lexical.duckdb, "DuckDB") is None
 
 
+def test_the_witness_searchs_copies_check_a_statement_as_the_engine_does(tmp_path: Path) -> None:
+    """The evidence runs the gold and the prediction again on a copy (a DuckDB in memory, a scratch
+    database on the server): the copy reads a statement through its engine's own check, lexer included."""
+    duckdb = pytest.importorskip("duckdb", reason="DuckDB is not installed: pip install 'rose-sql[duckdb]'")
+    from rose_sql.engines.spaces.duckdb import DuckSpace
+    from rose_sql.engines.spaces.shared import evidence_limits
+
+    path = tmp_path / "t.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute("CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1)")
+    conn.close()
+    config = Config(workers=1)
+    space = DuckSpace(str(path), evidence_limits(config), max_bytes=2**26, copy_seconds=30)
+    try:
+        assert space.run("SELECT E'\\'\u3000' AS v, a FROM t") is None  # DuckDB would make the U+3000 a space
+        assert space.run("SELECT E'\\'' AS v, a FROM t") is not None
+    finally:
+        space.close()
+
+
 def test_the_refusal_names_the_character_and_both_readings() -> None:
     why = _mysql(f"SELECT 1 --{NBSP}, @@datadir")
     assert why == (

@@ -194,10 +194,7 @@ class MySQL(Pooled[_Conn]):
         if mode != every:  # init_connect set another: each reset (after every statement) returns to the global one
             _reset(conn)
         c.collation = str(collation or "")
-        modes = set(str(every or "").upper().split(","))
-        c.lexer = partial(
-            lexical.mysql, backslash_escapes="NO_BACKSLASH_ESCAPES" not in modes, ansi_quotes="ANSI_QUOTES" in modes
-        )
+        c.lexer = lexer_for(str(every or ""))
         self._session(c)
         return c
 
@@ -408,6 +405,14 @@ def granted(line: str) -> set[str]:
     if re.search(r"\sWITH\s+GRANT\s+OPTION\b", line, re.IGNORECASE):
         named.add("GRANT OPTION")
     return named
+
+
+def lexer_for(sql_mode: str) -> Callable[[str], list[Span]]:
+    """The server's lexer under ``sql_mode`` (``NO_BACKSLASH_ESCAPES``, ``ANSI_QUOTES``)."""
+    modes = set(sql_mode.upper().split(","))
+    return partial(
+        lexical.mysql, backslash_escapes="NO_BACKSLASH_ESCAPES" not in modes, ansi_quotes="ANSI_QUOTES" in modes
+    )
 
 
 def _reset(c: pymysql.connections.Connection[Any]) -> None:
