@@ -4,14 +4,15 @@ written out from its own lexer, to check that sqlglot (which the policy reads) s
 The policy (:func:`rose_sql.engines.base.policy`) checks sqlglot's reading of a statement. Where the
 server's lexer reads the same text otherwise, the policy checks one statement and the server runs
 another: MariaDB starts a ``--`` comment only before an ASCII space or control character, sqlglot
-before any Unicode space, so in ``SELECT 1 --\u00a0, @@datadir`` the policy sees a comment where the
-server reads ``1 - -\u00a0`` and then ``@@datadir``. So each server engine reads the text with
-:func:`mysql` or :func:`postgres` (the server's rules, from MariaDB's ``sql_lex.cc`` and PostgreSQL's
-``scan.l``), and :func:`disagreement` refuses the statement wherever that reading and sqlglot's
-(:func:`rose_sql.sql.lexemes`) differ: a character that is a comment or a space to one and code to the
-other, a string or a quoted name that begins or ends elsewhere, or is a string to one and a name to the
-other. The differential test (``tests/test_policy_tokens.py``) runs generated statements on the real
-servers to show that what this accepts, the server reads as sqlglot does.
+before any Unicode space, so in ``SELECT 1 --\\u00a0, @@datadir`` (a no-break space after the dashes)
+the policy sees a comment where the server reads ``1 - -\\u00a0`` and then ``@@datadir``. So each
+engine reads the text with :func:`mysql`, :func:`postgres` or :func:`duckdb` (the engine's rules, from
+MariaDB's ``sql_lex.cc``, PostgreSQL's ``scan.l`` and DuckDB's parser), and :func:`disagreement` refuses
+the statement wherever that reading and sqlglot's (:func:`rose_sql.sql.lexemes`) differ: a character
+that is a comment or a space to one and code to the other, a string or a quoted name that begins or
+ends elsewhere, or is a string to one and a name to the other. The differential test
+(``tests/test_policy_tokens.py``) runs generated statements on the real engines to show that what this
+accepts, the engine reads as sqlglot does.
 
 Only the spans matter here, not the tokens inside code: inside a run of code both sides see every
 character, which the policy then checks in sqlglot's tree.
