@@ -102,6 +102,10 @@ class Generator:
     def string(self) -> str:
         """A string literal in one of the dialect's quotings, its content full of markers (its own closing
         quote mostly escaped, so that most of them end where they were meant to)."""
+        if self.rng.random() < 0.1:  # a hex or bit string: no escapes in it, a doubled quote ends it
+            prefix = self.rng.choice(("X'", "x'", "B'", "b'"))
+            digits = "".join(self.rng.choice("0123456789abcdef" if prefix[0] in "Xx" else "01") for _ in range(4))
+            return prefix + self.rng.choice((digits, digits, digits[:2] + "''" + digits[2:], digits + "\\")) + "'"
         if self.dialect == "mysql":
             quote = self.rng.choice(("'", '"', "'", "N'", "_utf8mb4'"))
         else:
@@ -188,6 +192,8 @@ def render(sql: str, dialect: str) -> str | None:
             out.append(q + tok.text.replace(q, q + q) + q)
         elif tok.token_type in _STRINGS and raw[-1:] in "'\"$":
             out.append(_string(tok.text, dialect, national=tok.token_type == TokenType.NATIONAL_STRING))
+        elif tok.token_type in (TokenType.HEX_STRING, TokenType.BIT_STRING) and raw.endswith("'"):
+            out.append(("X'" if tok.token_type == TokenType.HEX_STRING else "B'") + tok.text + "'")
         elif tok.token_type == TokenType.UNICODE_STRING:
             out.append("U&'" + tok.text.replace("'", "''") + "'")
         elif any(ch.isspace() for ch in raw):  # one keyword over a space: ORDER BY
