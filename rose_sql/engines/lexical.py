@@ -23,8 +23,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from rose_sql.sql import lexemes
 
@@ -34,9 +33,8 @@ _SAID = {0: "code", 1: "a space", 2: "a comment", 3: "a string", 4: "a quoted na
 _SKIPPED = {True: "a space", False: "a comment"}
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
-    """A run of the text as a server reads it."""
+class Span(NamedTuple):
+    """A run of the text as a server reads it (a tuple: a statement makes dozens of them)."""
 
     kind: SpanKind
     start: int
