@@ -277,6 +277,105 @@ def strip_comments(sql: str) -> str:
     return "".join(out)
 
 
+_QUOTED_TOKENS = frozenset(
+    {
+        TokenType.STRING,
+        TokenType.NATIONAL_STRING,
+        TokenType.HEX_STRING,
+        TokenType.BIT_STRING,
+        TokenType.BYTE_STRING,
+        TokenType.UNICODE_STRING,
+        TokenType.HEREDOC_STRING,
+        TokenType.RAW_STRING,
+        TokenType.NATIONAL_RAW_STRING,
+    }
+)
+"""Tokens sqlglot reads as a quoted literal (a hex or bit literal only when written with quotes)."""
+
+
+def lexemes(sql: str, dialect: str = DEFAULT_DIALECT) -> tuple[tuple[str, int, int], ...] | None:
+    """sqlglot's reading of the text's lexical structure, for comparing it with a server's
+    (:mod:`rose_sql.engines.lexical`): each token as (kind, start, end), the end exclusive, its kind
+    ``string`` (a quoted literal, prefix included: ``N'x'``, ``E'x'``, ``$$x$$``), ``name`` (a quoted
+    name), ``comment`` (an optimizer hint, a comment sqlglot keeps as a token) or ``code``. What no token
+    covers, sqlglot skipped as a space or a comment. None when sqlglot cannot tokenize the text."""
+    tokens = query(sql, dialect).tokens
+    if tokens is None:
+        return None
+    out = []
+    for tok in tokens:
+        kind, kind_of = "code", tok.token_type
+        if kind_of == TokenType.IDENTIFIER and sql[tok.start] in ('"', "`", "["):
+            kind = "name"
+        elif kind_of in _QUOTED_TOKENS and sql[tok.end] in ("'", '"', "$"):
+            kind = "string"
+        elif kind_of == TokenType.HINT:
+            kind = "comment"
+        out.append((kind, tok.start, tok.end + 1))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class NameUses:
+    """The names a statement's tokens call or reach as attributes, whatever sqlglot's tree makes of them
+    (unquoted names lower-cased, quoted ones as written)."""
+
+    called: frozenset[str]
+    """Names followed by ``(``: ``f(x)``, ``schema.f(x)``, ``"f"(x)``."""
+    attributes: frozenset[str]
+    """Names after a ``.`` and not followed by ``(``: ``s.f`` (PostgreSQL's attribute notation calls
+    ``f(s)`` when ``s`` has no column ``f``)."""
+
+
+def name_uses(sql: str, dialect: str = DEFAULT_DIALECT) -> NameUses | None:
+    """The names ``sql`` calls or reaches as attributes (None when sqlglot cannot tokenize it)."""
+    tokens = query(sql, dialect).tokens
+    if tokens is None:
+        return None
+    called: set[str] = set()
+    attributes: set[str] = set()
+    for i, tok in enumerate(tokens):
+        if tok.token_type in _NOT_NAMES:
+            continue
+        name = tok.text if tok.token_type == TokenType.IDENTIFIER else tok.text.lower()
+        after = tokens[i + 1].token_type if i + 1 < len(tokens) else None
+        if after == TokenType.L_PAREN:
+            called.add(name)
+        elif i and tokens[i - 1].token_type == TokenType.DOT:
+            attributes.add(name)
+    return NameUses(frozenset(called), frozenset(attributes))
+
+
+_NOT_NAMES = _QUOTED_TOKENS | {
+    TokenType.L_PAREN,
+    TokenType.R_PAREN,
+    TokenType.DOT,
+    TokenType.COMMA,
+    TokenType.NUMBER,
+    TokenType.STAR,
+    TokenType.HINT,
+}
+"""Tokens that are never a function's name."""
+
+
+def enclosable(sql: str, dialect: str = DEFAULT_DIALECT) -> str | None:
+    """The statement without its trailing semicolons and what follows its last token, to be read inside
+    parentheses (``SELECT * FROM (...) LIMIT n``); None unless sqlglot reads its parentheses balanced,
+    where parentheses around it could close early."""
+    tokens = query(sql, dialect).tokens
+    if not tokens:
+        return None
+    depth = 0
+    for tok in tokens:
+        depth += (tok.token_type == TokenType.L_PAREN) - (tok.token_type == TokenType.R_PAREN)
+        if depth < 0:
+            return None
+    end = len(tokens)
+    while end and tokens[end - 1].token_type == TokenType.SEMICOLON:
+        end -= 1
+    return sql[: tokens[end - 1].end + 1] if end and not depth else None
+
+
 _KEPT_AS_WRITTEN = {TokenType.STRING, TokenType.NATIONAL_STRING, TokenType.HEX_STRING, TokenType.BIT_STRING}
 """Tokens whose text is data: their case is never folded."""
 

@@ -142,6 +142,12 @@ def reader_cmd(url: str, name: str, password: str | None, db_id: str | None, tem
     console.print(
         f"created {name}: it can read {made.where} and write nothing{bound}; use it in the URL of --db", highlight=False
     )
+    if made.refused:
+        console.print(
+            f"the policy refuses {len(made.refused)} of the database's own functions to every statement: "
+            + "; ".join(made.refused),
+            highlight=False,
+        )
 
 
 @db_cmd.command("scratch")

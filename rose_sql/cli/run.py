@@ -417,7 +417,8 @@ def databases(text: str, config: Config, *, option: str) -> Source:
 
 def check_login(root: Source, db_id: str | None, config: Config, *, allow_privileged: bool = False) -> None:
     """Refuse (UsageError) a ``--db`` login whose role may do more than read its database, unless
-    ``allow_privileged`` (then warn); warn when its temporary files are unbounded."""
+    ``allow_privileged`` (then warn); warn when its temporary files are unbounded; say which of the
+    database's own functions the policy refuses to every statement."""
     if db_id is None:
         return
     from rose_sql.engines import open_engine
@@ -425,7 +426,7 @@ def check_login(root: Source, db_id: str | None, config: Config, *, allow_privil
     engine = open_engine(root.kind, config.limits)
     try:
         db = root.locate(db_id)
-        why, disk = engine.privileges(db), engine.unbounded_disk(db)
+        why, disk, refused = engine.privileges(db), engine.unbounded_disk(db), engine.refused_functions(db)
     except Exception:  # unreachable now: every statement will say so
         return
     finally:
@@ -446,6 +447,12 @@ def check_login(root: Source, db_id: str | None, config: Config, *, allow_privil
         )
     if disk:
         err.print(f"[yellow]warning:[/] {root.shown}: {disk}", highlight=False)
+    if refused:
+        err.print(
+            f"note: {root.shown}: the policy refuses {len(refused)} of the database's own functions to every "
+            f"statement (a statement that calls one is rejected): {'; '.join(refused)}",
+            highlight=False,
+        )
 
 
 def _ray_backend(config: Config, address: str | None, workers: int | None, systems: Sequence[SystemRun]) -> Backend:

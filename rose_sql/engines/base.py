@@ -12,10 +12,11 @@ What every engine does with an untrusted statement, in order:
 
 1. the gate (:func:`rose_sql.sql.gate` in the engine's dialect): exactly one SELECT / WITH / VALUES;
 2. the policy (:func:`policy`; SQLite's authorizer does it there): sqlglot must read it in the engine's
-   dialect; no ``INTO``, no write anywhere in it (a data-modifying CTE), no row locks, no MySQL
-   user-variable assignment; every function it calls must be one the engine's catalogue says has no side
-   effect (see each engine); no catalog view or function that exposes the server's files, settings,
-   credentials or other sessions, whatever the role (:func:`policy`);
+   dialect, and the engine must read its text as sqlglot does (the same spaces, comments, strings and
+   quoted names: :mod:`rose_sql.engines.lexical`); no ``INTO``, no write anywhere in it (a data-modifying
+   CTE), no row locks, no MySQL user-variable assignment; every function it calls must be one the
+   engine's catalogue says has no side effect (see each engine); no catalog view or function that
+   exposes the server's files, settings, credentials or other sessions, whatever the role (:func:`policy`);
 3. a read-only transaction with the engine's own limits, rows fetched against the row and byte caps
    while they arrive (:func:`collect`: never a batch of rows larger than what was seen allows);
 4. a rollback and a reset of the session, so nothing a statement did outlives it.
@@ -44,6 +45,7 @@ from uuid import UUID
 from sqlglot import exp
 
 from rose_sql.engines.kinds import Database, Kind
+from rose_sql.engines.lexical import Span, refusal
 from rose_sql.results import Execution, Limit, Limits, ResultSet, Row, Status
 from rose_sql.sql import gate, query
 
@@ -317,6 +319,11 @@ class Engine(Protocol):
     def unbounded_disk(self, db: Database) -> str | None:
         """Why a statement's temporary files are not bounded on this database (None when they are), for a
         warning."""
+        ...
+
+    def refused_functions(self, db: Database) -> list[str]:
+        """The database's own functions (and operators) the policy refuses to every statement, each with why,
+        for people (``rose run`` and ``rose db reader`` say which they found)."""
         ...
 
     def cancel(self) -> None:
@@ -636,13 +643,27 @@ class Pooled(Generic[C]):
     def _version(self, conn: C) -> str:
         raise NotImplementedError
 
+    def refused_functions(self, db: Database) -> list[str]:
+        return []
+
     def _catalog(self, schema: str, name: str) -> bool:
         """Whether the relation ``schema.name`` (schema "" when unqualified, lower-cased) is a catalog view
         that exposes the server's files, settings, credentials or other sessions (see :func:`policy`)."""
         return False
 
+    def _lexer(self, conn: C) -> tuple[str, Callable[[str], list[Span]]] | None:
+        """The server's name and its lexer under this connection's session (:mod:`rose_sql.engines.lexical`),
+        when it may read a text otherwise than sqlglot (None: the engine runs what sqlglot reads)."""
+        return None
+
     def _check(self, conn: C, sql: str) -> str | None:
-        """Why the statement may not run here (the function policy; None: it may)."""
+        """Why the statement may not run here (None: it may): the server must read the text as sqlglot
+        does, then the function policy."""
+        lexer = self._lexer(conn)
+        if lexer is not None:
+            why = refusal(sql, self.dialect, lexer[1], lexer[0])
+            if why is not None:
+                return why
         return policy(sql, self.dialect, lambda name: self._allowed(conn, name), self._catalog)
 
     # ------------------------------------------------------------------ shared

@@ -10,13 +10,16 @@ of that.
 
 Errors map into the outcome contract (:data:`rose_sql.engines.base.CONTRACT`): a table that does not
 exist, or no file, is ``missing``; an I/O error ``unreadable``; the interrupt at the time limit the wall
-clock; ``OutOfMemoryException`` the memory limit. DuckDB computes a result 2,048 rows at a time, so a
-chunk of very wide rows is the engine's memory, met before any row is fetched.
+clock; ``OutOfMemoryException`` the memory limit.
 Each thread has its own cursor of one connection per file. A statement runs inside ``BEGIN
-TRANSACTION READ ONLY`` with a watchdog thread that calls ``interrupt()`` at the limit, is fetched in batches
-against the caps, and is rolled back.
+TRANSACTION READ ONLY`` with a watchdog thread that calls ``interrupt()`` at the limit, is read through a
+window against the caps (:func:`fetch`: DuckDB computes 2,048 rows at a time, their strings outside its
+``memory_limit``), and is rolled back.
 
-The function policy: scalar and aggregate functions without side effects (``duckdb_functions()``'s
+The policy reads the text as DuckDB does (:func:`rose_sql.engines.lexical.duckdb`: PostgreSQL's lexical
+rules, ``\\v`` a space, after DuckDB's replacing of Unicode spaces) and refuses what sqlglot reads
+otherwise. The function policy:
+scalar and aggregate functions without side effects (``duckdb_functions()``'s
 ``has_side_effects``), plus :data:`ALLOWED`; table functions only from :data:`TABLES`; never
 :data:`DENIED` (``query()`` runs SQL text, ``setseed`` changes the session, sequences advance), nor
 :data:`SECRET_FUNCTIONS` and :data:`SECRET_VIEWS` (the settings and the logs, behind built-in views).
@@ -25,12 +28,15 @@ The function policy: scalar and aggregate functions without side effects (``duck
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 
+from rose_sql.engines import lexical
 from rose_sql.engines.base import (
     SECRETS,
     Classified,
@@ -42,9 +48,12 @@ from rose_sql.engines.base import (
     collect,
     examples,
     file_fingerprint,
+    row_bytes,
 )
 from rose_sql.engines.kinds import Database, Kind
+from rose_sql.engines.lexical import Span
 from rose_sql.results import Limits, ResultSet
+from rose_sql.sql import enclosable
 
 ALLOWED = frozenset({"random", "uuid", "gen_random_uuid", "uuidv4"})
 """Functions DuckDB marks as having side effects that have none outside the statement."""
@@ -155,16 +164,8 @@ class DuckDB(Pooled[_Conn]):
         c.execute("BEGIN TRANSACTION READ ONLY")
         self._watchdog.arm(conn, self.limits.engine_timeout_s)
         try:
-            c.execute(sql)
-            columns = tuple(d[0] for d in c.description or ())
-            got = collect(batches(c.fetchmany, self.limits), self.limits)
-            rest: int | None = 0
-            if got.truncated:
-                try:
-                    rest = sum(len(b) for b in batches(c.fetchmany, self.limits))
-                except duckdb.InterruptException:  # the time limit met the count: a lower bound
-                    rest = None
-            return got.result(columns, rest), got.nbytes, None
+            result, nbytes = fetch(c, sql, self.limits)
+            return result, nbytes, None
         finally:
             self._watchdog.disarm(conn)
 
@@ -185,6 +186,9 @@ class DuckDB(Pooled[_Conn]):
         if isinstance(e, duckdb.OutOfMemoryException | MemoryError):
             return Classified("memory", message)
         return Classified("error", message)
+
+    def _lexer(self, conn: _Conn) -> tuple[str, Callable[[str], list[Span]]]:
+        return "DuckDB", lexical.duckdb
 
     def _catalog(self, schema: str, name: str) -> bool:
         return schema in ("", "main", "pg_catalog") and name in SECRET_VIEWS
@@ -247,6 +251,77 @@ class DuckDB(Pooled[_Conn]):
 
     def unbounded_disk(self, db: Database) -> str | None:
         return None  # nothing spills to disk: sorts and temporary tables live under the memory limit
+
+
+VECTOR_ROWS = 2048
+"""The rows DuckDB computes at a time (its vector size): a projection makes the strings of all of them before
+the first is fetched, outside ``memory_limit``."""
+FIRST_ROWS = 2
+"""The rows of the first window (most results are one row: it is then the whole result)."""
+_RENAMED = re.compile(r"_[0-9]+$")
+
+
+def fetch(c: duckdb.DuckDBPyConnection, sql: str, limits: Limits) -> tuple[ResultSet, int]:
+    """Run ``sql`` on ``c`` and fetch its rows against the row and byte caps: the result and its bytes.
+
+    DuckDB computes 2,048 rows at a time, and the strings a projection makes are outside its
+    ``memory_limit``: 2,048 rows of a few megabytes each are gigabytes before the first row is fetched.
+    So the statement is first read through a window, ``SELECT * FROM (statement) LIMIT 2`` (DuckDB pushes
+    the limit below the projection, so no more rows are made than the window returns). A result of fewer
+    rows is whole. When its rows are narrow (a vector of them within the byte cap), the statement itself
+    then runs and is fetched in batches against the caps, the rows past them counted, as on the other
+    engines. When they are wide, the window grows (doubled, or to the rows the byte cap holds at the
+    widest row seen) until the result ends within it or passes a cap; the rows past the cap are then
+    counted with ``count(*)`` over the statement, which makes none of their values.
+    """
+    body = enclosable(sql, "duckdb")
+    if body is None:  # sqlglot reads no balanced query (DuckDB will say why): as it is
+        return _stream(c, sql, limits)
+    size = FIRST_ROWS
+    while True:
+        c.execute(f"SELECT * FROM (\n{body}\n) AS rose_window LIMIT {size}")
+        named = tuple(d[0] for d in c.description or ())
+        got = collect(batches(c.fetchmany, limits), limits)
+        columns = _columns(c, body, named)
+        if got.truncated:
+            return got.result(columns, _rest(c, body, len(got.rows) + got.past)), got.nbytes
+        if len(got.rows) < size:
+            return got.result(columns, 0), got.nbytes
+        widest = max(row_bytes(r) for r in got.rows)
+        if size == FIRST_ROWS and widest * VECTOR_ROWS <= limits.max_bytes:
+            return _stream(c, sql, limits)
+        size = min(limits.max_rows + 1, max(2 * size, limits.max_bytes // widest + 1))
+
+
+def _stream(c: duckdb.DuckDBPyConnection, sql: str, limits: Limits) -> tuple[ResultSet, int]:
+    """The statement itself, fetched in batches against the caps, the rows past them counted."""
+    c.execute(sql)
+    columns = tuple(d[0] for d in c.description or ())
+    got = collect(batches(c.fetchmany, limits), limits)
+    rest: int | None = 0
+    if got.truncated:
+        try:
+            rest = sum(len(b) for b in batches(c.fetchmany, limits))
+        except duckdb.InterruptException:  # the time limit met the count: a lower bound
+            rest = None
+    return got.result(columns, rest), got.nbytes
+
+
+def _rest(c: duckdb.DuckDBPyConnection, body: str, seen: int) -> int | None:
+    """The rows past the ``seen`` ones (None: the time limit or the memory met the count)."""
+    try:
+        (total,) = c.execute(f"SELECT count(*) FROM (\n{body}\n) AS rose_window").fetchone() or (seen,)
+    except (duckdb.InterruptException, duckdb.OutOfMemoryException, MemoryError):
+        return None
+    return max(0, int(total) - seen)
+
+
+def _columns(c: duckdb.DuckDBPyConnection, body: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The statement's column names, from the window's ``names`` (a window renames a repeated one, ``a`` to
+    ``a_1``: DESCRIBE does not)."""
+    if not any(_RENAMED.search(n) for n in names):
+        return names
+    return tuple(str(r[0]) for r in c.execute(f"DESCRIBE (\n{body}\n)").fetchall())
 
 
 def open_read_only(path: str, memory_bytes: int) -> duckdb.DuckDBPyConnection:

@@ -23,8 +23,11 @@ with a warning and returns what it has; under a case-insensitive collation (the 
 ``utf8mb4_general_ci``; ``rose db copy`` makes ``utf8mb4_bin`` tables) text compares equal across case,
 ``'a' = 'A'``: a statement that compares text with a literal is noted.
 
-The function policy: no MySQL executable comment (``/*! ... */``, ``/*M! ... */``: the server runs
-what sqlglot reads as a comment), no ``INTO`` (``OUTFILE``, ``DUMPFILE``, ``@var``), no ``:=``, none of
+The policy reads the text with the server's lexical rules under the session's ``sql_mode``
+(:func:`rose_sql.engines.lexical.mysql`: ``--`` starts a comment only before an ASCII space or control
+character, a Unicode space is part of a name) and refuses what sqlglot reads otherwise. The function
+policy: no MySQL executable comment (``/*! ... */``, ``/*M! ... */``: the server runs what sqlglot reads
+as a comment), no ``INTO`` (``OUTFILE``, ``DUMPFILE``, ``@var``), no ``:=``, none of
 :data:`DENIED` (locks, sleeps, file reads, sequence and session-value changes), and no stored function
 of the database; nothing of :data:`SECRET_SCHEMAS` or :data:`SECRET_TABLES` (credentials, settings,
 other sessions' queries) and no ``@@variable``, whatever the role. A login with any privilege beyond
@@ -37,14 +40,18 @@ MySQL 8's TempTable engine (server-wide settings only).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pymysql
 import pymysql.cursors
 from sqlglot import exp
 
+from rose_sql.engines import lexical
 from rose_sql.engines.base import Classified, ColumnInfo, Pooled, TableInfo, batches, collect, examples
 from rose_sql.engines.kinds import Database, Kind
+from rose_sql.engines.lexical import Span
 from rose_sql.results import Limits, ResultSet
 from rose_sql.sql import query
 
@@ -129,6 +136,9 @@ class _Conn:
         self.target = target
         self.collation = ""
         """The database's default collation (a ``_ci`` one compares text across case)."""
+        self.lexer: Callable[[str], list[Span]] = lexical.mysql
+        """The server's lexer under the ``sql_mode`` every statement runs with (the global one, to which each
+        reset returns: its backslash escapes and ``ANSI_QUOTES``)."""
 
 
 def connect_args(url: str) -> dict[str, Any]:
@@ -179,8 +189,12 @@ class MySQL(Pooled[_Conn]):
         mariadb = "mariadb" in conn.get_server_info().lower()
         c = _Conn(conn, mariadb, db.target)
         with conn.cursor() as cur:
-            cur.execute("SELECT @@collation_database")
-            c.collation = str((cur.fetchone() or ("",))[0] or "")
+            cur.execute("SELECT @@collation_database, @@SESSION.sql_mode, @@GLOBAL.sql_mode")
+            collation, mode, every = cur.fetchone() or ("", "", "")
+        if mode != every:  # init_connect set another: each reset (after every statement) returns to the global one
+            _reset(conn)
+        c.collation = str(collation or "")
+        c.lexer = lexer_for(str(every or ""))
         self._session(c)
         return c
 
@@ -247,9 +261,7 @@ class MySQL(Pooled[_Conn]):
         return "; ".join(notes) or None
 
     def _end(self, conn: _Conn) -> None:
-        c = conn.conn  # the reset rolls the transaction back, and clears what a session holds
-        c._execute_command(COM_RESET_CONNECTION, b"")  # what PyMySQL has no public call for
-        c._read_ok_packet()
+        _reset(conn.conn)  # the reset rolls the transaction back, and clears what a session holds
         self._session(conn)
 
     def _classify(self, e: BaseException) -> Classified:
@@ -272,6 +284,9 @@ class MySQL(Pooled[_Conn]):
         if isinstance(e, MemoryError) or code in _MEMORY_CODES:
             return Classified("memory", message, broken=isinstance(e, MemoryError))
         return Classified("error", message, broken=code is None)
+
+    def _lexer(self, conn: _Conn) -> tuple[str, Callable[[str], list[Span]]]:
+        return ("MariaDB" if conn.mariadb else "MySQL"), conn.lexer
 
     def _catalog(self, schema: str, name: str) -> bool:
         return schema in SECRET_SCHEMAS or (schema == "information_schema" and name in SECRET_TABLES)
@@ -355,8 +370,23 @@ class MySQL(Pooled[_Conn]):
         found = sorted({p for g in grants for p in granted(g)} - READ_ONLY_PRIVILEGES)
         return f"user {user} has {', '.join(found)}" if found else None
 
+    def refused_functions(self, db: Database) -> list[str]:
+        return stored_functions(self.conn(db).conn)
+
     def unbounded_disk(self, db: Database) -> str | None:
         return None  # what can be bounded is, per statement (tmp_disk_table_size); the rest is documented
+
+
+def stored_functions(conn: pymysql.connections.Connection[Any]) -> list[str]:
+    """The stored functions of ``conn``'s database, each with why the policy refuses it, for people."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT ROUTINE_SCHEMA, ROUTINE_NAME, SECURITY_TYPE FROM information_schema.ROUTINES "
+            "WHERE ROUTINE_TYPE = 'FUNCTION' AND ROUTINE_SCHEMA = DATABASE() ORDER BY ROUTINE_NAME"
+        )
+        rows = cur.fetchall()
+    conn.rollback()
+    return [f"{schema}.{name} (a stored function, {security})" for schema, name, security in rows]
 
 
 READ_ONLY_PRIVILEGES = frozenset({"SELECT", "SHOW VIEW", "SHOW DATABASES", "USAGE"})
@@ -375,6 +405,21 @@ def granted(line: str) -> set[str]:
     if re.search(r"\sWITH\s+GRANT\s+OPTION\b", line, re.IGNORECASE):
         named.add("GRANT OPTION")
     return named
+
+
+def lexer_for(sql_mode: str) -> Callable[[str], list[Span]]:
+    """The server's lexer under ``sql_mode`` (``NO_BACKSLASH_ESCAPES``, ``ANSI_QUOTES``)."""
+    modes = set(sql_mode.upper().split(","))
+    return partial(
+        lexical.mysql, backslash_escapes="NO_BACKSLASH_ESCAPES" not in modes, ansi_quotes="ANSI_QUOTES" in modes
+    )
+
+
+def _reset(c: pymysql.connections.Connection[Any]) -> None:
+    """``COM_RESET_CONNECTION``: the session's variables back to the global values, its transaction rolled
+    back, its user variables, locks and temporary tables gone."""
+    c._execute_command(COM_RESET_CONNECTION, b"")  # what PyMySQL has no public call for
+    c._read_ok_packet()
 
 
 class _Refused(Exception):

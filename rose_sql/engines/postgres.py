@@ -19,11 +19,16 @@ with the server's message; ``statement_timeout`` (57014) is the wall clock; clas
 disk, a configured limit such as ``temp_file_limit``) is the memory limit. Rows are fetched two first
 (most results are one row), then in batches sized by the widest row seen (:func:`~rose_sql.engines.base.batches`).
 
-The function policy: a function called by name must be in ``pg_catalog`` with every overload immutable
-or stable (``provolatile``), and not one of :data:`DENIED` (stable functions that run SQL text given to
-them), or one of :data:`ALLOWED` (volatile but harmless). That refuses advisory locks, ``set_config``,
-``nextval``, ``lo_export``, ``pg_read_file``, ``pg_sleep``, ``pg_terminate_backend``, ``dblink`` and
-every function of the database's own schemas. Whatever the role, the catalog views and functions that
+The policy reads the text with PostgreSQL's lexical rules (:func:`rose_sql.engines.lexical.postgres`,
+under the session's ``standard_conforming_strings``) and refuses what sqlglot reads otherwise. The
+function policy: a function of ``pg_catalog`` must have every overload immutable or stable
+(``provolatile``), and not be one of :data:`DENIED` (stable functions that run SQL text given to them),
+or be one of :data:`ALLOWED` (volatile but harmless). That refuses advisory locks, ``set_config``,
+``nextval``, ``lo_export``, ``pg_read_file``, ``pg_sleep``, ``pg_terminate_backend`` and ``dblink``. A
+function of the database's own schemas follows :data:`OWN_RULE` (immutable or stable, not SECURITY
+DEFINER, not owned by a privileged role, the login not privileged), and one that fails it is refused
+however a statement reaches it (:func:`implicit_calls`: by name whatever node sqlglot makes of it, as an
+attribute ``s.f``, through an operator of the database). Whatever the role, the catalog views and functions that
 expose the server's files, settings, credentials or other sessions (:data:`SECRET_VIEWS`, every
 ``pg_stat_*`` view, :data:`SECRET_FUNCTIONS`, every ``pg_stat_get_*``) are refused, and so are
 :data:`SIDE_EFFECTS`, marked stable though each call assigns a transaction id. A login that may do more
@@ -36,15 +41,20 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
 
+from rose_sql.engines import lexical
 from rose_sql.engines.base import SECRETS, Classified, ColumnInfo, Pooled, TableInfo, batches, collect, examples
 from rose_sql.engines.kinds import Database, Kind
+from rose_sql.engines.lexical import Span
 from rose_sql.results import Limits, ResultSet
+from rose_sql.sql import name_uses
 
 DENIED = frozenset(
     {
@@ -95,6 +105,8 @@ SECRET_VIEWS = frozenset(
     {
         "pg_authid",
         "pg_shadow",
+        "pg_roles",
+        "pg_user",
         "pg_user_mapping",
         "pg_user_mappings",
         "pg_db_role_setting",
@@ -117,9 +129,11 @@ SECRET_VIEWS = frozenset(
     }
 )
 """Catalog views that expose credentials (password hashes, user mappings' options, a subscription's
-connection string), configuration files and settings, other sessions, other tables' sampled values or
-large objects (files ``lo_import`` read in); and every ``pg_stat_*`` view (``pg_stat_activity`` holds
-other sessions' queries)."""
+connection string), configuration files and settings (every role's and database's own settings, which may
+hold a token: ``pg_roles.rolconfig``, ``pg_user.useconfig``, ``pg_db_role_setting``; the views are refused
+whole, as a row or ``*`` reads the column too), other sessions, other tables' sampled values or large
+objects (files ``lo_import`` read in); and every ``pg_stat_*`` view (``pg_stat_activity`` holds other
+sessions' queries)."""
 ALLOWED = frozenset({"random", "random_normal", "clock_timestamp", "timeofday", "gen_random_uuid"})
 """Volatile functions without side effects."""
 PRIVILEGED_ROLES = (
@@ -151,6 +165,144 @@ NOTES = (
     "SUM and AVG of integers are exact decimals"
 )
 """What the judges must know of PostgreSQL's semantics where they differ from SQLite's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A function (or an operator's function) of the database's own schemas that no statement may call."""
+
+    qualified: str
+    """``schema.name`` (an operator: ``schema.symbol``)."""
+    why: str
+    one_argument: bool = False
+    """Whether an overload takes one argument: ``x.name`` calls it (attribute notation)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Functions:
+    """What a database's catalogue says of the functions a statement may call."""
+
+    names: dict[str, bool]
+    """Every function's name, and whether every overload of it may be called (``pg_catalog``'s: not
+    volatile; the database's own: see :data:`OWN_RULE`)."""
+    own: dict[str, Refused]
+    """The names of the database's own functions no statement may call, by name, wherever sqlglot's tree
+    puts them."""
+    operators: dict[str, Refused]
+    """The database's own operators whose function no statement may call, by symbol."""
+
+    def found(self) -> list[str]:
+        """For people: each refused function and operator with why."""
+        seen = {r.qualified: r.why for r in [*self.own.values(), *self.operators.values()]}
+        return [f"{name} ({why})" for name, why in sorted(seen.items())]
+
+
+OWN_RULE = (
+    "a function of the database's own schemas may be called when it is immutable or stable, not SECURITY "
+    "DEFINER, not owned by a privileged role (a superuser, or a member of the roles PRIVILEGED_ROLES names), "
+    "and the login itself is not privileged"
+)
+"""When a statement may call a function of the database's own schemas (any but :data:`SYSTEM_SCHEMAS`)."""
+SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
+"""PostgreSQL's own schemas: a function there may be called when it is not volatile (and not refused by name)."""
+_FUNCTIONS = """
+WITH privileged AS (
+    SELECT r.oid FROM pg_roles r WHERE r.rolsuper OR EXISTS (
+        SELECT 1 FROM pg_roles g WHERE g.rolname = ANY (%(roles)s) AND pg_has_role(r.oid, g.oid, 'MEMBER'))),
+f AS (
+    SELECT p.oid, p.proname, n.nspname, p.provolatile = 'v' AS volatile, p.prosecdef, p.pronargs, p.proowner,
+        p.proowner IN (SELECT oid FROM privileged) AS privileged
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace),
+aggregates AS (
+    SELECT a.aggfnoid AS oid, bool_or(s.volatile OR s.prosecdef OR (s.nspname <> 'pg_catalog' AND s.privileged))
+        AS unsafe
+    FROM pg_aggregate a
+    CROSS JOIN LATERAL unnest(ARRAY[a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn, a.aggdeserialfn,
+        a.aggmtransfn, a.aggminvtransfn, a.aggmfinalfn]::oid[]) AS u(fn)
+    JOIN f s ON s.oid = u.fn
+    GROUP BY a.aggfnoid)
+SELECT f.proname, f.nspname, f.volatile, f.prosecdef, f.pronargs, pg_get_userbyid(f.proowner), f.privileged,
+    coalesce(aggregates.unsafe, false),
+    (SELECT r.oid IN (SELECT oid FROM privileged) FROM pg_roles r WHERE r.rolname = current_user)
+FROM f LEFT JOIN aggregates USING (oid)
+"""
+_OPERATORS = """
+SELECT o.oprname, n.nspname, p.proname FROM pg_operator o
+JOIN pg_namespace n ON n.oid = o.oprnamespace JOIN pg_proc p ON p.oid = o.oprcode
+WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')
+"""
+
+
+def read_functions(conn: psycopg.Connection[Any], *, privileged_login: bool | None = None) -> Functions:
+    """Read from ``pg_proc`` which functions (and from ``pg_operator`` which operators) a statement may call
+    on ``conn``'s database, for its login (or, with ``privileged_login``, for a login that is privileged or
+    not: ``rose db reader`` asks for its role as an administrator)."""
+    names: dict[str, bool] = {}
+    own: dict[str, Refused] = {}
+    for name, schema, volatile, definer, nargs, owner, privileged, support, login in conn.execute(
+        _FUNCTIONS, {"roles": list(PRIVILEGED_ROLES)}
+    ).fetchall():
+        login = bool(login) if privileged_login is None else privileged_login
+        if schema in SYSTEM_SCHEMAS:
+            why = "volatile" if volatile else "an aggregate whose functions may have side effects" if support else None
+        else:
+            why = _own_why(volatile, definer, owner, privileged, support, login)
+        names[name] = names.get(name, True) and why is None
+        if why is not None and schema not in SYSTEM_SCHEMAS:
+            known = own.get(name)
+            one = nargs == 1 or (known is not None and known.one_argument)
+            own[name] = Refused(f"{schema}.{name}", known.why if known is not None else why, one)
+    operators = {}
+    for symbol, schema, function in conn.execute(_OPERATORS).fetchall():
+        if function in own or not names.get(function, False):
+            why = own[function].why if function in own else "its function may have side effects"
+            operators[symbol] = Refused(f"{schema}.{symbol}", f"operator of {function}: {why}")
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.execute("ROLLBACK")
+    return Functions(names, own, operators)
+
+
+def _own_why(volatile: bool, definer: bool, owner: str, privileged: bool, support: bool, login: bool) -> str | None:
+    """Why a function of the database's own schemas may not be called (None: it may; see :data:`OWN_RULE`)."""
+    if definer:
+        return f"SECURITY DEFINER: it runs with the rights of its owner {owner}"
+    if privileged:
+        return f"owned by the privileged role {owner}"
+    if volatile:
+        return "volatile: it may have side effects"
+    if support:
+        return "an aggregate whose functions may have side effects"
+    if login:
+        return "the login is privileged, and a function of the database runs with its rights"
+    return None
+
+
+_OPERATOR_RUN = re.compile(r"[~!@#^&|`?+\-*/%<>=]+")
+
+
+def implicit_calls(sql: str, functions: Functions) -> str | None:
+    """Why ``sql`` may call a refused function of the database without naming it as a call that sqlglot's
+    tree shows: a name followed by ``(`` whatever node sqlglot makes of it, ``x.f`` (attribute notation,
+    which calls ``f(x)``), or the symbol of an operator whose function is refused."""
+    uses = name_uses(sql, "postgres")
+    if uses is None:
+        return None
+    for name in sorted(uses.called):
+        if name in functions.own:
+            called = functions.own[name]
+            return f"function {called.qualified}: {called.why}"
+    for name in sorted(uses.attributes):
+        reached = functions.own.get(name)
+        if reached is not None and reached.one_argument:
+            return f"x.{name} calls the function {reached.qualified}(x): {reached.why}"
+    if functions.operators:
+        for span in lexical.postgres(sql):
+            if span.kind == "code":
+                for run in _OPERATOR_RUN.findall(sql, span.start, span.end):
+                    for symbol, operator in functions.operators.items():
+                        if symbol in run:
+                            return f"operator {operator.qualified} ({operator.why})"
+    return None
 
 
 class _Conn:
@@ -192,7 +344,7 @@ class PostgreSQL(Pooled[_Conn]):
 
     def __init__(self, limits: Limits) -> None:
         super().__init__(limits)
-        self._functions: dict[str, dict[str, bool]] = {}
+        self._functions: dict[str, Functions] = {}
         ms = max(1, int(limits.engine_timeout_s * 1000))
         self.options = (
             "-c default_transaction_read_only=on "
@@ -281,12 +433,23 @@ class PostgreSQL(Pooled[_Conn]):
             return Classified("rejected", message)
         return Classified("error", message)
 
+    def _lexer(self, conn: _Conn) -> tuple[str, Callable[[str], list[Span]]]:
+        info = conn.conn.info
+        standard = info.parameter_status("standard_conforming_strings") != "off"  # reported on every change
+        return "PostgreSQL", partial(
+            lexical.postgres, standard_strings=standard, vertical_tab=info.server_version >= 160000
+        )
+
     def _catalog(self, schema: str, name: str) -> bool:
         return schema in ("", "pg_catalog", "information_schema") and (
             name in SECRET_VIEWS or name.startswith(("pg_stat_", "pg_statio_"))
         )
 
     def _allowed(self, conn: _Conn, name: str) -> str | None:
+        functions = self._functions_of(conn)
+        own = functions.own.get(name)
+        if own is not None:
+            return f"{own.qualified}: {own.why}"
         if name in ALLOWED:
             return None
         if name in DENIED:
@@ -295,20 +458,29 @@ class PostgreSQL(Pooled[_Conn]):
             return "it assigns a transaction id on each call (marked stable, it has an effect)"
         if name in SECRET_FUNCTIONS or name.startswith("pg_stat_get_"):
             return SECRETS
+        safe = functions.names.get(name)
+        if safe is None:
+            return "not a PostgreSQL function this database knows"
+        return None if safe else "it may have side effects (volatile)"
+
+    def _functions_of(self, conn: _Conn) -> Functions:
+        """What the catalogue of ``conn``'s database says of its functions (read once per database and process)."""
         with self._lock:
             functions = self._functions.get(conn.target)
-        if functions is None:  # read once per database and process
-            rows = conn.conn.execute(
-                "SELECT p.proname, bool_and(p.provolatile <> 'v' AND n.nspname = 'pg_catalog') "
-                "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace GROUP BY p.proname"
-            ).fetchall()
-            functions = {r[0]: bool(r[1]) for r in rows}
+        if functions is None:
+            functions = read_functions(conn.conn)
             with self._lock:
                 self._functions[conn.target] = functions
-        safe = functions.get(name)
-        if safe is None:
-            return "not a PostgreSQL built-in function"
-        return None if safe else "it may have side effects (volatile, or not a built-in)"
+        return functions
+
+    def _check(self, conn: _Conn, sql: str) -> str | None:
+        why = super()._check(conn, sql)
+        if why is not None:
+            return why
+        functions = self._functions_of(conn)
+        if not functions.own and not functions.operators:
+            return None
+        return implicit_calls(sql, functions)
 
     def _interrupt(self, conn: _Conn) -> None:
         conn.conn.cancel_safe()
@@ -389,6 +561,9 @@ class PostgreSQL(Pooled[_Conn]):
             *([f"is a member of {', '.join(roles)}"] if roles and not superuser else []),
         ]
         return f"role {user} {'; '.join(found)}" if found else None
+
+    def refused_functions(self, db: Database) -> list[str]:
+        return self._functions_of(self.conn(db)).found()
 
     def unbounded_disk(self, db: Database) -> str | None:
         c = self.conn(db).conn

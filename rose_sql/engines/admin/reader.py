@@ -30,21 +30,27 @@ class Reader:
     temp_bytes: int | None = None
     """The temporary files one of its sessions may write, where the role itself bounds them (PostgreSQL's
     ``temp_file_limit``); None where it does not (MariaDB bounds them statement by statement)."""
+    refused: tuple[str, ...] = ()
+    """The database's own functions (and operators) the policy refuses to the role's statements, with why."""
 
 
 def create_reader(db: Database, name: str, password: str | None, *, temp_bytes: int = TEMP_BYTES) -> Reader:
     """Create (or re-grant) the read-only role ``name`` on ``db``'s database, its PostgreSQL temporary files
     bounded to ``temp_bytes`` a session."""
     if db.kind == "postgresql":
-        return Reader(_postgres(db, name, password, temp_bytes), temp_bytes)
+        where, refused = _postgres(db, name, password, temp_bytes)
+        return Reader(where, temp_bytes, refused)
     if db.kind == "mysql":
-        return Reader(_mysql(db, name, password))
+        where, refused = _mysql(db, name, password)
+        return Reader(where, None, refused)
     raise UsageError(f"{db.info.name} databases are always opened read-only: no role is needed")
 
 
-def _postgres(db: Database, name: str, password: str | None, temp_bytes: int) -> str:
+def _postgres(db: Database, name: str, password: str | None, temp_bytes: int) -> tuple[str, tuple[str, ...]]:
     import psycopg
     from psycopg import sql
+
+    from rose_sql.engines.postgres import read_functions
 
     role = sql.Identifier(name)
     with psycopg.connect(db.target, autocommit=True) as conn:
@@ -67,13 +73,14 @@ def _postgres(db: Database, name: str, password: str | None, temp_bytes: int) ->
             conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, role))
             conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(s, role))
             conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} GRANT SELECT ON TABLES TO {}").format(s, role))
-    return db.shown
+        refused = read_functions(conn, privileged_login=False).found()
+    return db.shown, tuple(refused)
 
 
-def _mysql(db: Database, name: str, password: str | None) -> str:
+def _mysql(db: Database, name: str, password: str | None) -> tuple[str, tuple[str, ...]]:
     import pymysql
 
-    from rose_sql.engines.mysql import connect_args, quote
+    from rose_sql.engines.mysql import connect_args, quote, stored_functions
 
     args = connect_args(db.target)
     database = args.get("database")
@@ -83,4 +90,5 @@ def _mysql(db: Database, name: str, password: str | None) -> str:
         for host in ("%", "localhost"):
             cur.execute("CREATE USER IF NOT EXISTS %s@%s IDENTIFIED BY %s", (name, host, password or ""))
             cur.execute(f"GRANT SELECT ON {quote(database)}.* TO %s@%s", (name, host))
-    return db.shown
+        refused = stored_functions(conn)
+    return db.shown, tuple(refused)

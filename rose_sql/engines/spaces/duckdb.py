@@ -97,7 +97,12 @@ class DuckSpace(EngineSpace):
             conn.close()
             raise
         engine = DuckDB(limits)
-        super().__init__(limits, lambda name: engine._allowed(self._conn, name), catalog=engine._catalog)
+        super().__init__(
+            limits,
+            lambda name: engine._allowed(self._conn, name),
+            catalog=engine._catalog,
+            check=lambda sql: engine._check(self._conn, sql),
+        )
         self.tables = tables_of([info for info, _ in infos], unique)
 
     def _describe(self, unique: list[tuple[str, str]]) -> list[tuple[TableInfo, str]]:

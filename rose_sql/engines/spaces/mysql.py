@@ -18,7 +18,7 @@ import pymysql.cursors
 from rose_sql.config import Config
 from rose_sql.engines.base import ColumnInfo, TableInfo
 from rose_sql.engines.kinds import Database
-from rose_sql.engines.mysql import EXECUTABLE_COMMENT, MySQL, connect_args, quote
+from rose_sql.engines.mysql import EXECUTABLE_COMMENT, MySQL, connect_args, lexer_for, quote
 from rose_sql.engines.mysql import _Conn as MyConn
 from rose_sql.engines.spaces.scratch import Server, ServerSpace, open_server_space
 from rose_sql.engines.spaces.shared import EngineReader, EngineSpace, fetch_capped
@@ -86,11 +86,19 @@ class MySpace(ServerSpace):
         self.mariadb = "mariadb" in self._conn.get_server_info().lower()
         engine = MySQL(limits)
         wrapped = MyConn(self._conn, self.mariadb, url)
-        EngineSpace.__init__(self, limits, lambda name: engine._allowed(wrapped, name), catalog=engine._catalog)
+        EngineSpace.__init__(
+            self,
+            limits,
+            lambda name: engine._allowed(wrapped, name),
+            catalog=engine._catalog,
+            check=lambda sql: engine._check(wrapped, sql),
+        )
         with self._conn.cursor() as cur:
             if self.mariadb:
                 cur.execute(f"SET SESSION max_statement_time = {limits.engine_timeout_s:.3f}")
             cur.execute("SET SESSION sql_mode = CONCAT(@@sql_mode, ',STRICT_ALL_TABLES')")
+            cur.execute("SELECT @@sql_mode")
+            wrapped.lexer = lexer_for(str((cur.fetchone() or ("",))[0]))  # what the policy reads it under
 
     def quote(self, name: str) -> str:
         return quote(name)

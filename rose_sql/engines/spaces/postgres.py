@@ -72,7 +72,13 @@ class PgSpace(ServerSpace):
         self._conn.prepare_threshold = None
         engine = PostgreSQL(limits)
         wrapped = PgConn(self._conn, url)
-        EngineSpace.__init__(self, limits, lambda name: engine._allowed(wrapped, name), catalog=engine._catalog)
+        EngineSpace.__init__(
+            self,
+            limits,
+            lambda name: engine._allowed(wrapped, name),
+            catalog=engine._catalog,
+            check=lambda sql: engine._check(wrapped, sql),
+        )
 
     def _close_conn(self) -> None:
         self._conn.close()

@@ -164,12 +164,17 @@ class EngineSpace:
         *,
         max_rows: int = EVIDENCE_MAX_ROWS,
         catalog: Callable[[str, str], bool] = lambda schema, name: False,
+        check: Callable[[str], str | None] | None = None,
     ) -> None:
         self.limits = limits
         self.allowed = allowed
         """Why the function of that name may not be called (the engine's policy)."""
         self.catalog = catalog
         """Whether a relation is a catalog view the engine's policy refuses (files, settings, credentials)."""
+        self.check = check
+        """Why a query under test may not run, as the engine's own check says on the copy's connection (the
+        server must read it as sqlglot does, then the policy); None: the policy with ``allowed`` and
+        ``catalog``."""
         self.max_rows = max_rows
         self.tables: dict[str, Table] = {}
         self.hard_deadline = float("inf")
@@ -297,8 +302,8 @@ class EngineSpace:
             if len(self._verdicts) > 1000:  # an item's two queries are asked for many times, then never again
                 self._verdicts.clear()
             try:  # the policy may read the catalogue: in a failed transaction it cannot, and we ask again later
-                verdict = gate(sql, max_chars=self.limits.max_sql_chars, dialect=self.dialect) or policy(
-                    sql, self.dialect, self.allowed, self.catalog
+                verdict = gate(sql, max_chars=self.limits.max_sql_chars, dialect=self.dialect) or (
+                    self.check(sql) if self.check is not None else policy(sql, self.dialect, self.allowed, self.catalog)
                 )
             except self._failures:
                 return None
