@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -95,9 +94,20 @@ def _children() -> list[str]:
 
 def test_pinned_local_judge_reruns_identically(gguf: Path, items: Path, shared: Path, tmp_path: Path) -> None:
     """--judge-gguf: the manifest names the file by hash, the cap stops the model, usage is counted; a rerun on
-    the cache makes no call (and starts no server); a fresh cache and a fresh server write the same records."""
+    the cache makes no call (and starts no server). With the same ``--run-key FILE``, an empty cache and a fresh
+    server ask the very same prompts (the cache keys: endpoint, model, parameters, schema and messages, nonces
+    and fence markers included) and get the same replies, byte for byte, and write the same records; the key is
+    never written into a cache, and the manifest names it by its fingerprint. (Without a kept key each cache drew
+    its own: 2 of 2 records differed.)"""
+    import secrets
+
+    from rose_sql.judges.keys import RunKey
+
+    key = tmp_path / "my.key"
+    key.write_text(secrets.token_hex(32) + "\n")
     db = shared / "bird"
     common = ("--db", db, "--judge-gguf", gguf, "--judge-max-tokens", TOKENS, "--judge-structured", "on")
+    common += ("--run-key", key)
     first = _run(items, "--out", tmp_path / "a", "--cache-dir", tmp_path / "cache-a", *common)
     assert first.exit_code in (0, 3), first.output  # 3: a reply cut at the cap leaves the item judge_invalid
     assert _children() == []  # the server was stopped with the run
@@ -122,15 +132,22 @@ def test_pinned_local_judge_reruns_identically(gguf: Path, items: Path, shared: 
     assert json.loads((tmp_path / "b" / "vec" / "summary.json").read_text())["llm"]["calls"] == 0
     assert all(c["cached"] for c in _calls(tmp_path / "b"))
 
-    # a fresh cache that keeps the run key (run.key), as runs must that ask the very same prompts
-    (tmp_path / "cache-c").mkdir()
-    shutil.copy2(tmp_path / "cache-a" / RUN_KEY_FILE, tmp_path / "cache-c" / RUN_KEY_FILE)
+    # an empty cache and the same run key: a fresh server asked the very same prompts
     fresh = _run(items, "--out", tmp_path / "c", "--cache-dir", tmp_path / "cache-c", *common)
     assert fresh.exit_code == first.exit_code, fresh.output
     assert json.loads((tmp_path / "c" / "vec" / "summary.json").read_text())["llm"]["calls"] == len(calls)
     for a, b, c in zip(_records(tmp_path / "a"), _records(tmp_path / "b"), _records(tmp_path / "c"), strict=True):
         assert comparable(a) == comparable(c)  # a fresh server, the same replies
         assert comparable(a) == comparable(b)
+
+    def entries(cache: Path) -> dict[str, dict[str, Any]]:
+        found = {p.name: json.loads(p.read_text()) for p in (cache / "llm").rglob("*.json")}
+        return {k: {f: v for f, v in e.items() if f != "seconds"} for k, e in found.items()}  # seconds: EXEMPT
+
+    assert entries(tmp_path / "cache-a") and entries(tmp_path / "cache-a") == entries(tmp_path / "cache-c")
+    assert not (tmp_path / "cache-a" / RUN_KEY_FILE).exists() and not (tmp_path / "cache-c" / RUN_KEY_FILE).exists()
+    fingerprints = {json.loads((tmp_path / n / "vec" / "manifest.json").read_text())["judge"]["key"] for n in "ac"}
+    assert fingerprints == {RunKey(bytes.fromhex(key.read_text().strip())).fingerprint}
 
 
 def test_over_context_request_is_judge_error(gguf: Path, items: Path, shared: Path, tmp_path: Path) -> None:
@@ -202,37 +219,6 @@ def test_inspect_scorer_through_inspects_openai_provider(
     assert calls and all(0 < c["completion_tokens"] <= TOKENS and c["prompt_tokens"] > 1000 for c in calls)
     usage = log.stats.model_usage["openai-api/llamacpp/smollm2"]
     assert usage.input_tokens == sum(c["prompt_tokens"] for c in calls)  # the server's usage, as inspect read it
-
-
-def test_the_same_run_key_asks_the_same_prompts_and_gets_the_same_replies_from_empty_caches(
-    gguf: Path, items: Path, shared: Path, tmp_path: Path
-) -> None:
-    """``--run-key FILE`` and two empty caches (no key in either): every prompt (the cache keys: endpoint, model,
-    parameters, schema and messages, nonces and fence markers included) and every reply is the same, byte for
-    byte, and so is every record; the key is never written into a cache, and the manifest names it by its
-    fingerprint. (Without a kept key each cache drew its own: 2 of 2 records differed.)"""
-    import secrets
-
-    from rose_sql.judges.keys import RunKey
-
-    key = tmp_path / "my.key"
-    key.write_text(secrets.token_hex(32) + "\n")
-    common = ("--db", shared / "bird", "--judge-gguf", gguf, "--judge-max-tokens", TOKENS, "--run-key", key)
-    for name in ("a", "b"):
-        res = _run(items, "--out", tmp_path / name, "--cache-dir", tmp_path / f"cache-{name}", *common)
-        assert res.exit_code in (0, 3), res.output
-
-    def entries(cache: Path) -> dict[str, dict[str, Any]]:
-        found = {p.name: json.loads(p.read_text()) for p in (cache / "llm").rglob("*.json")}
-        return {k: {f: v for f, v in e.items() if f != "seconds"} for k, e in found.items()}  # seconds: EXEMPT
-
-    first, second = entries(tmp_path / "cache-a"), entries(tmp_path / "cache-b")
-    assert first and first == second
-    assert not (tmp_path / "cache-a" / RUN_KEY_FILE).exists() and not (tmp_path / "cache-b" / RUN_KEY_FILE).exists()
-    for a, b in zip(_records(tmp_path / "a"), _records(tmp_path / "b"), strict=True):
-        assert comparable(a) == comparable(b)
-    fingerprints = {json.loads((tmp_path / n / "vec" / "manifest.json").read_text())["judge"]["key"] for n in "ab"}
-    assert fingerprints == {RunKey(bytes.fromhex(key.read_text().strip())).fingerprint}
 
 
 def test_the_reply_schema_makes_the_local_judge_write_its_calls_nonce(
