@@ -429,9 +429,24 @@ second; the same on every machine."""
 EVIDENCE_STATEMENT_STEPS = 50_000_000
 """SQLite steps one statement of the evidence search may take (the queries under test run on a copy many
 times)."""
+EVIDENCE_PROFILE_STEPS = 50_000_000
+"""SQLite steps the profile of one table may take in all (its columns' NULLs, duplicates and a few values,
+which the witness search's candidates are made from): the table's, computed once per worker before any
+item's clock starts and outside any item's budget, so what an item finds never depends on which item
+came first."""
 EVIDENCE_MAX_ROWS = 10_000
 """Rows of a query under test on an evidence copy past which its result is too large to compare soundly
 there (the witness search then skips the candidate)."""
+MAX_VALUE_BYTES = 256 * 2**10
+"""The longest string or blob a SQLite statement may make (:attr:`Config.max_value_bytes`): one call of a
+built-in over long values cannot be interrupted, and the dearest ones cost the product of their
+arguments' lengths (``instr``, ``replace``): at 256 KiB one such call takes under a second of one core,
+where at the former 16 MiB ``instr`` took 25 to 45 minutes (``bench/bench_worst_step.py``, ``docs/safety.md``).
+BIRD's and Spider's largest values are tens of kilobytes (Stack Exchange caps a post at 30,000
+characters)."""
+MAX_PATTERN_BYTES = 1000
+"""The longest LIKE or GLOB pattern (SQLite's default is 50,000): a match costs up to the string's length
+times the pattern's, 0.6 s at 256 KiB and 1,000 bytes where 50,000 took 29 s."""
 GUARD_MARGIN_S = 5.0
 """Seconds past a statement's own time limit after which its worker process is stopped (the wall guard)."""
 COLUMN_WORK = 20_000_000
@@ -527,25 +542,33 @@ class Config:
     one core on a typical machine). Deterministic: the search finds the same on every machine."""
     timeout_s: float = option(
         60.0,
+        score=True,
         flags="--timeout",
         min=0,
         min_open=True,
         help=(
-            "Wall-clock guard, in seconds, for one query: past it the query is stopped and the item left "
-            "unscored (wall_guard, retried by --resume), never scored. On PostgreSQL, MySQL and DuckDB (no "
-            "step counter) it is the engine's own time limit."
+            "Wall-clock guard, in seconds, for one query: past it the query is stopped and run again alone "
+            "with the guard doubled; stopped again, it is a runaway (a timeout: a prediction scores 0). On "
+            "PostgreSQL, MySQL and DuckDB (no step counter) it is the engine's own time limit. It can decide "
+            "a score: --resume refuses another value."
         ),
     )
     """Wall-clock guard for one query: a query still running after it is stopped (inside SQLite, or by
-    stopping its worker process when SQLite cannot interrupt the call), and its item is unscored
-    ``wall_guard``, never scored: retried by ``--resume``. A guard against runaways, never a verdict."""
+    stopping its worker process when SQLite cannot interrupt the call), then run again alone, in a fresh
+    process, with the guard doubled (:mod:`rose_sql.engines.alone`): stopped again, it is a runaway, a
+    ``timeout`` (a prediction scores 0, a gold is ``gold_error``), as the official scripts score a
+    timeout; otherwise it is recorded as the second run ended. On SQLite at the default limits the step
+    budget, not this, ends what runs away (``docs/safety.md`` names what still falls to it); on the other
+    engines, which count no steps, it is what ends a runaway. It can decide a score: in the manifest, and a
+    resumption with another value is refused."""
     guard_margin_s: float = GUARD_MARGIN_S
     """Seconds past a statement's own time limit after which its worker process is stopped (the wall guard,
     :data:`GUARD_MARGIN_S`): room for a statement that ends on its own a little late on a loaded machine."""
-    server_timeout_s: float | None = None
+    server_timeout_s: float | None = scores(None)
     """Wall-clock limit of one query on PostgreSQL, MySQL/MariaDB and DuckDB, enforced by the engine
-    (``statement_timeout``, ``max_statement_time``, an interrupt): they have no step counter, so a query
-    stopped by it leaves its item unscored (``wall_guard``, retried by ``--resume``), never 0. None: ``timeout_s``."""
+    (``statement_timeout``, ``max_statement_time``, an interrupt), confirmed as ``timeout_s`` is: a query
+    stopped by it twice (the second time alone with it doubled) is a runaway, a ``timeout``. None:
+    ``timeout_s``."""
     max_rows: int = option(
         100_000,
         score=True,
@@ -556,8 +579,12 @@ class Config:
     """Rows kept per result; past it the result is marked ``truncated`` (rows are still counted)."""
     max_result_bytes: int = scores(64 * 2**20)
     """Approximate bytes of cell data kept per result; past it the result is truncated."""
-    max_value_bytes: int = scores(16 * 2**20)
-    """SQLite's limit on one string or blob (SQLITE_LIMIT_LENGTH): stops ``randomblob`` giants."""
+    max_value_bytes: int = scores(MAX_VALUE_BYTES)
+    """SQLite's limit on one string or blob (``SQLITE_LIMIT_LENGTH``): stops ``randomblob`` giants, and
+    bounds what one call of a function over long values may cost (:data:`MAX_VALUE_BYTES`)."""
+    max_pattern_bytes: int = scores(MAX_PATTERN_BYTES)
+    """SQLite's limit on one LIKE or GLOB pattern (``SQLITE_LIMIT_LIKE_PATTERN_LENGTH``): a match costs up to
+    the string's length times the pattern's (:data:`MAX_PATTERN_BYTES`)."""
     max_sql_chars: int = scores(200_000)
     """Longer SQL is rejected before it reaches a parser."""
     engine_memory_bytes: int = 2 * 2**30
@@ -606,14 +633,18 @@ class Config:
     )
     """Search for witnesses, distinguishing rows and gold smells (rose_sql.evidence)."""
     evidence_budget_s: float = option(
-        30.0,
+        120.0,
         flags="--evidence-budget",
         min=0,
         min_open=True,
         help="Wall-clock guard, in seconds, of one item's evidence search (past it a judged item is left unscored).",
     )
     """Wall-clock guard of one item's evidence: past it the search stops, the evidence says so
-    (``guard``), and an item whose judges would read it is unscored ``wall_guard``."""
+    (``guard``), and an item whose judges would read it is unscored ``wall_guard``. On SQLite the counted
+    budgets (``evidence_max_steps``, ``evidence_max_candidates``, ``evidence_column_work``) end a search
+    first, the same on every machine: the dearest item of the bench files (200 superhero items) takes
+    5 s at a load of 6 on two cores and 24 s beside a benchmark, so the guard stands far behind them
+    (30 s, its former default, fired under load and changed a search)."""
     evidence_max_candidates: int = scores(80)
     """Witness candidates tried at most per item (keeps fast databases fast)."""
     evidence_column_work: int = COLUMN_WORK
@@ -681,6 +712,7 @@ class Config:
             max_rows=self.max_rows,
             max_bytes=self.max_result_bytes,
             max_value_bytes=self.max_value_bytes,
+            max_pattern_bytes=self.max_pattern_bytes,
             max_sql_chars=self.max_sql_chars,
             memory_bytes=max(16 * 2**20, min(self.engine_memory_bytes, self.worker_memory_bytes - INTERPRETER_BYTES)),
             temp_bytes=self.engine_temp_bytes,
@@ -721,7 +753,9 @@ class RewardConfig:
     error: float = -1.0
     """Execution reward for a query that fails, is rejected by the sandbox, or when no SQL is found."""
     timeout: float = -0.5
-    """Execution reward for a predicted query stopped at its step budget (``max_steps``)."""
+    """Execution reward for a predicted query stopped at its step budget (``max_steps``) or the engine's
+    memory limit, or confirmed to run away (stopped by its wall-clock guard twice, the second time alone
+    with the guard doubled)."""
     partial_max_ratio: float = 4.0
     """Partial credit only when the larger row count is at most this times the smaller one: dropping a
     filter and returning the whole table is a superset of almost any gold."""
@@ -781,16 +815,18 @@ class RewardConfig:
         min_open=True,
         help=(
             "Wall-clock guard, in seconds, of one predicted query (at most half of --deadline): past it the "
-            "query is stopped, its worker process too if SQLite cannot interrupt it, and the item is "
-            "unscored (wall_guard)."
+            "query is stopped, its worker process too if SQLite cannot interrupt it, and run again alone "
+            "with the guard doubled; stopped again, it gets the timeout reward."
         ),
     )
     """Wall-clock guard of one predicted query, far behind its step budget: past it the query is stopped
-    inside SQLite, or, inside a call SQLite cannot interrupt, by stopping its worker process ``guard_margin_s``
-    (5 s) later. Its item is unscored ``wall_guard``: wall time never decides
-    a reward."""
+    inside SQLite, or, inside a call SQLite cannot interrupt, by stopping its worker process
+    ``guard_margin_s`` (5 s) later; then it runs again alone, in a fresh process, with the guard doubled. A
+    runaway confirmed so gets the ``timeout`` reward, as one past its step budget does (a query that
+    runs away never escapes its reward); one that then finishes is scored on that second run. Only a
+    query left unrun by a deadline (the server's ``--deadline``) is unscored ``wall_guard``."""
     gold_timeout_s: float = 150.0
-    """The same guard for a gold query; its items are unscored ``wall_guard``."""
+    """The same guard for a gold query; a gold confirmed to run away is ``gold_error``."""
     guard_margin_s: float = GUARD_MARGIN_S
     """Seconds past a query's own time limit after which its worker process is stopped (the wall guard)."""
     max_rows: int = 20_000

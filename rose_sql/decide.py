@@ -5,14 +5,21 @@
 outcome contract, :data:`rose_sql.engines.base.CONTRACT`); where both queries failed, the first rule that
 applies decides:
 
-- the database is missing -> unscored ``db_missing``; it cannot be read (by either query) -> unscored
-  ``db_unreadable``; a relation the gold reads does not exist -> unscored ``db_missing`` (the prediction is
-  never scored against an environment that lacks the gold's tables);
+- the database is missing -> unscored ``db_missing``; it cannot be read -> unscored ``db_unreadable``
+  (by the gold; by the prediction only when the gold, run again on a fresh connection right after, failed
+  the same way: otherwise the prediction's failure is its own ``error``, see
+  :meth:`Executor.attribute <rose_sql.engines.execute.Executor.attribute>`); a relation the gold reads
+  does not exist -> unscored ``db_missing`` (the prediction is never scored against an environment that
+  lacks the gold's tables);
 - the prediction does not execute on its own account (error, rejected, a relation it names does not
   exist) -> 0, decided by execution, whatever the gold did: a query that does not run answers nothing;
-- a query was stopped by a wall clock -> unscored ``wall_guard`` (wall time never decides a score);
-- the gold does not execute -> unscored ``gold_error`` (never a 0 or a 1 for a prediction that ran);
-- the prediction ran out of its step budget or the engine's memory while the gold ran -> 0;
+- a query was stopped by a wall clock and the stop could not be confirmed -> unscored ``wall_guard``
+  (the sandbox confirms every such stop: the statement runs again alone, in a fresh process, with its
+  guard doubled; stopped again, it is a ``timeout``, otherwise the second run is what is recorded);
+- the gold does not execute (a runaway included) -> unscored ``gold_error`` (never a 0 or a 1 for a
+  prediction that ran);
+- the prediction ran out of its step budget or the engine's memory, or ran away (confirmed), while the
+  gold ran -> 0 (the official scripts score a timeout 0);
 - no judge configured -> unscored ``awaiting_judge`` (or ``no_gold``; or ``undecided`` when our
   comparator's bounded column search gave up, so that even a match is unknown);
 - results match -> the matched-results policy: ``never`` accepts (1, by execution); ``evidence``
@@ -89,7 +96,8 @@ UNSCORED: dict[Unscored, Reason] = {
     ),
     "db_unreadable": Reason(
         "the item's database could not be read (not a database, corrupt, locked, or an I/O error; on a "
-        "server: unreachable, or gone away during the run)",
+        "server: a login or a permission refused, unreachable, or gone away during the run): by the gold, or "
+        "by the prediction and then by the gold run again on a fresh connection",
         "check the file or the server (the record's why names it and the engine's message), then --resume",
         transient=True,
     ),
@@ -132,9 +140,11 @@ UNSCORED: dict[Unscored, Reason] = {
         True,
     ),
     "wall_guard": Reason(
-        "a query ran far past its time limit inside one call SQLite cannot interrupt, and its worker was stopped; "
-        "or, on PostgreSQL, MySQL or DuckDB (no step counter), it reached the wall-clock --timeout",
-        "--resume retries it (on a less loaded machine, or with a larger --timeout)",
+        "a wall clock stopped something whose outcome could not be confirmed: the evidence search past its "
+        "--evidence-budget (when the judges would read it), a reward query past the server's --deadline, or a "
+        "query stopped by --timeout whose run again alone (with the guard doubled) could not be made. A query "
+        "confirmed to run away is never this: it is a timeout (a prediction scores 0)",
+        "--resume retries it (on a less loaded machine, or with a larger --evidence-budget or --deadline)",
         transient=True,
     ),
     "undecided": Reason(
@@ -271,14 +281,14 @@ def _table(f: Facts) -> Decision | Step:
     if pred is not None and pred.status in ("error", "rejected", "missing"):
         return Decision(0, None, "execution", failed)  # wrong whatever the gold says
     for side, e in (("prediction", pred), ("gold", gold)):
-        if e is not None and e.status == "guard":  # wall time decided it: never a score
+        if e is not None and e.status == "guard":  # a wall clock, not confirmed: never a score
             return Decision(None, "wall_guard", None, f"the {side} was {e.error}")
     if gold is not None and not gold.ok:
         return Decision(None, "gold_error", None, f"the gold SQL does not execute ({gold.status}): {gold.error}")
     if not f.predicted:
         return Decision(0, None, "execution", NO_PREDICTION)
-    if pred is not None and pred.status == "timeout":
-        return Decision(0, None, "execution", failed)  # the gold ran within the same limit
+    if pred is not None and pred.status == "timeout":  # a limit, or a confirmed runaway: the gold ran within it
+        return Decision(0, None, "execution", failed)
     if f.judge and f.evidence_guard:
         return Decision(None, "wall_guard", None, f.evidence_guard)
     if not f.judge:

@@ -49,7 +49,10 @@ Layout versions (``schema``):
   under an official reading's name; written only when set. An imported item without an entry in their
   outputs is unscored ``absent_from_outputs`` (dropped silently) or ``failed_in_their_run`` (their run
   recorded the failure), a reason layout 6 did not have; a record of a panel of runs (``rose panel``) is
-  ``decided_by`` ``panel``. Nothing was renamed: a record of layout 6 reads as it was.
+  ``decided_by`` ``panel``. An execution may carry ``rerun`` (why it ran twice: a wall clock stopped its
+  first run, and the record holds the second, run alone with the guard doubled), written only when set; and
+  ``status`` ``timeout`` with ``limit`` ``wall`` or ``process`` now means a confirmed runaway (a wall clock
+  stopped it twice), which layout 6 left ``guard``. Nothing was renamed: a record of layout 6 reads as it was.
 """
 
 from __future__ import annotations
@@ -114,6 +117,10 @@ class ExecutionInfo:
     """Which limit stopped it, when one did (``steps``, ``memory``, ``wall``, ``process``)."""
     note: str | None = None
     """A documented way the engine differed from SQLite for this statement, when one applied."""
+    rerun: str | None = None
+    """Why the statement ran twice, when it did: how a wall clock stopped its first run (a runaway to
+    confirm); the execution is its second run, alone with the guard doubled. Load-dependent: in
+    :data:`EXEMPT` (written only when set)."""
 
     @classmethod
     def of(cls, e: Execution | None) -> ExecutionInfo:
@@ -132,6 +139,7 @@ class ExecutionInfo:
             cached=e.cached,
             limit=e.limit,
             note=e.note,
+            rerun=e.rerun,
         )
 
     def as_cached(self) -> ExecutionInfo:
@@ -416,13 +424,14 @@ _EFFICIENCY_FIELDS = tuple(f.name for f in fields(Efficiency))
 _IMPORTED_FIELDS = tuple(f.name for f in fields(ImportedScores))
 
 
-EXEMPT = frozenset({"seconds", "cached", "llm_calls", "cost_usd", "batch_id", *TIME_FIELDS})
+EXEMPT = frozenset({"seconds", "cached", "llm_calls", "cost_usd", "batch_id", "rerun", *TIME_FIELDS})
 """The only fields that may differ between two runs of the same inputs and options, on any machine and
 at any load: timing (``seconds`` at every level), cache flags (``cached``: which executions or replies a
 cache served; ``batch_id``: which Batch API batch answered), and this run's own counters of calls made
-and their cost (``llm_calls``, and the record's ``cost_usd``), and the published wall-time efficiency ratio
-(``efficiency.time_ratio``, ``time_kept``, and ``time_reason`` when its pass stopped: ``rose run --efficiency
-time``). Everything else is the same, for a given SQLite version."""
+and their cost (``llm_calls``, and the record's ``cost_usd``), an execution's ``rerun`` (a first run a
+wall clock stopped, before a second run alone with the guard doubled ended as recorded), and the published
+wall-time efficiency ratio (``efficiency.time_ratio``, ``time_kept``, and ``time_reason`` when its pass
+stopped: ``rose run --efficiency time``). Everything else is the same, for a given SQLite version."""
 
 
 def comparable(record: Record) -> dict[str, Any]:
@@ -448,6 +457,8 @@ def _execution(e: ExecutionInfo) -> dict[str, Any]:
     data = {name: getattr(e, name) for name in _EXECUTION_FIELDS}
     if data["note"] is None:  # written only when set
         del data["note"]
+    if data["rerun"] is None:
+        del data["rerun"]
     return data
 
 

@@ -18,7 +18,7 @@ Status = Literal["ok", "error", "timeout", "rejected", "guard", "unreadable", "m
 (:data:`rose_sql.engines.base.CONTRACT`)."""
 Limit = Literal["steps", "memory", "wall", "process"]
 """Which limit stopped a statement: SQLite's step budget, an engine's memory limit, a wall clock, or the
-wall-time guard that stopped its worker process."""
+wall-time guard that stopped its worker process (the last two decide a score only once confirmed)."""
 Row = tuple[Any, ...]
 
 
@@ -52,8 +52,10 @@ class Execution:
     """``ok``; ``error`` (the engine raised: the statement's own fault); ``missing`` (a relation or the
     database it reads does not exist); ``timeout`` (SQLite's step budget or an engine's memory limit,
     see ``limit``); ``rejected`` (the gate, the function policy or the authorizer refused it);
-    ``guard`` (a wall clock stopped it: never a score); ``unreadable`` (the database or its server could
-    not be read: a login, a permission, the network, a corrupt or locked file)."""
+    ``guard`` (a wall clock stopped it, and it was not confirmed: never a score); ``unreadable`` (the
+    database or its server could not be read: a login, a permission, the network, a corrupt or locked
+    file). A runaway, once confirmed (it ran away again alone with its guard doubled), is a ``timeout``
+    whose ``limit`` is ``wall`` or ``process``: the statement's own outcome."""
     seconds: float
     """Wall time of the execution (of the original one, when served from cache)."""
     result: ResultSet | None = None
@@ -67,6 +69,11 @@ class Execution:
     note: str | None = None
     """A documented way the engine differs from SQLite that applied to this statement (MariaDB stopped a
     recursive CTE at its iteration limit, MySQL compared text case-insensitively), for the record."""
+    rerun: str | None = None
+    """Why this is a second run: how the first one was stopped (a wall clock: a runaway to confirm). The
+    statement ran again alone, in a fresh process, with its guard doubled, and this is how that run ended.
+    Whether the first run met its guard depends on the machine's load: the record keeps it apart from what
+    is compared between runs (``record.EXEMPT``)."""
 
     @property
     def ok(self) -> bool:
@@ -75,7 +82,7 @@ class Execution:
     def as_cached(self) -> Execution:
         """The same execution, served from a cache (a plain copy: ``dataclasses.replace`` costs five times
         as much, and this runs for every item whose executions another item made)."""
-        return Execution(self.status, self.seconds, self.result, self.error, True, self.limit, self.note)
+        return Execution(self.status, self.seconds, self.result, self.error, True, self.limit, self.note, self.rerun)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +92,19 @@ class Limits:
     max_steps: int
     """SQLite virtual-machine steps (the deterministic limit; other engines count none)."""
     timeout_s: float
-    """The wall clock inside SQLite (a guard: stopped there, the item is ``wall_guard``)."""
+    """The wall clock inside SQLite (a guard: a statement stopped there runs again alone with it doubled,
+    and counts as a runaway only if it is stopped again)."""
     engine_timeout_s: float
-    """The wall-clock limit other engines enforce themselves (``statement_timeout``...; a guard too)."""
+    """The wall-clock limit other engines enforce themselves (``statement_timeout``...; a guard too,
+    confirmed the same way)."""
     max_rows: int
     """Rows kept; past them the result is truncated (and the rest counted)."""
     max_bytes: int
     """Approximate bytes of cell data kept; past them the result is truncated."""
     max_value_bytes: int
     """The largest string or blob SQLite may make (its ``SQLITE_LIMIT_LENGTH``)."""
+    max_pattern_bytes: int
+    """The longest LIKE or GLOB pattern SQLite may match (its ``SQLITE_LIMIT_LIKE_PATTERN_LENGTH``)."""
     max_sql_chars: int
     """Longer SQL is rejected before it reaches a parser."""
     memory_bytes: int

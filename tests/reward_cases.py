@@ -12,5 +12,10 @@ OTHER_GOLD = "SELECT count(*) FROM stadium"
 """The gold of another question: its completions go to another chunk."""
 RUNAWAY = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r"
 """Runs until its step budget or its guard stops it inside SQLite."""
-INSTR = "SELECT instr(printf('%.*c', 8000000, 'a'), printf('%.*c', 1000000, 'a') || 'b')"
-"""A call SQLite cannot interrupt: about 7e12 bytes compared, hours of one core."""
+INSTR = (
+    "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 1000000) "
+    "SELECT sum(instr(printf('%.262000c', 'a') || x, printf('%.131000c', 'a') || 'b')) FROM r"
+)
+"""The dearest call the default value limit allows (under a second of one core) on every row: SQLite's
+progress handler, called every 1,000 steps, comes about once a minute, so only the worker's guard stops it
+in time. (A single call over megabytes, which took hours, is refused at the default limits.)"""

@@ -114,6 +114,14 @@ def test_the_table_reads_every_row_of_the_outcome_contract_as_written(failure: s
         assert (pred_side.score, pred_side.decided_by) == (0, "execution")
     else:
         assert pred_side.score is None and pred_side.unscored_reason == row.prediction
+    if row.attributed is not None:  # what the sandbox records once the statement is proven to have caused it
+        assert row.attribution
+        proven = Execution(row.attributed, 0.1, error=f"a {failure} failure, proven", limit=row.limit)
+        pred_side = decide(Facts(True, OK, proven, judge=True))
+        assert isinstance(pred_side, Decision) and (pred_side.score, pred_side.decided_by) == (0, "execution")
+        if "gold_error" in row.attribution:
+            gold_side = decide(Facts(True, proven, OK, judge=True))
+            assert isinstance(gold_side, Decision) and gold_side.unscored_reason == "gold_error"
 
 
 def test_a_gold_reading_what_is_not_there_is_decided_before_the_predictions_own_error() -> None:

@@ -297,7 +297,8 @@ def test_a_prediction_that_runs_away_on_its_20th_timed_execution_ends_with_a_rea
 ) -> None:
     """The timed pass runs in the worker's sandbox: its 20th execution of the prediction is stopped by the
     wall clock of one statement (``--timeout 1``), the pass stops there, and the record says where and why;
-    the item's other readings and its score stand."""
+    the pass's ratio is 0, as the published script scores a pass that timed out (its reward 0, in the
+    denominator); the item's other readings and its score stand."""
     _scripted_random(monkeypatch)
     (tmp_path / "dbs" / "t").mkdir(parents=True)
     _db(tmp_path / "dbs" / "t" / "t.sqlite", 100)
@@ -308,7 +309,7 @@ def test_a_prediction_that_runs_away_on_its_20th_timed_execution_ends_with_a_rea
     seconds = time.monotonic() - started
     assert seconds < 30  # one statement's wall clock, not a pass that never ends (the guard: 1 s + 5 s)
     e = record.efficiency
-    assert e is not None and (e.time_ratio, e.time_kept, e.steps_ratio) == (None, None, None)
+    assert e is not None and (e.time_ratio, e.time_kept, e.steps_ratio) == (0.0, 0, None)
     assert e.time_reason == (
         f"iteration {RUNAWAY_AT} of 100, the prediction: stopped by the wall-time guard after 1 s (--timeout), "
         "before its step budget"
@@ -322,7 +323,8 @@ def test_a_prediction_that_runs_away_on_its_20th_timed_execution_ends_with_a_rea
     )
     assert record.to_dict()["efficiency"]["time_reason"] == e.time_reason
     assert "time_reason" in EXEMPT and "steps_reason" not in record.to_dict()["efficiency"]
-    assert summary["efficiency"]["time"]["all"]["left_out"] == {"no_count": 1}
+    time_all = summary["efficiency"]["time"]["all"]
+    assert (time_all["left_out"], time_all["n"], time_all["ves"], time_all["r_ves"]) == ({}, 1, 0.0, 0.0)
 
 
 class _Recording(Watch):
@@ -376,11 +378,15 @@ def test_a_pass_its_guard_stopped_is_answered_never_run_again(tmp_path: Path) ->
     assert len(set(keys)) == 3  # the pass, the count, the catalogue: each its own key
     watch.poisoned = frozenset(keys)
     watch.armed.clear()
-    with Executor(Config(), watch=watch) as ex:
-        assert ex.time_pass(db, statements, 3) == Timed((), GUARD_STOPPED)
-        assert ex.count_steps(db, statements[0]) == Counted(None, GUARD_STOPPED)
+    with Executor(Config(), watch=watch, confirm=False) as ex:
+        assert ex.time_pass(db, statements, 3) == Timed((), GUARD_STOPPED, status="guard")
+        assert ex.count_steps(db, statements[0]) == Counted(None, GUARD_STOPPED, "process", status="guard")
         assert ex.catalogue(db) is None
     assert watch.armed == []  # nothing ran
+    with Executor(Config(), watch=watch) as ex:  # a count decides a reading: confirmed before it counts
+        counted = ex.count_steps(db, statements[0])
+    assert counted.steps is not None and counted.steps == vm_steps(db.path, statements[0], BOUND)
+    assert watch.armed == []  # run again alone, in a process of its own: not under this worker's watch
 
 
 def test_the_passes_use_the_sandbox_connection(tmp_path: Path) -> None:
@@ -392,3 +398,53 @@ def test_the_passes_use_the_sandbox_connection(tmp_path: Path) -> None:
     assert counted.steps is None and counted.error is not None and "not authorized" in counted.error
     assert timed.at == (1, 0) and timed.error is not None and "not authorized" in timed.error
     assert sqlite3.connect(db.path).execute("SELECT count(*) FROM t").fetchone() == (10,)
+
+
+RANDOM_PRED = (
+    "SELECT v FROM t WHERE id = 3 AND (WITH RECURSIVE c(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM c "
+    "WHERE abs(random()) % 500 <> 0) SELECT count(*) FROM c) >= 0"
+)
+"""A correct prediction whose work depends on ``random()``: a recursion of a random length (500 on average)."""
+
+
+def test_a_prediction_whose_steps_depend_on_random_gives_one_step_ratio(tmp_path: Path) -> None:
+    """Two identical step-based runs gave VES 44.8 and 160.1 for such a prediction: its steps were another
+    count in each run. It is counted with random() drawn from a fixed seed, flagged, and two runs give the
+    same step ratio, VES and R-VES; a prediction that calls no random() is counted as before."""
+    (tmp_path / "dbs" / "t").mkdir(parents=True)
+    _db(tmp_path / "dbs" / "t" / "t.sqlite", 100)
+    items = tmp_path / "items.jsonl"
+    rows = [
+        {"id": "random", "db_id": "t", "gold_sql": "SELECT v FROM t WHERE id = 3", "pred_sql": RANDOM_PRED},
+        {"id": "plain", "db_id": "t", "gold_sql": "SELECT v FROM t WHERE id = 3", "pred_sql": "SELECT 3"},
+    ]
+    items.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    runs = [_rose_run(items, tmp_path / "dbs", tmp_path / name, "--efficiency", "steps") for name in "ab"]
+    (a, summary_a, _), (b, summary_b, _) = runs
+    assert [comparable(r) for r in a] == [comparable(r) for r in b]
+    assert summary_a["efficiency"] == summary_b["efficiency"]
+    by_id = {r.id: r for r in a}
+    random_a, plain = by_id["random"].efficiency, by_id["plain"].efficiency
+    assert random_a is not None and random_a.steps_random is True and random_a.steps_ratio is not None
+    assert plain is not None and plain.steps_random is None
+    assert "steps_random" not in by_id["plain"].to_dict()["efficiency"]  # the layout as it always was
+    with Executor(Config(), watch=Watch()) as ex:  # the seed, not the clock: the same count every time
+        db = Database.file(tmp_path / "dbs" / "t" / "t.sqlite")
+        counts = {ex.count_steps(db, RANDOM_PRED).steps for _ in range(3)}
+    assert counts == {random_a.pred_steps}
+
+
+def test_the_counting_pass_obeys_the_timeout_and_a_runaway_count_is_0(tmp_path: Path) -> None:
+    """The exact count (a progress handler call per step) takes several times a statement's own time: it
+    is stopped at --timeout, run again alone with the guard doubled, and a count that runs away again
+    gives the item a step ratio of 0, with why (the published script scores a pass past its bound 0)."""
+    db = Database.file(_db(tmp_path / "t.sqlite", 10))
+    start = time.monotonic()
+    with Executor(Config(timeout_s=0.5, max_steps=10**13), watch=Watch()) as ex:
+        counted = ex.count_steps(db, ENDLESS)
+        e = measure(ex, db, "SELECT v FROM t WHERE id = 3", ENDLESS, True, "steps")
+    assert time.monotonic() - start < 60
+    assert (counted.steps, counted.limit, counted.status) == (None, "wall", "timeout")
+    assert counted.error is not None and counted.error.startswith("a runaway, stopped twice")
+    assert e is not None and e.steps_ratio == 0.0 and e.gold_steps is not None and e.pred_steps is None
+    assert e.steps_reason is not None and e.steps_reason.startswith("the prediction: a runaway")

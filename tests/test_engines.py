@@ -123,9 +123,12 @@ def test_values_of_every_driver_compare_by_value(kind: str, superhero_on: Callab
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_query_past_the_time_limit_is_unscored_never_zero(
+def test_a_query_past_the_time_limit_twice_is_the_predictions_runaway(
     kind: str, superhero_on: Callable[[str], tuple[str, str]]
 ) -> None:
+    """Servers count no steps: their own time limit stops a runaway, then it runs again alone with the
+    limit doubled; stopped again, it is the prediction's (a timeout, scored 0, as the official scripts
+    score a timeout)."""
     slow = {
         "postgresql": "SELECT count(*) FROM generate_series(1, 100000000000)",
         "mysql": "SELECT count(*) FROM superhero a, superhero b, superhero c, superhero d, superhero e",
@@ -134,8 +137,9 @@ def test_a_query_past_the_time_limit_is_unscored_never_zero(
     source = Source.parse(superhero_on(kind)[1])
     with Executor(Config(timeout_s=0.5, workers=1)) as ex:
         record = evaluate_item(Item(1, "superhero", slow, "SELECT count(*) FROM superhero"), source, ex)
-    assert record.pred.status == "guard" and "time limit" in (record.pred.error or "")
-    assert record.score is None and record.unscored_reason == "wall_guard"
+    assert (record.pred.status, record.pred.limit) == ("timeout", "wall") and "time limit" in (record.pred.error or "")
+    assert "a runaway, stopped twice" in (record.pred.error or "") and "after 1 s" in (record.pred.error or "")
+    assert (record.score, record.unscored_reason, record.readings.bird_ex) == (0, None, 0)
     assert record.dialect == source.dialect and record.server
 
 

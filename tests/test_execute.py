@@ -119,7 +119,7 @@ def test_counting_past_the_cap_stops_at_its_step_budget(make_db: Callable[..., P
 
 def test_byte_cap_keeps_no_more_than_max_result_bytes(make_db: Callable[..., Path]) -> None:
     cfg = Config(max_result_bytes=10_000)
-    r = result(run_query(Database.file(make_db(SCRIPT)), rows_to(100, "x, printf('%.*c', 1000, 'x')"), cfg))
+    r = result(run_query(Database.file(make_db(SCRIPT)), rows_to(100, "x, printf('%.1000c', 'x')"), cfg))
     assert r.truncated and r.count_exact and r.row_count == 100
     assert 1 <= len(r.rows) < 10
     assert sum(len(row[1]) for row in r.rows) <= cfg.max_result_bytes
@@ -128,12 +128,13 @@ def test_byte_cap_keeps_no_more_than_max_result_bytes(make_db: Callable[..., Pat
 
 @pytest.mark.slow
 def test_huge_rows_are_not_fetched_in_a_batch(make_db: Callable[..., Path]) -> None:
-    """3000 rows of 1 MB: only about max_result_bytes (64 MB) may be held, never a batch of gigabytes."""
+    """3000 rows of 250 kB (near the value limit): only about max_result_bytes (64 MB) may be held, never a
+    batch of gigabytes."""
     db = make_db(SCRIPT)
     with Executor(watch=Watch()) as ex, peak_rss_growth() as growth:
-        r = result(ex.run(Database.file(db), rows_to(3000, "zeroblob(1000000)")))
+        r = result(ex.run(Database.file(db), rows_to(3000, "zeroblob(250000)")))
         assert r.truncated and r.count_exact and r.row_count == 3000
-        assert len(r.rows) * 1_000_000 <= ex.config.max_result_bytes
+        assert len(r.rows) * 250_000 <= ex.config.max_result_bytes
         del r
     assert growth[0] < 500, f"peak RSS grew by {growth[0]} MB"
 
@@ -157,13 +158,38 @@ def test_the_step_budget_stops_a_query_inside_sqlite_deterministically(make_db: 
     assert all(run_query(Database.file(db), counted, Config(max_steps=20_000_000)).ok for _ in range(3))
 
 
-def test_the_wall_guard_is_never_a_timeout(make_db: Callable[..., Path]) -> None:
-    """A query still running at the wall-clock guard is stopped with status guard: the item is unscored."""
+def test_a_wall_guard_stop_counts_only_once_confirmed(make_db: Callable[..., Path]) -> None:
+    """A query still running at the wall-clock guard is stopped, then run again alone in a fresh process
+    with the guard doubled: stopped again, it is a runaway, the statement's own (a timeout whose limit is
+    the wall clock: a prediction scores 0). Without confirmation it stays a guard (never a score)."""
     db = make_db(SCRIPT)
     start = time.monotonic()
     e = run_query(Database.file(db), COUNT_FOREVER, Config(timeout_s=0.5))
-    assert e.status == "guard" and e.limit == "wall" and "wall-time guard after 0.5 s" in (e.error or "")
+    assert (e.status, e.limit, e.rerun) == ("timeout", "wall", None)
+    assert e.error is not None and e.error.startswith("a runaway, stopped twice: ")
+    assert "wall-time guard after 0.5 s" in e.error
+    assert "guard doubled, stopped by the wall-time guard after 1 s" in e.error
     assert time.monotonic() - start < HANG_GUARD_S
+    with Executor(Config(timeout_s=0.5), watch=Watch(), confirm=False) as ex:
+        e = ex.run(Database.file(db), COUNT_FOREVER)
+    assert e.status == "guard" and e.limit == "wall" and "wall-time guard after 0.5 s" in (e.error or "")
+
+
+def test_a_stop_the_second_run_does_not_repeat_is_recorded_as_the_second_run(make_db: Callable[..., Path]) -> None:
+    """A statement whose first run the worker's guard stopped (its key poisoned, as the pool sends the unit
+    again) runs again alone: it finishes this time, so it is recorded as that run ended, with why it ran
+    twice kept apart (``rerun``, in record.EXEMPT)."""
+    from rose_sql.engines.base import GUARD_STOPPED
+    from rose_sql.engines.workers import statement_key
+
+    db = Database.file(make_db(SCRIPT))
+    sql = "SELECT count(*) FROM t"
+    watch = Watch()
+    watch.poisoned = frozenset({statement_key(str(db.path.resolve()), sql)})
+    with Executor(Config(), watch=watch) as ex:
+        e = ex.run(db, sql)
+        assert result(e).rows == ((3,),) and e.rerun == GUARD_STOPPED
+        assert ex.run(db, sql).cached  # the second run's outcome is the statement's: kept like any other
 
 
 def test_step_budget_while_rows_stream(make_db: Callable[..., Path]) -> None:

@@ -1,7 +1,8 @@
 """Hostile SQL against the PostgreSQL, MySQL/MariaDB and DuckDB sandboxes, each with its own attacks.
 
 The SQLite suite's kinds (``tests/test_hostile.py``): ``write`` (a write or a side effect: rejected or an
-error), ``bomb`` (stopped at the time limit: ``guard``, or rejected / an error), ``capped`` (cut by the
+error), ``bomb`` (stopped at the time limit twice, the second time alone with it doubled: a confirmed
+runaway, ``timeout``; or rejected / an error), ``capped`` (cut by the
 caps or the limit: any status, a bounded result), ``bounded`` (the engine's own bound may end it first:
 any status, within the limit), ``inert`` (runs as the plain SELECT it is), ``secret`` (reads the server's
 settings: refused, whatever the role; the pooled session's are read beside the sandbox). Every case
@@ -45,11 +46,11 @@ ENGINE_CASES: dict[str, list[tuple[str, str, str]]] = {
 }
 STATUSES = {
     "write": {"rejected", "error"},
-    "bomb": {"guard", "rejected", "error"},
-    "capped": {"ok", "guard", "error", "timeout"},  # timeout: stopped at the worker memory bound
+    "bomb": {"timeout", "rejected", "error"},  # timeout: stopped by the time limit twice, a confirmed runaway
+    "capped": {"ok", "error", "timeout"},  # timeout: stopped at the worker memory bound, or a runaway
     "inert": {"ok"},
     "secret": {"rejected"},  # the server's settings, files, credentials, other sessions: refused to every role
-    "bounded": {"ok", "guard", "error"},
+    "bounded": {"ok", "timeout", "error"},
 }
 
 
@@ -159,9 +160,8 @@ def test_the_hostile_set_through_rose_run(
         [*cmd, "--timeout", str(TIMEOUT_S), "--workers", "2"], capture_output=True, text=True, timeout=600
     )
     records = [json.loads(line) for line in (out / "hostile" / "records.jsonl").read_text().splitlines()]
-    guarded = sum(r["unscored_reason"] == "wall_guard" for r in records)  # under load, a time limit may fire
-    assert done.returncode == (3 if guarded else 0), done.stderr
-    assert not guarded or f"({guarded} wall_guard)" in done.stderr
+    guarded = sum(r["unscored_reason"] == "wall_guard" for r in records)
+    assert done.returncode == 0 and guarded == 0, done.stderr  # a runaway is confirmed and scored, never left out
     assert len(records) == len(cases)
     assert all(r["gold"]["status"] == "ok" for r in records)
     assert _checksums(kind, admin) == before

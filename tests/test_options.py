@@ -75,9 +75,12 @@ DEFAULT_OPTIONS = [
     ["max_steps", 1000000000],
     ["count_past_cap_steps", 100000000],
     ["evidence_max_steps", 200000000],
+    ["timeout_s", 60.0],
+    ["server_timeout_s", None],
     ["max_rows", 100000],
     ["max_result_bytes", 67108864],
-    ["max_value_bytes", 16777216],
+    ["max_value_bytes", 262144],
+    ["max_pattern_bytes", 1000],
     ["max_sql_chars", 200000],
     ["float_digits", 12],
     ["evidence", False],
@@ -255,7 +258,9 @@ def test_a_field_declares_its_option_once_and_the_command_reads_it_back_by_name(
 def test_the_manifest_and_the_resume_check_read_the_score_marks() -> None:
     """SCORE_OPTIONS and JUDGE_OPTIONS are the marked fields, and every option of rose run that changes a score
     is one of them (a field marked later joins the manifest with no list to edit)."""
-    assert score_fields(Config) == SCORE_OPTIONS and "max_steps" in SCORE_OPTIONS and "timeout_s" not in SCORE_OPTIONS
+    assert score_fields(Config) == SCORE_OPTIONS
+    assert {"max_steps", "timeout_s", "server_timeout_s"} <= set(SCORE_OPTIONS)
+    assert "evidence_budget_s" not in SCORE_OPTIONS  # a guard whose stop is recorded, never a score
     assert score_fields(JudgeInfo) == JUDGE_OPTIONS and {"model", "settings", "prompts", "votes"} <= set(JUDGE_OPTIONS)
     # a judge option that changes a score is one JudgeConfig field: its mark puts it in the manifest's settings
     assert score_fields(JudgeConfig) == JUDGE_SETTINGS

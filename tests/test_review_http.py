@@ -317,10 +317,11 @@ def test_an_annotators_runaway_call_is_stopped_with_its_worker(tmp_path: Path) -
     run, db_root = demo_records(tmp_path, n=3)
     state = tmp_path / "state.sqlite"
     load_project(state, "demo", run, db_root)
-    cfg = config(state, query=replace(query_config(), timeout_s=1.0, guard_margin_s=0.5))
+    query = replace(query_config(), timeout_s=1.0, guard_margin_s=0.5, max_value_bytes=16 * 2**20)  # the former limit
+    cfg = config(state, query=query)
     with thread_server(cfg) as base:
         c = _signed_in(base, "eve")
-        sql = "SELECT instr(printf('%.*c', 4000000, 'a') || 'b', printf('%.*c', 400000, 'a') || 'b')"
+        sql = "SELECT instr(printf('%.4000000c', 'a') || 'b', printf('%.400000c', 'a') || 'b')"
         start = time.monotonic()
         status, _, body = c.request(
             "POST", "/p/demo/query?id=2", json.dumps({"sql": sql}).encode(), {"Content-Type": "application/json"}

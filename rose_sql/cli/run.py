@@ -636,8 +636,8 @@ def unscored_exit(summaries: Sequence[Summary], *, strict: bool = False, then: s
         line += f" To evaluate them again: {then or resume_command()}"
     if "wall_guard" in counts:
         line += (
-            " (wall_guard: a time limit fired, so which items it stops depends on the machine's load; that is what a "
-            "guard is for)"
+            " (wall_guard: a time limit fired on something whose outcome could not be confirmed, such as the "
+            "evidence search, so which items it stops depends on the machine's load; that is what a guard is for)"
         )
     if strict and len(transient) < len(counts):
         line += " --strict counts every unscored reason."

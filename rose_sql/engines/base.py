@@ -79,12 +79,25 @@ class Outcome:
     means: str
     """What happened, in a sentence."""
     gold: str
-    """What the item becomes when its gold meets this (an unscored reason)."""
+    """What the decision table makes of the item when its gold meets this (an unscored reason)."""
     prediction: str
-    """What the item becomes when its prediction meets this while the gold ran: ``0`` or an unscored reason."""
+    """What the decision table makes of the item when its prediction meets this while the gold ran: ``0``
+    or an unscored reason."""
     engines: str
     """The errors of each engine that map here."""
+    attributed: Status | None = None
+    """What the sandbox records instead, before the table reads it, once it has proven the statement
+    caused it (an outcome leaves an item unscored only when the prediction provably did not cause it);
+    None: recorded as it is."""
+    attribution: str = ""
+    """How the sandbox proves it (:class:`rose_sql.engines.execute.Executor`)."""
 
+
+_CONFIRMED = (
+    "either side's: run again alone, in a fresh process, with the guard doubled; stopped again, a runaway "
+    "(timeout: a prediction scores 0, as the official scripts score a timeout; a gold is gold_error); "
+    "otherwise recorded as the second run ended; wall_guard only when it cannot be run again"
+)
 
 CONTRACT: dict[Failure, Outcome] = {
     "missing": Outcome(
@@ -103,7 +116,10 @@ CONTRACT: dict[Failure, Outcome] = {
         "db_unreadable",
         "db_unreadable",
         "SQLite CANTOPEN, NOTADB, CORRUPT, IOERR, BUSY, LOCKED, PERM; PostgreSQL classes 08, 28, 57P and 42501; "
-        "MySQL 1044, 1045, 1142, 2003, 2006, 2013; DuckDB I/O errors",
+        "MySQL 1044, 1045, 1142, 1227, 2003, 2006, 2013; DuckDB I/O errors",
+        "error",
+        "a prediction's: its own error (0) unless the gold, run again on a fresh connection right after, fails "
+        "the same way (then db_unreadable: the database or the login is at fault); a gold's stands",
     ),
     "error": Outcome(
         "error",
@@ -142,25 +158,39 @@ CONTRACT: dict[Failure, Outcome] = {
     "wall": Outcome(
         "guard",
         "wall",
-        "a wall clock stopped it (never a score: it depends on the machine's load)",
+        "a wall clock stopped it (which may be the machine's load: confirmed before it counts)",
         "wall_guard",
         "wall_guard",
         "SQLite's wall-clock guard; PostgreSQL statement_timeout (57014); MySQL max_execution_time (3024), "
         "MariaDB max_statement_time (1969); DuckDB's interrupt",
+        "timeout",
+        _CONFIRMED,
     ),
     "process": Outcome(
         "guard",
         "process",
-        "its worker process was stopped by the wall-time guard (a call the engine could not interrupt)",
+        "its worker process was stopped by the wall-time guard (a call the engine could not interrupt; "
+        "confirmed before it counts)",
         "wall_guard",
         "wall_guard",
         "the worker's guard, on every engine (rose_sql.engines.workers)",
+        "timeout",
+        _CONFIRMED,
     ),
 }
 """The outcome contract: every engine maps each of its errors into one of these rows, and the decision
 table (:mod:`rose_sql.decide`) reads the status the same way for every engine. Rows cut at the row or
-byte cap are no failure: the execution is ``ok`` with ``result.truncated``, and equality is undecidable."""
+byte cap are no failure: the execution is ``ok`` with ``result.truncated``, and equality is undecidable.
+
+Two rows are attributed by the sandbox (:class:`rose_sql.engines.execute.Executor`) before they count,
+the same way on every engine: a prediction's ``unreadable`` is its own ``error`` unless the gold, run
+again on a fresh connection right after, fails the same way (:meth:`~rose_sql.engines.execute.Executor.attribute`);
+a ``wall`` or ``process`` stop is confirmed: the statement runs again alone, in a fresh process, with its
+guard doubled (:mod:`rose_sql.engines.alone`); stopped again, it is a runaway, recorded as a
+``timeout`` with that ``limit``; otherwise it is recorded as the second run ended (``rerun`` says why)."""
 UNREADABLE = "the database cannot be read"
+UNBOUNDED = "no limit of the sandbox bounds its work"
+"""How a refusal that is a bound on work, not on writing, ends (SQLite's :func:`~rose_sql.engines.sqlite.refused`)."""
 GUARD_STOPPED = (
     "stopped by the wall-time guard: it ran far past its time limit inside one call the engine cannot interrupt"
 )
@@ -185,14 +215,11 @@ def failed(c: Classified, elapsed: float, engine: str, limits: Limits) -> Execut
     if c.failure == "wall" and engine == "SQLite":
         text = f"stopped by the wall-time guard after {limits.timeout_s:g} s (--timeout), before its step budget"
     elif c.failure == "wall":
-        text = (
-            f"stopped by the {engine} time limit after {limits.engine_timeout_s:g} s (--timeout; wall-clock: "
-            "servers have no step counter, so wall time never decides a score)"
-        )
+        text = f"stopped by the {engine} time limit after {limits.engine_timeout_s:g} s (--timeout)"
     elif c.failure == "unreadable":
         text = f"{UNREADABLE}: {c.message}"
     elif c.failure == "rejected":
-        text = f"{c.message} (only reading is allowed)"
+        text = c.message if c.message.endswith(UNBOUNDED) else f"{c.message} (only reading is allowed)"
     elif c.failure == "steps":
         text = f"stopped after {limits.max_steps:,} steps (the --max-steps budget)"
     elif c.failure == "memory":
@@ -326,6 +353,10 @@ class Engine(Protocol):
         for people (``rose run`` and ``rose db reader`` say which they found)."""
         ...
 
+    def drop(self, db: Database, role: str) -> None:
+        """Close this thread's connection to ``db`` for ``role``: the next statement opens a fresh one."""
+        ...
+
     def cancel(self) -> None:
         """Stop every statement this engine is running (from any thread)."""
         ...
@@ -348,6 +379,14 @@ class Counted:
     """The steps of executing the statement and stepping through every row (None: no count)."""
     error: str | None = None
     """Why there is no count: the statement failed, passed the step budget, or a wall clock stopped it."""
+    limit: Limit | None = None
+    """The limit that stopped the count, when one did (``wall``, ``process``: confirmed before it counts)."""
+    random: bool = False
+    """The statement called ``random()`` or ``randomblob()``: its steps may differ from one execution to the
+    next, so they were counted with both drawn from a fixed seed (the same count in every run)."""
+    status: Status | None = None
+    """How the count's execution ended when there is no count (as an execution's status: ``unreadable``
+    and an unconfirmed ``guard`` are the machine's, the others the statement's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +409,8 @@ class Timed:
     """Why the pass stopped before its iterations were done (None: they were)."""
     at: tuple[int, int] | None = None
     """Where it stopped: the iteration (from 1) and the index of the statement (None: before any ran)."""
+    status: Status | None = None
+    """How the execution that stopped it ended (``timeout`` for the pass's own bound), when one did."""
 
 
 class Scripted(Engine, Protocol):

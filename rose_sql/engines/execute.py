@@ -4,9 +4,14 @@
 asked about (:func:`rose_sql.engines.open_engine`, with the run's :attr:`~rose_sql.config.Config.limits`),
 caches executions by (the database's identity, SQL) within a bound of cells and bytes, runs a query that
 several threads ask for at once only once, and arms the worker's wall-time guard
-(:mod:`rose_sql.engines.workers`) around each statement: a statement that overran it is answered ``guard`` when
-its unit is sent again, never run twice. What a statement may do, and how each engine's failures become
-an :class:`~rose_sql.results.Execution`, is the engines' (:mod:`rose_sql.engines`).
+(:mod:`rose_sql.engines.workers`) around each statement: a statement that overran it is not run again in
+the worker when its unit is sent again. It attributes what a statement caused before it counts: a
+statement a wall clock stopped (the worker's guard, or the engine's own clock) runs again alone in a
+fresh process with its guard doubled (:mod:`rose_sql.engines.alone`), and is a runaway only if it is
+stopped again; a prediction's failure that reads as the database's is its own unless the gold, run
+again on a fresh connection, fails the same way (:meth:`Executor.attribute`). What a statement may do,
+and how each engine's failures become an :class:`~rose_sql.results.Execution`, is the engines'
+(:mod:`rose_sql.engines`).
 
 An executor made without a watch (the library's, from Python) keeps the CLI's guarantee: it runs its
 statements in a guarded worker process of its own (:class:`rose_sql.engines.workers.Pool`, started at its first
@@ -34,10 +39,12 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any, cast
 
 from rose_sql.config import Config
 from rose_sql.engines import Database, Engine, Kind, TableInfo, open_engine
+from rose_sql.engines.alone import call_alone
 from rose_sql.engines.base import (
     CONTRACT,
     GUARD_STOPPED,
@@ -68,12 +75,16 @@ class Executor:
     guarded worker process of this executor's own (see the module docstring).
     """
 
-    def __init__(self, config: Config | None = None, *, watch: Watch | None = None) -> None:
+    def __init__(self, config: Config | None = None, *, watch: Watch | None = None, confirm: bool = True) -> None:
         self.config = config or Config()
         self.watch = watch or Watch()
         """The worker's guard (a no-op outside worker processes)."""
         self.guarded = watch is None
         """Whether statements run in this executor's own guarded worker process (no watch was given)."""
+        self.confirm = confirm
+        """Whether a statement a wall clock stopped is run again alone, with its guard doubled, before its
+        outcome counts (:mod:`rose_sql.engines.alone`); off in that second run itself, at the review
+        console (whose answers decide no score), and where a test looks at one run's outcome."""
         self._pool: Pool[Executor] | None = None
         self.limits = self.config.limits
         self._lock = threading.Lock()
@@ -88,18 +99,26 @@ class Executor:
 
     # ------------------------------------------------------------------ public
 
-    def run(self, db: Database, sql: str, *, role: str = "pred") -> Execution:
+    def run(self, db: Database, sql: str, *, role: str = "pred", fresh: bool = False) -> Execution:
         """Execute ``sql`` on ``db`` on the connection of ``role``. Never raises on bad SQL.
+
+        ``fresh``: on a new connection of ``role`` (the one kept is closed first), never from the cache
+        and without remembering the outcome (:meth:`attribute` asks it of the gold).
 
         Guarded (no watch given): a statement whose worker kept dying raises
         :class:`~rose_sql.errors.Lost`, as ``rose run`` reports its items."""
         if self.guarded:
-            return cast("Execution", self._in_worker("run", db, sql, role=role))
+            return cast("Execution", self._in_worker("run", db, sql, role=role, fresh=fresh))
         engine = self.engine(db.kind)
         try:
             dbk = engine.identity(db)
         except OSError as e:
             return Execution("unreadable", 0.0, error=f"{UNREADABLE}: {e.strerror or e}")
+        if fresh:
+            engine.drop(db, role)
+            with self._lock:
+                self.executed += 1
+            return self._execute(engine, db, dbk, sql, role)[0]
         key = (dbk, sql)
         with self._lock:
             hit = self._cache.get(key)
@@ -126,6 +145,24 @@ class Executor:
             self._inflight.pop(key, None)
         fut.set_result(execution)
         return execution
+
+    def attribute(self, db: Database, pred: Execution, gold_sql: str | None) -> Execution:
+        """The prediction's execution as the outcome contract attributes it: a failure that says the
+        database cannot be read (a login, a permission, the network, a corrupt file) is the database's
+        only if the gold, run again on a fresh connection right after, fails the same way; otherwise it
+        is the prediction's own error (``error``, with the engine's message and why). Any other
+        execution is returned as it is. ``gold_sql``: a gold that ran (None: without a gold, or when the
+        gold itself failed, ``SELECT 1`` is what runs again)."""
+        if pred.status != "unreadable":
+            return pred
+        again = self.run(db, gold_sql if gold_sql is not None else "SELECT 1", role="gold", fresh=True)
+        if again.status == "unreadable":
+            return pred
+        message = (pred.error or "").removeprefix(f"{UNREADABLE}: ")
+        why = "the gold, run again on a fresh connection right after, read the database"
+        if gold_sql is None:
+            why = "a statement run again on a fresh connection right after read the database"
+        return replace(pred, status="error", error=f"{message} (the statement's own error: {why})")
 
     def catalogue(self, db: Database) -> Catalogue | None:
         """Every table of ``db``'s catalogue with its columns' names, as Spider's ``get_schema`` reads them
@@ -167,15 +204,18 @@ class Executor:
         try:
             dbk = engine.identity(db)
         except OSError as e:
-            return Counted(None, f"{UNREADABLE}: {e.strerror or e}")
+            return Counted(None, f"{UNREADABLE}: {e.strerror or e}", status="unreadable")
         key = statement_key("steps", dbk[0], sql)
         if key in self.watch.poisoned:
-            return Counted(None, GUARD_STOPPED)
+            return self._confirmed_count(engine, db, sql, Counted(None, GUARD_STOPPED, "process", status="guard"))
         self.watch.arm(key, engine.guard_s + self.config.guard_margin_s)
         try:
-            return engine.count_steps(db, sql)
+            counted = engine.count_steps(db, sql)
         finally:
             self.watch.disarm()
+        if counted.limit == "wall":
+            return self._confirmed_count(engine, db, sql, counted)
+        return counted
 
     def time_pass(self, db: Database, statements: Sequence[str], iterations: int) -> Timed:
         """BIRD's timed pass (``evaluation_ves.py``): ``iterations`` times, each statement in turn, each
@@ -194,10 +234,10 @@ class Executor:
         try:
             dbk = engine.identity(db)
         except OSError as e:
-            return Timed((), f"{UNREADABLE}: {e.strerror or e}")
+            return Timed((), f"{UNREADABLE}: {e.strerror or e}", status="unreadable")
         key = statement_key("time", dbk[0], *statements)
         if key in self.watch.poisoned:
-            return Timed((), GUARD_STOPPED)
+            return Timed((), GUARD_STOPPED, status="guard")
         budget = self.config.time_pass_s(iterations)
         deadline = time.monotonic() + budget
         past = f"the timed pass ran past its bound of {budget:g} s"
@@ -208,13 +248,14 @@ class Executor:
                 for j, sql in enumerate(statements):
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        return Timed(tuple(times), past, (i, j))
+                        return Timed(tuple(times), past, (i, j), "timeout")
                     self.watch.arm(key, min(engine.guard_s, left) + self.config.guard_margin_s)
                     timing = engine.timed(db, sql, deadline)
                     failure = timing.failure
                     if failure is not None:
                         bound = failure.limit == "wall" and time.monotonic() >= deadline  # the pass's, not its own
-                        return Timed(tuple(times), past if bound else failure.error or failure.status, (i, j))
+                        why = past if bound else failure.error or failure.status
+                        return Timed(tuple(times), why, (i, j), "timeout" if bound else failure.status)
                     row.append(timing.seconds)
                 times.append(tuple(row))
         finally:
@@ -298,12 +339,70 @@ class Executor:
         key = statement_key(dbk[0], sql)
         if key in self.watch.poisoned:
             process = CONTRACT["process"]
-            return Execution(process.status, 0.0, error=GUARD_STOPPED, limit=process.limit), 0
+            first = Execution(process.status, 0.0, error=GUARD_STOPPED, limit=process.limit)
+            return self._confirmed(engine, db, sql, role, first, 0)
         self.watch.arm(key, engine.guard_s + self.config.guard_margin_s)
         try:
-            return engine.run(db, sql, role)
+            execution, nbytes = engine.run(db, sql, role)
         finally:
             self.watch.disarm()
+        if execution.status == "guard":
+            return self._confirmed(engine, db, sql, role, execution, nbytes)
+        return execution, nbytes
+
+    def _confirmed(
+        self, engine: Engine, db: Database, sql: str, role: str, first: Execution, nbytes: int
+    ) -> tuple[Execution, int]:
+        """A statement a wall clock stopped (``first``), confirmed: run again alone in a fresh process with
+        its guard doubled (:func:`~rose_sql.engines.alone.call_alone`). Stopped again, it is a runaway: a
+        ``timeout`` (the statement's own outcome, as the official scripts count a timeout); otherwise it is
+        recorded as that second run ended, saying why it ran twice. When the second run cannot be made
+        (the process would not start), ``first`` stands: unconfirmed, never a score."""
+        if not self.confirm:
+            return first, nbytes
+        bound = 2 * engine.guard_s + self.config.guard_margin_s
+        done = call_alone("rose_sql.engines.execute:again", (self._plain_config, "_once", (db, sql, role)), bound)
+        if done.outcome == "failed":
+            return replace(first, error=f"{first.error} (not confirmed: {done.why})"), nbytes
+        if done.outcome == "past":
+            second = f"its process was stopped {bound:g} s after it started"
+            return runaway(first, second, "process", done.seconds), 0
+        execution, size = cast("tuple[Execution, int]", done.value)
+        if execution.status == "guard":
+            return runaway(first, execution.error or "stopped again", execution.limit, done.seconds), 0
+        return replace(execution, rerun=first.error), size
+
+    def _confirmed_count(self, engine: Engine, db: Database, sql: str, first: Counted) -> Counted:
+        """A count a wall clock stopped, confirmed as :meth:`_confirmed` confirms a statement."""
+        if not self.confirm:
+            return first
+        bound = 2 * engine.guard_s + self.config.guard_margin_s
+        done = call_alone("rose_sql.engines.execute:again", (self._plain_config, "count_steps", (db, sql)), bound)
+        if done.outcome == "failed":
+            return replace(first, error=f"{first.error} (not confirmed: {done.why})")
+        if done.outcome == "past":
+            second = f"its process was stopped {bound:g} s after it started"
+            return Counted(None, ran_away(first.error, second), "process", first.random, "timeout")
+        counted = cast("Counted", done.value)
+        if counted.limit == "wall":
+            return Counted(
+                None, ran_away(first.error, counted.error or "stopped again"), "wall", counted.random, "timeout"
+            )
+        return counted
+
+    @property
+    def _plain_config(self) -> Config:
+        """The configuration a second run is sent (its statements' limits; no judge)."""
+        return self.config.with_(judge=None)
+
+    def _once(self, db: Database, sql: str, role: str) -> tuple[Execution, int]:
+        """One run of a statement, neither cached nor confirmed (the second run of a confirmation)."""
+        engine = self.engine(db.kind)
+        try:
+            dbk = engine.identity(db)
+        except OSError as e:
+            return Execution("unreadable", 0.0, error=f"{UNREADABLE}: {e.strerror or e}"), 0
+        return self._execute(engine, db, dbk, sql, role)
 
     def _remember(self, key: tuple[DbKey, str], execution: Execution, nbytes: int) -> None:
         res = execution.result
@@ -324,6 +423,33 @@ def run_query(db: Database, sql: str, config: Config | None = None) -> Execution
     """Execute one query in a fresh sandbox, in a guarded worker process (convenience for scripts and tests)."""
     with Executor(config) as ex:
         return ex.run(db, sql)
+
+
+def ran_away(first: str | None, second: str) -> str:
+    """Why a confirmed runaway is the statement's own: how both runs were stopped."""
+    return f"a runaway, stopped twice: {first}; run again alone in a fresh process with its guard doubled, {second}"
+
+
+def runaway(first: Execution, second: str, limit: Any, seconds: float) -> Execution:
+    """The execution of a confirmed runaway: a ``timeout`` whose limit is the wall clock or the guard
+    that stopped its second run (the outcome contract's ``wall`` and ``process`` rows, confirmed)."""
+    return Execution("timeout", seconds, error=ran_away(first.error, second), limit=limit or "wall")
+
+
+def again(request: tuple[Config, str, tuple[Any, ...]]) -> Any:
+    """The second run of a confirmation, in its fresh process: an executor of the doubled limits, under
+    no watch (the parent's deadline is its guard), that confirms nothing, makes one call."""
+    config, method, args = request
+    limit_memory(config.worker_memory_bytes)
+    doubled = config.with_(
+        timeout_s=2 * config.timeout_s,
+        server_timeout_s=None if config.server_timeout_s is None else 2 * config.server_timeout_s,
+        efficiency_budget_s=None,
+        judge=None,
+        workers=1,
+    )
+    with Executor(doubled, watch=Watch(), confirm=False) as ex:
+        return getattr(ex, method)(*args)
 
 
 def _sandbox(config: Config, watch: Watch) -> Executor:

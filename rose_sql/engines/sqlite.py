@@ -10,17 +10,27 @@ and plain ``mode=ro`` would create files beside the user's database.
 
 :class:`SQLite` is the engine: each statement runs on a connection of its role (gold and prediction
 apart) with ``PRAGMA query_only``, an :class:`Authorizer` that allows only reads (no ATTACH, PRAGMA,
-writes, DDL, ``load_extension``), SQLite's limits on value length and attached databases, a heap limit,
-and a progress handler that stops the statement inside SQLite past its step budget (deterministic: a
-``timeout``) or its wall-clock guard (a ``guard``: never a score). Results are fetched one row at a time
+writes, DDL, ``load_extension``), SQLite's limits on value length, LIKE patterns and attached databases,
+a heap limit, and a progress handler that stops the statement inside SQLite past its step budget
+(deterministic: a ``timeout``) or its wall-clock guard (a ``guard``, which the sandbox confirms before it
+counts: :mod:`rose_sql.engines.alone`). Results are fetched one row at a time
 against the row and byte caps; rows past the cap are counted, within a step budget of their own,
 without being kept.
 
-Known limit: SQLite checks the progress handler between virtual-machine steps, so one call of a
-built-in function cannot be interrupted. A few builtins take time out of proportion to their arguments
-(``printf('%.*c', 2000000000, 'x')`` loops two billion times; ``trim(x, y)`` is O(len(x) * len(y))), so a
-query can overrun its deadline by as long as one such call takes: the worker's wall-time guard
-(:mod:`rose_sql.engines.workers`) stops the process then.
+SQLite checks the progress handler between virtual-machine steps, so one call of a built-in function
+cannot be interrupted, and a few builtins take time out of proportion to one step: ``instr`` and
+``replace`` cost the product of their arguments' lengths, LIKE and GLOB the string's length times the
+pattern's, ``trim(x, y)`` the string's length times the set's, ``printf('%.*c', n, 'x')`` loops ``n``
+times whatever the length limit, and a window ``group_concat`` copies its whole frame at every row. The
+sandbox bounds each: values of at most ``Limits.max_value_bytes`` (256 KiB) and patterns of at most
+``Limits.max_pattern_bytes`` (1,000 bytes), and :func:`refused` turns away what no length limit bounds (a
+``%c`` repeated past the value limit or a computed number of times, a format or trim set it cannot read,
+a trim set of more than :data:`TRIM_SET_CHARS` characters, string aggregates over a window). The dearest
+step left takes under a second of one core (``bench/bench_worst_step.py``), so the wall-clock guard stops
+a statement about on time, and the worker's guard (:mod:`rose_sql.engines.workers`) is left for what
+nothing else stops. What a statement may still do is repeat such steps: a statement that runs long
+because of that falls to the wall-clock guard, which the sandbox confirms before it counts
+(``docs/safety.md``).
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ import atexit
 import csv
 import math
 import os
+import random
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -40,8 +52,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from sqlglot import exp
+
 from rose_sql.engines.base import (
     CELL_BYTES,
+    UNBOUNDED,
     Catalogue,
     Classified,
     ColumnInfo,
@@ -58,7 +73,7 @@ from rose_sql.engines.base import (
 )
 from rose_sql.engines.kinds import Database, Kind
 from rose_sql.results import Limits, ResultSet, Row
-from rose_sql.sql import quote_identifier
+from rose_sql.sql import query, quote_identifier
 
 IsolationLevel = Literal["DEFERRED", "EXCLUSIVE", "IMMEDIATE"] | None
 """``sqlite3.connect``'s transaction control (None: autocommit), passed through."""
@@ -71,6 +86,16 @@ DENIED_FUNCTIONS = frozenset({"load_extension", "readfile", "writefile", "edit",
 """Functions that load code or touch files (in the shell's builds) or expose raw pages."""
 TABLE_FUNCTIONS = frozenset({"json_each", "json_tree"})
 """Read-only table-valued functions a query may use: they read nothing but their arguments."""
+TRIM_SET_CHARS = 64
+"""Characters the set of a two-argument ``trim``, ``ltrim`` or ``rtrim`` may hold (a literal): SQLite tests
+each character of the string against each of the set's, so a set of thousands makes one call cost tens of
+seconds at the value limit."""
+STRING_WINDOWS = frozenset({"group_concat", "string_agg", "json_group_array", "json_group_object"})
+"""Aggregates that build a value of their whole frame: over a window, each row copies its frame again."""
+_CHECKED = re.compile(r"printf|format|trim|over", re.IGNORECASE)
+"""What :func:`refused` looks for, as text: a statement without it is not parsed."""
+_CONVERSION = re.compile(r"%[-+ #!0,]*(\*|\d+)?(?:\.(\*|\d+))?l{0,2}(.)?", re.DOTALL)
+"""One conversion of SQLite's printf: flags, width, precision, size, the conversion character."""
 SIDECARS = ("-wal", "-journal")
 """Files beside a database that hold changes not yet in it."""
 _NOT_UTF8 = "Could not decode to UTF-8"
@@ -204,6 +229,61 @@ def db_key(path: Path | str) -> DbKey:
     return (_resolved(name), size, mtime)
 
 
+# --------------------------------------------------------------------------- what no limit bounds
+
+
+def refused(sql: str, limits: Limits) -> str | None:
+    """Why SQLite must not run ``sql`` although its authorizer allows every function it calls: a
+    construct whose one step (a call SQLite cannot interrupt) or whose work per row no length limit
+    bounds (None: none). Statements that do not name ``printf``, ``format``, ``trim`` or ``OVER`` are
+    not parsed; one that does and that sqlglot cannot read is refused, since it cannot be checked."""
+    if _CHECKED.search(sql) is None:
+        return None
+    tree = query(sql, "sqlite").parsed
+    if tree.error is not None:
+        return f"it cannot be read as SQLite SQL, so its printf, trim and window calls cannot be checked: {tree.error}"
+    for statement in tree.statements:
+        for node in statement.walk() if statement is not None else ():
+            why = _refused_node(node, limits)
+            if why is not None:
+                return why
+    return None
+
+
+def _refused_node(node: exp.Expr, limits: Limits) -> str | None:
+    if isinstance(node, exp.Window):
+        inner = node.this
+        name = "group_concat" if isinstance(inner, exp.GroupConcat) else inner.name.lower()
+        if name in STRING_WINDOWS:
+            return f"{name} over a window (OVER) is not allowed: it copies its frame at every row, and {UNBOUNDED}"
+    if isinstance(node, exp.Format) or (isinstance(node, exp.Anonymous) and node.name.lower() == "printf"):
+        args = [node.this, *node.expressions] if isinstance(node, exp.Format) else node.expressions
+        return _refused_format(args[0] if args else None, limits)
+    if isinstance(node, exp.Trim) and node.expression is not None:
+        chars = node.expression
+        if not (isinstance(chars, exp.Literal) and chars.is_string):
+            return f"trim with a set of characters that is not a string literal is not allowed: {UNBOUNDED}"
+        if len(chars.this) > TRIM_SET_CHARS:
+            return f"trim with a set of more than {TRIM_SET_CHARS} characters is not allowed: {UNBOUNDED}"
+    return None
+
+
+def _refused_format(fmt: exp.Expr | None, limits: Limits) -> str | None:
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+        return f"printf and format need a string literal as their format, to be checked: otherwise {UNBOUNDED}"
+    for m in _CONVERSION.finditer(fmt.this):
+        precision, conversion = m.group(2), m.group(3)
+        if conversion != "c" or precision is None:
+            continue
+        if precision == "*" or int(precision) > limits.max_value_bytes:
+            return (
+                f"printf's %c repeated a computed number of times, or more than the value limit "
+                f"({limits.max_value_bytes:,} bytes), is not allowed: SQLite loops that many times in one call, "
+                f"and {UNBOUNDED}"
+            )
+    return None
+
+
 # --------------------------------------------------------------------------- the engine
 
 
@@ -234,6 +314,7 @@ class _Conn:
             self.conn.execute("PRAGMA query_only = ON")
             self.conn.execute("PRAGMA temp_store = MEMORY")  # sorts and temp b-trees never spill to disk
             self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
+            self.conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, limits.max_pattern_bytes)
             self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
             self.auth = Authorizer()
             self.conn.set_authorizer(self.auth)
@@ -350,7 +431,7 @@ class SQLite(Pooled[_Conn]):
         conn.conn.interrupt()
 
     def _check(self, conn: _Conn, sql: str) -> str | None:
-        return None  # the authorizer decides, inside SQLite, as the statement is prepared
+        return refused(sql, self.limits)  # the authorizer decides the rest, inside SQLite, as it is prepared
 
     def _end(self, conn: _Conn) -> None:
         conn.limit(0, float("inf"))
@@ -478,10 +559,15 @@ class SQLite(Pooled[_Conn]):
         same for every statement on a fresh connection). The rows are stepped through, none kept; past
         ``Limits.max_steps`` or the wall clock of one statement there is no count, never a made-up one."""
         limits = self.limits
+        why = refused(sql, limits)
+        if why is not None:
+            return Counted(None, failed(Classified("rejected", why), 0.0, self.name, limits).error, status="rejected")
         try:
             c = _Conn(db.path, db_key(db.target), limits)
         except (OSError, sqlite3.Error) as e:
-            return Counted(None, failed(self._classify(e), 0.0, self.name, limits).error)
+            opened = failed(self._classify(e), 0.0, self.name, limits)
+            return Counted(None, opened.error, status=opened.status)
+        drawn = _seeded_random(c.conn, limits)
         count = 0
         stopped: Failure | None = None
         deadline = time.monotonic() + limits.timeout_s
@@ -505,10 +591,11 @@ class SQLite(Pooled[_Conn]):
                 pass
         except Exception as e:
             kind = Classified(stopped, "interrupted") if stopped is not None else self._classify(e)
-            return Counted(None, failed(kind, 0.0, self.name, limits).error)
+            outcome = failed(kind, 0.0, self.name, limits)
+            return Counted(None, outcome.error, outcome.limit, random=bool(drawn), status=outcome.status)
         finally:
             c.close()
-        return Counted(count)
+        return Counted(count, random=bool(drawn))
 
     def timed(self, db: Database, sql: str, until: float) -> Timing:
         """On a sandbox connection opened for it (untimed, as the published script opens its own before
@@ -516,6 +603,9 @@ class SQLite(Pooled[_Conn]):
         against the row and byte caps, with the progress handler every :data:`STEP_GRAIN` steps), then
         the connection closed, all three timed with ``time.perf_counter``."""
         start = time.monotonic()
+        why = refused(sql, self.limits)
+        if why is not None:
+            return Timing(0.0, failed(Classified("rejected", why), 0.0, self.name, self.limits))
         try:
             c = _Conn(db.path, db_key(db.target), self.limits)
         except Exception as e:
@@ -580,6 +670,38 @@ class SQLite(Pooled[_Conn]):
             return out
         finally:
             conn.close()
+
+
+RANDOM_SEED = 0
+"""The seed of ``random()`` and ``randomblob()`` in the counting pass (:meth:`SQLite.count_steps`)."""
+
+
+def _seeded_random(conn: sqlite3.Connection, limits: Limits) -> list[int]:
+    """Give ``conn`` a ``random()`` and a ``randomblob(n)`` drawn from :data:`RANDOM_SEED`, so that a
+    statement whose work depends on them takes the same steps in every count; the list returned counts
+    their calls (a statement that made none was counted as SQLite's own would run it). Each is one call
+    of a function, as SQLite's own, so a statement's steps do not change otherwise; ``randomblob`` keeps
+    the value limit (past it the count fails, as SQLite's own fails)."""
+    rng = random.Random(RANDOM_SEED)
+    drawn: list[int] = []
+
+    def draw() -> int:
+        drawn.append(1)
+        return rng.getrandbits(64) - 2**63
+
+    def blob(n: object) -> bytes:
+        drawn.append(1)
+        try:
+            size = max(1, int(float(n))) if isinstance(n, int | float | str) else 1
+        except ValueError:  # text that is no number: SQLite reads it as 0
+            size = 1
+        if size > limits.max_value_bytes:
+            raise OverflowError("string or blob too big")
+        return rng.randbytes(size)
+
+    conn.create_function("random", 0, draw)
+    conn.create_function("randomblob", 1, blob)
+    return drawn
 
 
 def _spend(left: list[int]) -> bool:

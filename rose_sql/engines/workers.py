@@ -9,8 +9,9 @@ megabytes run for minutes): the only bound on such a call is to stop the process
 that may run untrusted SQL *arms* its worker's :class:`Watch` with a wall-clock deadline and a key
 naming the statement. A supervising thread in the parent kills a worker whose armed deadline passed,
 starts a fresh one, and sends the unit again with the statement's key *poisoned*: the sandbox then
-answers that statement at once with status ``guard`` instead of running it. Nothing else of the unit
-is lost, and the item whose statement it was says so on its record. A worker that dies for any other
+never runs that statement in the worker again (it confirms it alone in a fresh process,
+:mod:`rose_sql.engines.alone`). Nothing else of the unit is lost, and the item whose statement it was
+says so on its record. A worker that dies for any other
 reason (killed, out of memory) has its unit sent again once; a second death of the same unit is
 reported as such.
 

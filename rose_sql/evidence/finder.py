@@ -71,6 +71,9 @@ class Finder:
             space = self._space(db)
             if isinstance(space, str):
                 return Evidence(skipped=space)
+            if comparison is not None and (comparison.equal is True or comparison.reason == "multiplicity"):
+                self._prepare(space, db, features(gold_sql).merge(features(pred_sql)).tables)
+            start = time.monotonic()  # the item's clock starts after what is the tables' (their profiles)
             self.watch.arm(key, space.guard_s + cfg.guard_margin_s)
             space.start(cfg.evidence_max_steps, start + cfg.evidence_budget_s)
             try:
@@ -136,6 +139,18 @@ class Finder:
             s.tried, s.candidates, round(s.seconds, 4), s.stopped, s.order_dependent, s.implausible, distinct
         )
         return Evidence(s.witness, diff, smells, info, 0.0)
+
+    def _prepare(self, space: Space, db: Database, tables: frozenset[str] | set[str]) -> None:
+        """The tables' profiles for the witness search, before the item's clock starts, under a guard of
+        their own (a profile its guard stopped is not looked for again, on any later item)."""
+        key = statement_key("profile", db.kind, db.target, *sorted(tables))
+        if key in self.watch.poisoned:
+            return
+        self.watch.arm(key, space.guard_s + self.config.guard_margin_s)
+        try:
+            space.prepare(tables)
+        finally:
+            self.watch.disarm()
 
     def _space(self, db: Database) -> Space | str:
         """This thread's space of ``db``, or why there is none (kept for the items that follow)."""

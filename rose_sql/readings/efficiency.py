@@ -29,6 +29,20 @@ pragmas and the authorizer set, untimed, as the published script opens its own b
 and what is timed (running, fetching every row, closing) includes the progress handler's call every 1,000
 steps and the fetch one row at a time against the caps, where the published script calls ``fetchall()``.
 
+A pass that does not run to its end is read as the published script reads it: ``evaluation_ves.py``
+gives an item whose pass raised or ran past its bound a ratio of 0 (reward 0, in the denominator). So a
+count that a statement's own failure ended (an error, a refusal, the step budget, the memory limit, or a
+runaway confirmed by running it again alone with its guard doubled) gives 0, and so does a timed pass
+that an execution's failure or a wall clock ended (the published pass's own timeout, as it scores it);
+the record says why (``steps_reason``, ``time_reason``), and the item's BIRD EX is unchanged. Only what
+is not the statement's, a database that cannot be read (or, for a count, a guard that could not be
+confirmed), leaves the ratio out (None, ``no_count``).
+
+A statement whose steps depend on ``random()`` (or ``randomblob()``) would take other steps in each
+count, and so give another step ratio in each run: it is counted with both drawn from a fixed seed, the
+same in every run (one more call of a function, as SQLite's own, so no other statement's count changes),
+and flagged (``steps_random``). The timed pass runs SQLite's own.
+
 A quirk of the published code, kept by :func:`published_ratio`: :func:`clean_abnormal` keeps values
 strictly inside mean ± 3 sigma, so 100 identical ratios (sigma 0) keep none, the mean divides by zero,
 and the official script scores the item 0. A deterministic ratio is therefore never passed through it.
@@ -51,8 +65,12 @@ TIME_ITERATIONS = 100
 """The published script's iterations per item (``evaluation_ves.py``: ``iterate_num=100``)."""
 TIME_FIELDS = ("time_ratio", "time_kept", "time_reason")
 """The wall-time fields of :class:`Efficiency`: machine- and load-dependent, in ``record.EXEMPT``."""
-REASONS = ("steps_reason", "time_reason")
+REASONS = ("steps_reason", "time_reason", "steps_random")
 """The fields of :class:`Efficiency` written only when set (a record without them is as it always was)."""
+NOT_THE_STATEMENT = frozenset({"unreadable", "guard"})
+"""How a count may end that is not the statement's doing (the database, a guard that could not be
+confirmed): no ratio. The timed pass, whose ratio decides nothing, reads a wall clock as the published
+script does (a runaway: 0); only a database that cannot be read leaves it out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +80,11 @@ class Efficiency:
     Off SQLite every ratio is None (plan costs there depend on sampled statistics)."""
 
     steps_ratio: float | None
-    """Gold VM steps / predicted VM steps for a correct prediction (BIRD EX 1), 0 for an incorrect one;
-    None when not asked, off SQLite, or when a count is missing (a query that failed or passed ``max_steps`` in the
-    counting pass). Deterministic: the same on any machine and at any load."""
+    """Gold VM steps / predicted VM steps for a correct prediction (BIRD EX 1), 0 for an incorrect one and
+    for one whose count a statement's own failure ended (``steps_reason`` says which: an error, the step
+    budget, a confirmed runaway); None when not asked, off SQLite, or when the count was stopped by what is
+    not the statement's (the database unreadable, an unconfirmed guard). Deterministic: the same on any
+    machine and at any load."""
     gold_steps: int | None = None
     """The gold's exact VM steps (counted only for a correct prediction)."""
     pred_steps: int | None = None
@@ -78,11 +98,17 @@ class Efficiency:
     time_kept: int | None = None
     """Of the iterations, those the 3-sigma rule kept (None where ``time_ratio`` is)."""
     steps_reason: str | None = None
-    """Why a count is missing (``steps_ratio`` None for a correct prediction): which query, and what
-    stopped it (an error, the step budget, the wall clock or the worker's guard)."""
+    """Why a count is missing for a correct prediction (its ``steps_ratio`` 0, or None when it was not the
+    statement's doing): which query, and what stopped it (an error, the step budget, a confirmed runaway,
+    the database)."""
     time_reason: str | None = None
-    """Why the timed pass gave no ratio: where it stopped (iteration and query) and what stopped it, or the
-    pass's own bound (:meth:`Config.time_pass_s <rose_sql.config.Config.time_pass_s>`)."""
+    """Why the timed pass did not run to its end (its ``time_ratio`` 0, as the published script scores it,
+    or None when it was not the statement's doing): where it stopped (iteration and query) and what
+    stopped it, or the pass's own bound (:meth:`Config.time_pass_s <rose_sql.config.Config.time_pass_s>`)."""
+    steps_random: bool | None = None
+    """True when the gold or the prediction calls ``random()`` or ``randomblob()``: their steps were counted
+    with both drawn from a fixed seed, so the count, and the ratio, is the same in every run (written only
+    when set)."""
 
 
 def reward(ratio: float) -> float:
@@ -146,34 +172,42 @@ def measure(
         zero = 0.0 if timed else None
         return Efficiency(0.0 if counted else None, base=base, time_ratio=zero, time_kept=0 if timed else None)
     g = p = None
-    steps_reason = None
+    steps_reason, counts, random = None, None, None
     if counted:
         gc, pc = executor.count_steps(db, gold), executor.count_steps(db, pred)
         g, p = gc.steps, pc.steps
-        missing = [f"the {side}: {c.error}" for side, c in (("gold", gc), ("prediction", pc)) if c.steps is None]
-        steps_reason = "; ".join(missing) or None
+        random = True if gc.random or pc.random else None
+        failed = [(side, c) for side, c in (("gold", gc), ("prediction", pc)) if c.steps is None]
+        steps_reason = "; ".join(f"the {side}: {c.error}" for side, c in failed) or None
+        counts = step_ratio(g, p, True)
+        if failed and not any(c.status in NOT_THE_STATEMENT for _, c in failed):
+            counts = 0.0  # the statement's own failure: the published script's reward 0
     ratio, kept, time_reason = None, None, None
     if timed:
-        ratios, time_reason = timed_ratios(executor, db, gold, pred)
+        ratios, time_reason, ours = timed_ratios(executor, db, gold, pred)
         if ratios is not None:
             ratio, kept = published_ratio(ratios), len(clean_abnormal(ratios))
-    counts = step_ratio(g, p, True) if counted else None
-    return Efficiency(counts, g, p, base, ratio, kept, steps_reason, time_reason)
+        elif ours:
+            ratio, kept = 0.0, 0
+    return Efficiency(counts, g, p, base, ratio, kept, steps_reason, time_reason, random)
 
 
 def timed_ratios(
     executor: Executor, db: Database, gold: str, pred: str, iterations: int = TIME_ITERATIONS
-) -> tuple[list[float] | None, str | None]:
+) -> tuple[list[float] | None, str | None, bool]:
     """The published script's per-iteration ratios: each iteration runs and fetches the prediction, then
     the gold, each on a connection of its own (opened untimed), and takes gold time / predicted time; or,
-    when the pass stopped before its end, None and why (which iteration and query, and what stopped it)."""
+    when the pass stopped before its end, None, why (which iteration and query, and what stopped it), and
+    whether a statement's own outcome stopped it (its reward is then 0, as published)."""
     done = executor.time_pass(db, (pred, gold), iterations)
     if done.error is not None:
+        ours = done.status != "unreadable"
         if done.at is None:
-            return None, done.error
+            return None, done.error, ours
         iteration, index = done.at
-        return None, f"iteration {iteration} of {iterations}, the {('prediction', 'gold')[index]}: {done.error}"
-    return [g / p if p > 0 else 0.0 for p, g in done.times], None
+        where = f"iteration {iteration} of {iterations}, the {('prediction', 'gold')[index]}"
+        return None, f"{where}: {done.error}", ours
+    return [g / p if p > 0 else 0.0 for p, g in done.times], None, False
 
 
 def step_ratio(gold_steps: int | None, pred_steps: int | None, correct: bool) -> float | None:

@@ -273,9 +273,10 @@ def machine_view(record: Record | None) -> dict[str, Any] | None:
 
 def _sandbox(config: Config, watch: Watch) -> Executor:
     """A worker process's sandbox (the worker engine stops it when a call SQLite cannot interrupt runs away),
-    in a process held to the worker memory bound as rose run's are."""
+    in a process held to the worker memory bound as rose run's are. A query a wall clock stopped is not
+    run again to confirm it: the console's answers decide no score, and a person is waiting."""
     limit_memory(config.worker_memory_bytes)
-    return Executor(config, watch=watch)
+    return Executor(config, watch=watch, confirm=False)
 
 
 def _execute(executor: Executor, query: tuple[Database, str]) -> Execution:

@@ -9,8 +9,9 @@ one completion through them):
 2. :func:`execution_outcome` (``execution``) compares the prediction's result with the gold's under
    our comparator (:func:`rose_sql.comparison.comparator.compare`): ``match`` (1), ``partial`` (0.5), ``wrong``
    (0), ``error`` (-1: SQLite raised, the sandbox rejected it, or no SQL was found), ``timeout``
-   (-0.5: past its step budget). A gold that fails is ``gold_error`` and a query a wall-clock guard
-   stopped ``wall_guard``: the reward is ``None``, never a match, never a 0.
+   (-0.5: past its step budget, or a runaway: stopped by its wall-clock guard twice, the second time
+   alone with the guard doubled). A gold that fails is ``gold_error``, and a query a deadline left unrun
+   ``wall_guard``: the reward is ``None``, never a match, never a 0.
 3. :func:`syntax_score` (``syntax``, over ``clauses`` and ``trees``): 0 when the prediction does not
    parse (sqlglot, SQLite dialect); otherwise a mix of the normalised tree-edit-distance similarity
    of the two ASTs (Zhang–Shasha) and weighted per-clause similarities (SELECT and FROM weigh most).

@@ -25,11 +25,14 @@ def execution_outcome(
 ) -> tuple[RewardStatus, str]:
     """Classify a prediction's execution against the gold's.
 
-    - ``wall_guard``: a wall-clock guard stopped the gold or the prediction (or a deadline left it
-      unrun): what happened depends on the machine and its load, so the reward is None, never the
-      deterministic ``timeout``;
-    - ``gold_error``: the gold failed or ran out of steps (the reward is None, never a match);
-    - ``timeout`` / ``error``: the prediction ran out of steps / failed or was rejected;
+    - ``wall_guard``: a deadline left the gold or the prediction unrun, or a wall-clock stop could not
+      be confirmed: what happened depends on the machine and its load, so the reward is None;
+    - ``invalid``: the database could not be read, by the gold, or by the prediction and then by the gold
+      run again on a fresh connection (the reward is None);
+    - ``gold_error``: the gold failed, ran out of steps or ran away (the reward is None, never a match);
+    - ``timeout`` / ``error``: the prediction ran out of steps or memory, or ran away (a wall clock stopped
+      it twice, the second time alone with the guard doubled) / failed or was rejected (a failure that
+      read as the database's is the prediction's own when the gold, run again, read the database);
     - ``undecidable``: the gold's result was cut at ``max_rows``, or our comparator's bounded column
       search gave up (``undecided``: too many columns look alike), never a guessed ``wrong``;
     - ``match``: equal under our comparator (row multiset; order when the gold's outermost query
@@ -45,6 +48,8 @@ def execution_outcome(
         return failed
     if pred.status == "guard":
         return "wall_guard", f"the query was {pred.error or 'stopped by the wall-time guard'}"
+    if pred.status == "unreadable":  # the gold, run again on a fresh connection, failed the same way
+        return "invalid", f"the label's database: {pred.error or pred.status}"
     if pred.status == "timeout":
         return "timeout", pred.error or "timed out"
     if not pred.ok or pred.result is None:

@@ -58,12 +58,12 @@ class RewardScorer:
     """Scores completions against gold queries in worker processes, computing everything once.
 
     Every query runs in one of ``processes`` worker processes (:class:`rose_sql.engines.workers.Pool`), never
-    in the caller's: a call SQLite cannot interrupt (``instr`` over megabytes) is stopped by stopping
-    its worker, which is replaced, and its item is unscored ``wall_guard``; the other items are
-    scored as usual. A batch goes to the workers in chunks balanced by size (``4 * processes`` at
-    most), a question's completions together (its gold runs once), and concurrent batches share the
-    workers fairly (:class:`~rose_sql.reward.lanes.FairQueue`). Each worker extracts, executes,
-    compares and scores its chunk in two phases with caches of its own
+    in the caller's: a call SQLite cannot interrupt is stopped by stopping its worker, which is
+    replaced, and the query runs again alone with its guard doubled: stopped again, it gets the
+    ``timeout`` reward; the other items are scored as usual. A batch goes to the workers in chunks
+    balanced by size (``4 * processes`` at most), a question's completions together (its gold runs
+    once), and concurrent batches share the workers fairly (:class:`~rose_sql.reward.lanes.FairQueue`).
+    Each worker extracts, executes, compares and scores its chunk in two phases with caches of its own
     (:class:`~rose_sql.reward.worker.Worker`); this process only cuts batches and weighs outcomes.
 
     Thread-safe. The workers start at the first batch (or :meth:`start`); use as a context manager or

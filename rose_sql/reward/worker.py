@@ -2,8 +2,10 @@
 scores, each computed once, with caches kept for the process's life.
 
 Every query of the reward runs here, never in the trainer's or the server's process: a call SQLite
-cannot interrupt is stopped only by stopping the process (:mod:`rose_sql.engines.workers`), and a statement
-stopped so is answered ``guard`` when its chunk is sent again, which makes its item ``wall_guard``.
+cannot interrupt is stopped only by stopping the process (:mod:`rose_sql.engines.workers`). A statement
+stopped so, or by its wall clock, is run again alone with its guard doubled when its chunk is sent again
+(:mod:`rose_sql.engines.alone`): confirmed, it is a runaway and gets the ``timeout`` reward; only a query
+a deadline left unrun makes its item ``wall_guard``.
 """
 
 from __future__ import annotations
@@ -171,6 +173,8 @@ class Worker:
             return Outcome(*failed, sql, UNPARSED)
         if sql is None or pred is None:
             return Outcome("error", "no SQL found in the completion", None, UNPARSED)
+        if pred.status == "unreadable":  # the database's only if the gold, run again, fails the same way
+            pred = self.gold.attribute(db, pred, gold_sql)
         status, detail = self._compare(pred, gold, gold_sql, db, compared)
         return Outcome(status, detail, sql, self._syntax(sql, gold_sql) if self.config.syntax else UNPARSED)
 

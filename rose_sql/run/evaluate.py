@@ -112,6 +112,10 @@ def execute_item(
     :class:`~rose_sql.engines.Source`). The gold runs first: when a relation it reads (or the database)
     does not exist, the item is ``db_missing`` and the prediction is not run, so that no prediction is
     scored against an environment that lacks the gold's tables (nor when the database cannot be read).
+    A prediction that fails as if the database could not be read is attributed
+    (:meth:`Executor.attribute <rose_sql.engines.execute.Executor.attribute>`): its own error unless the
+    gold, run again on a fresh connection, fails the same way. A statement a wall clock stopped was
+    confirmed by the sandbox before it counts (:mod:`rose_sql.engines.alone`).
     ``doubts``: also note the cheap reasons to doubt a match (a judge will read them)."""
     db = source.locate(item.db_id)
     if not _a_name(item.db_id) or not executor.exists(db):  # a db_id is a name, never a path out of the source
@@ -121,6 +125,8 @@ def execute_item(
     if gold is not None and gold.status in ("missing", "unreadable"):  # the item is db_missing / db_unreadable
         return Executed(item, db, True, gold, server=server)
     pred = executor.run(db, item.pred_sql, role="pred") if item.pred_sql is not None else None
+    if pred is not None:  # the database's fault only if the gold, run again, fails the same way
+        pred = executor.attribute(db, pred, item.gold_sql if gold is not None and gold.ok else None)
     official = read_official(item, db, gold, pred, executor)
     comparison = None
     if gold is not None and gold.result is not None and pred is not None and pred.result is not None:
@@ -273,7 +279,8 @@ def evaluate_items(items: Sequence[Item], source: Source, config: Config | None 
     The library's whole path for scripts and notebooks (``rose run`` adds resume and the files). The
     deterministic stages run in guarded worker processes as under ``rose run`` (``config.workers`` of
     them, at most one per item), so a query that runs away inside one engine call is stopped with its
-    worker: its item is unscored ``wall_guard``. Never raises for an item's problem: each one's failure is
+    worker, then run again alone with its guard doubled: a runaway confirmed so is a ``timeout`` (a
+    prediction scores 0). Never raises for an item's problem: each one's failure is
     data on its record. Raises :class:`~rose_sql.errors.EndpointUnreachable` when a judge is configured
     and its endpoint cannot be reached at the first call the cache cannot answer (no item is then scored
     ``judge_error`` for it).

@@ -98,6 +98,8 @@ class Table:
     parents: list[tuple[str, str, str]] = field(default_factory=list)
     """(child column, parent table, parent column) for each FK this table declares."""
     rows: int = 0
+    profiled: bool = False
+    """Whether the columns' data facts were looked for (they are only when every probe of the profile ran)."""
 
 
 class Space(Protocol):
@@ -111,6 +113,12 @@ class Space(Protocol):
     @property
     def guard_s(self) -> float:
         """Seconds an item's evidence may take here before the worker's guard may stop it (plus a margin)."""
+        ...
+
+    def prepare(self, tables: Iterable[str]) -> None:
+        """Before an item's clock and budget start: profile ``tables`` (names as the queries write them) for
+        the witness search, once per table, under a budget of the table's own (where steps are counted), so
+        that no item pays for it and what an item finds never depends on which item came first."""
         ...
 
     def start(self, steps: int, deadline: float) -> None:
@@ -160,7 +168,13 @@ class Copy(Protocol):
     guard_fired: bool
 
     @property
-    def steps_left(self) -> int: ...
+    def steps_left(self) -> int:
+        """Steps the item may still take. Each statement of the search (a query under test, one of its
+        probes, a change) charges its own virtual-machine steps, in grains of ``STEP_GRAIN``, whatever
+        else ran before it; a cache that answers a statement must charge what the statement took when it
+        ran, so that the budget, and what the search finds, never depends on which worker, order, load or
+        cache served it."""
+        ...
 
     def alive(self) -> bool:
         """Whether the copy can still be used (a server's connection can be lost)."""

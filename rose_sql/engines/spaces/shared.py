@@ -67,6 +67,9 @@ class EngineReader:
     def guard_s(self) -> float:
         return 3 * self.budget_s  # the smells, a first copy, then the search
 
+    def prepare(self, tables: Iterable[str]) -> None:
+        """Nothing: these engines count no steps, and the copy's profiles are read with the search's clock."""
+
     def start(self, steps: int, deadline: float) -> None:
         self.hard_deadline = deadline
         self.guard_fired = False

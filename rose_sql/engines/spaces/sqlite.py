@@ -10,8 +10,10 @@ Every statement is bounded by work, not time, so the search finds the same evide
 any load: each statement by its own step budget, and all of an item's statements together by the item's
 budget (:meth:`Workspace.start`); until the witness search asks for its copy (:meth:`Workspace.copy`: the
 workspace itself), each statement of the gold smells may take at most a quarter of the item's budget.
-The columns' profiles, cached for the items that follow, are computed under a budget of their own, so
-what an item finds never depends on the items before it. The wall clock is only a guard: when the item's
+The columns' profiles, kept for the items that follow, are computed before an item's clock and budget
+start (:meth:`Workspace.prepare`), each table's under a budget of its own
+(:data:`~rose_sql.config.EVIDENCE_PROFILE_STEPS`) and under no clock, so what an item finds never depends
+on the items before it or on which worker ran it. The wall clock is only a guard: when the item's
 deadline passes, every statement stops and ``guard_fired`` says that what was found depends on the
 machine.
 """
@@ -24,7 +26,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rose_sql.config import EVIDENCE_MAX_ROWS, EVIDENCE_STATEMENT_STEPS, Config
+from rose_sql.config import (
+    EVIDENCE_MAX_ROWS,
+    EVIDENCE_PROFILE_STEPS,
+    EVIDENCE_STATEMENT_STEPS,
+    MAX_PATTERN_BYTES,
+    Config,
+)
 from rose_sql.engines.kinds import Database
 from rose_sql.engines.spaces import Change, Column, Copy, Table
 from rose_sql.engines.sqlite import STEP_GRAIN, Authorizer, connect_read_only
@@ -41,6 +49,7 @@ def open_space(db: Database, config: Config) -> Workspace | str:
         statement_steps=min(config.max_steps, EVIDENCE_STATEMENT_STEPS),
         max_bytes=config.max_result_bytes,
         max_value_bytes=config.max_value_bytes,
+        max_pattern_bytes=config.max_pattern_bytes,
         guard_s=config.evidence_budget_s,
     )
 
@@ -60,6 +69,7 @@ class Workspace:
         max_bytes: int,
         max_value_bytes: int,
         guard_s: float,
+        max_pattern_bytes: int = MAX_PATTERN_BYTES,
         max_rows: int = EVIDENCE_MAX_ROWS,
     ) -> None:
         src = connect_read_only(db)
@@ -74,6 +84,7 @@ class Workspace:
         self.conn.execute("PRAGMA foreign_keys = ON")
         self.conn.execute("PRAGMA temp_store = MEMORY")
         self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)  # no zeroblob(800000000)
+        self.conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, max_pattern_bytes)  # as the sandbox
         self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         self.statement_steps = statement_steps
         """Steps one statement may take (a query under test may be given less)."""
@@ -92,6 +103,7 @@ class Workspace:
         self._limit = 0  # its limit
         self._charged = True  # whether its ticks count against the item's budget
         self._free = False  # our own undo statements: never stopped
+        self._profile_ticks: int | None = None  # while a table is profiled: its own budget left, no clock
         self._auth = Authorizer()
         self.conn.set_progress_handler(self._progress, STEP_GRAIN)
         self._free = True  # reading the schema is ours and bounded by it
@@ -144,6 +156,9 @@ class Workspace:
     def _progress(self) -> bool:
         if self._free:
             return False
+        if self._profile_ticks is not None:  # the table's budget, never the item's, under no clock
+            self._profile_ticks -= 1
+            return self._profile_ticks < 0
         self._ticks += 1
         if self._charged:
             self._item_ticks -= 1
@@ -201,19 +216,32 @@ class Workspace:
                 tables[parent].children.append((t.name, r[3], pcol))
         return tables
 
-    def profile(self, table: str) -> bool:
-        """Fill the columns' data facts (NULLs, duplicates, value pool) for one table, once.
+    def prepare(self, tables: Iterable[str]) -> None:
+        """Profile the tables the queries read (names as they write them), before the item starts."""
+        for name in sorted(tables):
+            t = self.table_of(name)
+            if t is not None and t.rowid:
+                self.profile(t.name)
 
-        False when the budget ran out first: nothing is recorded, and a later item tries again.
+    def profile(self, table: str) -> bool:
+        """Fill the columns' data facts (NULLs, duplicates, value pool) for one table, once: under the table's
+        own budget (:data:`~rose_sql.config.EVIDENCE_PROFILE_STEPS` in all) and no clock, never the item's.
+
+        False when that budget ran out first: nothing is recorded, the same on every worker, and the table
+        is not profiled again. Time it takes inside an item (:meth:`prepare` was not asked) is added to the
+        item's deadline.
         """
         t = self.tables[table]
-        if t.rows:
-            return True
-        self._charged = False  # the profile is the table's, kept for later items: never the item's budget
+        if t.profiled:
+            return t.rows > 0
+        started = time.monotonic()
+        self._profile_ticks = EVIDENCE_PROFILE_STEPS // STEP_GRAIN
         try:
             return self._profile(t)
         finally:
-            self._charged = True
+            self._profile_ticks = None
+            t.profiled = True
+            self.hard_deadline += time.monotonic() - started  # the table's time, not the item's
 
     def _profile(self, t: Table) -> bool:
         table = t.name
