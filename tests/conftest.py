@@ -141,12 +141,19 @@ def write_items(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     return path
 
 
+WIDE_LOG = 1000
+"""The log width ``rose`` gives the commands it runs (``$COLUMNS``)."""
+
+
 def rose(*args: object, env: Mapping[str, str | None] | None = None, code: int | None = None) -> Result:
     """``rose ARGS`` as a user runs it, in this process, with the command line it would have (manifests record
     it). ``code``: the exit code it must end with; with 3 (items left unscored for a transient reason), the
     output must also say how many, why and what continues."""
     argv = sys.argv
     sys.argv = ["rose", *map(str, args)]
+    # a log as wide as a row, so a test reads each row on one line (tests/test_first_hour.py pins how tables fit
+    # 120 columns, and test_views.py's piped test the default width)
+    env = {"COLUMNS": str(WIDE_LOG), **(env or {})}
     try:
         result = CliRunner().invoke(main, [str(a) for a in args], env=env, catch_exceptions=False)
     finally:

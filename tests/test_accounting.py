@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import make_record, write_records
+from conftest import WIDE_LOG, make_record, write_records
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +33,9 @@ REFUTER_KEEP = json.dumps({"reasoning": "fine", "overturn": False, "ambiguity": 
 
 
 def _invoke(*args: Any, env: dict[str, str] | None = None) -> Any:
-    return CliRunner().invoke(main, [str(a) for a in args], env=env or {"OPENAI_API_KEY": "test"})
+    return CliRunner().invoke(
+        main, [str(a) for a in args], env={"COLUMNS": str(WIDE_LOG), **(env or {"OPENAI_API_KEY": "test"})}
+    )
 
 
 def _league(make_db: Any, tmp_path: Path) -> tuple[Path, Path]:
@@ -102,7 +104,7 @@ def test_any_http_answer_counts_as_reachable_and_judge_errors_exit_3(make_db: An
     assert "3 of 8 items are unscored (3 judge_error)" in res.output
     assert "--resume" in res.output.split("exit 3:")[1]
     assert "ROSE leaves out 3 judge_error" in res.output  # beside the table, never a bare number
-    line = next(x for x in res.output.splitlines() if x.startswith("│ items"))
+    line = next(x for x in res.output.splitlines() if x.split()[:1] == ["items"])
     assert "60.00 (5/8)" in line  # 3 matches of 5 scored, over 5 of 8
 
 

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
-from conftest import make_record, write_records
+from conftest import make_record, rose, write_records
 from scipy import stats
 
 from rose_sql.analysis.html import build_report
@@ -22,7 +21,6 @@ from rose_sql.analysis.paired import (
     paired_test,
 )
 from rose_sql.analysis.runs import Run
-from rose_sql.cli import main
 from rose_sql.record import Record
 
 
@@ -167,7 +165,7 @@ def test_compare_prints_and_writes_the_paired_tests(tmp_path: Path) -> None:
     write_records(tmp_path / "runs" / "b", b.records)
     out = tmp_path / "t.json"
     args = ["compare", str(tmp_path / "runs"), "--json", str(out), "--bootstrap", "500", "--seed", "3"]
-    res = CliRunner().invoke(main, args)
+    res = rose(*args)  # a log wide enough for one line per row
     assert res.exit_code == 0, res.output
     assert "Does A beat B?" in res.output and "McNemar" in res.output
     data = json.loads(out.read_text())
@@ -179,7 +177,7 @@ def test_compare_prints_and_writes_the_paired_tests(tmp_path: Path) -> None:
     assert ex["interval"] == list(t.interval or ())
     assert (ex["n"], ex["discordant"], ex["p_value"]) == (t.n, t.discordant, t.p_value)
     assert f"{t.difference:+.2f} [{t.interval[0]:+.2f}, {t.interval[1]:+.2f}]" in res.output  # type: ignore[index]
-    again = CliRunner().invoke(main, args)
+    again = rose(*args)
     assert json.loads(out.read_text()) == data and again.output == res.output  # seeded: the same every time
 
 

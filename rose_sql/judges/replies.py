@@ -259,7 +259,10 @@ def _sealed(kind: type[R], content: str, reasoning: str | None, nonce: str, stru
                 raise ReplyError(f"the JSON object is invalid: {_problem(e)}") from None
     problems: list[str] = []
     for text in (content, reasoning or ""):
-        for obj in _carrying(strip_reasoning(text, drop_unclosed=False), nonce):
+        # its thinking cut out first (a draft there is never the verdict); then as it is, since a <think> and a
+        # </think> in the copies of a prediction it quotes would cut the verdict between them out with it
+        objects = _carrying(strip_reasoning(text, drop_unclosed=False), nonce) or _carrying(text, nonce)
+        for obj in objects:
             try:
                 return kind.model_validate(obj)
             except ValidationError as e:

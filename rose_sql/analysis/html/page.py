@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
 
-from rose_sql.accounting import AWAITING, NAMES, READINGS, UNDEFINED, Figure, figures, left_out_lines
+from rose_sql.accounting import AWAITING, IMPORTED, NAMES, READINGS, UNDEFINED, Figure, figures, left_out_lines
 from rose_sql.analysis.html.assets import CSS, JS
 from rose_sql.analysis.html.data import OUTCOMES, browser_item, flags, outcome, stage_usage
 from rose_sql.analysis.html.groups import SystemsFile, group_charts
@@ -227,10 +227,12 @@ def _html_table(head: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 def _table(rows: Sequence[SystemRow], reading: str) -> str:
     """The headline of every system, then EX against ROSE for those ROSE has scored."""
-    head = ["system", "items", "run", *READING_NAMES.values(), "ROSE"]
+    theirs = reading in IMPORTED  # imported runs: their own EX beside ours, under its own name (as rose compare)
+    head = ["system", "items", "run", *READING_NAMES.values(), *(["their EX"] if theirs else []), "ROSE"]
     lines = [
         [r.system, r.headline.items, r.headline.state]
         + [r.headline.figures.reading(name).cell() for name in READINGS]
+        + ([r.ex.cell()] if theirs else [])
         + [r.headline.figures.rose.cell()]
         for r in rows
     ]
