@@ -38,7 +38,7 @@ from rose_sql.readings.efficiency import by_difficulty, published_ratio, r_ves, 
 
 
 def _timed_ratio(ex: Executor, db: Database, gold: str, pred: str, iterations: int) -> float | None:
-    ratios, _ = timed_ratios(ex, db, gold, pred, iterations)
+    ratios, _, _ = timed_ratios(ex, db, gold, pred, iterations)
     return None if ratios is None else published_ratio(ratios)
 
 

@@ -59,6 +59,7 @@ from rose_sql.config import EfficiencyBase as Base
 
 if TYPE_CHECKING:
     from rose_sql.engines import Database
+    from rose_sql.engines.base import Timed
     from rose_sql.engines.execute import Executor
 
 TIME_ITERATIONS = 100
@@ -171,10 +172,13 @@ def measure(
     if not correct or pred is None:
         zero = 0.0 if timed else None
         return Efficiency(0.0 if counted else None, base=base, time_ratio=zero, time_kept=0 if timed else None)
+    # the passes first (the engine's work), then what they give (no work of its own)
+    counted_by = (executor.count_steps(db, gold), executor.count_steps(db, pred)) if counted else None
+    timed_by = executor.time_pass(db, (pred, gold), TIME_ITERATIONS) if timed else None
     g = p = None
     steps_reason, counts, random = None, None, None
-    if counted:
-        gc, pc = executor.count_steps(db, gold), executor.count_steps(db, pred)
+    if counted_by is not None:
+        gc, pc = counted_by
         g, p = gc.steps, pc.steps
         random = True if gc.random or pc.random else None
         failed = [(side, c) for side, c in (("gold", gc), ("prediction", pc)) if c.steps is None]
@@ -183,8 +187,8 @@ def measure(
         if failed and not any(c.status in NOT_THE_STATEMENT for _, c in failed):
             counts = 0.0  # the statement's own failure: the published script's reward 0
     ratio, kept, time_reason = None, None, None
-    if timed:
-        ratios, time_reason, ours = timed_ratios(executor, db, gold, pred)
+    if timed_by is not None:
+        ratios, time_reason, ours = pass_ratios(timed_by, TIME_ITERATIONS)
         if ratios is not None:
             ratio, kept = published_ratio(ratios), len(clean_abnormal(ratios))
         elif ours:
@@ -195,11 +199,16 @@ def measure(
 def timed_ratios(
     executor: Executor, db: Database, gold: str, pred: str, iterations: int = TIME_ITERATIONS
 ) -> tuple[list[float] | None, str | None, bool]:
-    """The published script's per-iteration ratios: each iteration runs and fetches the prediction, then
-    the gold, each on a connection of its own (opened untimed), and takes gold time / predicted time; or,
-    when the pass stopped before its end, None, why (which iteration and query, and what stopped it), and
-    whether a statement's own outcome stopped it (its reward is then 0, as published)."""
-    done = executor.time_pass(db, (pred, gold), iterations)
+    """The published script's per-iteration ratios of ``iterations`` timed iterations run by ``executor``
+    (:func:`pass_ratios`)."""
+    return pass_ratios(executor.time_pass(db, (pred, gold), iterations), iterations)
+
+
+def pass_ratios(done: Timed, iterations: int) -> tuple[list[float] | None, str | None, bool]:
+    """The published script's per-iteration ratios of a timed pass: each iteration runs and fetches the
+    prediction, then the gold, each on a connection of its own (opened untimed), and takes gold time /
+    predicted time; or, when the pass stopped before its end, None, why (which iteration and query, and
+    what stopped it), and whether a statement's own outcome stopped it (its reward is then 0, as published)."""
     if done.error is not None:
         ours = done.status != "unreadable"
         if done.at is None:

@@ -244,7 +244,8 @@ def failed_record(item: Item, error: BaseException | str) -> Record:
 
 def unjudged_record(ex: Executed) -> Record:
     """The record of an item that no judge will see: what execution settles, and nothing more."""
-    decision = decide(ex.facts())
+    facts = ex.facts()
+    decision = decide(facts)
     assert isinstance(decision, Decision)  # without a judge the table never asks for one
     return to_record(ex, Judged(decision))
 
