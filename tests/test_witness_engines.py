@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from servers import MYSQL_ADMIN, PG_ADMIN, SUPERHERO, superhero_fixture  # noqa: F401
+from servers import MYSQL_ADMIN, PG_ADMIN, SUPERHERO, hostile_fixture, need, superhero_fixture  # noqa: F401
 
 from rose_sql.cli.main import main
 from rose_sql.comparison.comparator import compare
@@ -242,6 +242,66 @@ def test_the_copy_runs_queries_under_the_engines_sandbox_rules(
     finally:
         space.close()
     assert not Path("/tmp/rose-witness-x").exists()
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+def test_a_candidates_first_query_reads_the_copy_with_its_changes(
+    kind: str, hostile_on: Callable[[str], tuple[str, str, Path]]
+) -> None:
+    """A query under test is checked by the engine's policy the first time the copy is asked it, and the
+    policy reads the server's catalogue of functions: read inside a candidate's transaction, that ended it
+    on PostgreSQL, so the first candidate of whichever item came first was tried on the copy without its
+    changes (an item found alone another witness than after an item before it). Something that ends a
+    candidate's transaction is an error, never a candidate tried on the copy as it was."""
+    from rose_sql.engines.spaces import open_space
+    from rose_sql.engines.spaces.shared import EngineSpace
+
+    source = Source.parse(hostile_on(kind)[1])
+    space = open_space(source.locate("rose_test_hostile"), Config(workers=1, evidence_scratch=SCRATCH[kind]))
+    assert not isinstance(space, str), space
+    try:
+        space.start(0, float("inf"))
+        copy = space.copy(["t"])
+        assert isinstance(copy, EngineSpace), copy
+        copy.begin()
+        try:
+            copy.insert_copy("t", copy.sample_rowids("t", 1)[0])
+            count = copy.run("SELECT COUNT(*) FROM t")  # never asked before: the policy checks it now
+            assert count is not None and count.rows == ((4,),)
+        finally:
+            copy.rollback()
+        count = copy.run("SELECT COUNT(*) FROM t")
+        assert count is not None and count.rows == ((3,),)
+        copy.begin()
+        copy._execute("ROLLBACK", timeout=10)  # something ends the candidate's transaction
+        with pytest.raises(RuntimeError, match="transaction ended"):
+            copy.run("SELECT COUNT(b) FROM t")
+        copy.rollback()
+    finally:
+        space.close()
+
+
+@pytest.mark.servers
+@pytest.mark.slow
+def test_the_policys_catalogue_read_leaves_the_callers_transaction_open() -> None:
+    """``read_functions`` inside a transaction of the caller's reads in it and leaves it open (what it
+    changed stays); one it opened itself (a connection without autocommit) it rolls back."""
+    need("postgresql")
+    import psycopg
+
+    from rose_sql.engines.postgres import read_functions
+
+    idle, in_transaction = psycopg.pq.TransactionStatus.IDLE, psycopg.pq.TransactionStatus.INTRANS
+    with psycopg.connect(PG_ADMIN, autocommit=True) as c:
+        c.execute("BEGIN")
+        c.execute("CREATE TEMPORARY TABLE rose_kept (a int) ON COMMIT DROP")
+        assert read_functions(c).names
+        assert c.info.transaction_status == in_transaction
+        assert c.execute("SELECT COUNT(*) FROM rose_kept").fetchone() == (0,)  # the transaction's table is there
+        c.execute("ROLLBACK")
+    with psycopg.connect(PG_ADMIN) as c:
+        read_functions(c)
+        assert c.info.transaction_status == idle
 
 
 def test_a_scratch_connection_lost_is_recorded_and_the_next_item_gets_a_new_copy(

@@ -294,9 +294,15 @@ class MySQL(Pooled[_Conn]):
     def _allowed(self, conn: _Conn, name: str) -> str | None:
         if name in DENIED:
             return "it has effects beyond the statement"
+        if name in self._stored_of(conn):
+            return "a stored function (it may have side effects)"
+        return None
+
+    def _stored_of(self, conn: _Conn) -> frozenset[str]:
+        """The stored functions of the server (lower-case names), read once per database and process."""
         with self._lock:
             stored = self._stored.get(conn.target)
-        if stored is None:  # read once per database and process
+        if stored is None:
             with conn.conn.cursor() as cur:
                 cur.execute(
                     "SELECT LOWER(ROUTINE_NAME) FROM information_schema.ROUTINES WHERE ROUTINE_TYPE = 'FUNCTION'"
@@ -304,9 +310,7 @@ class MySQL(Pooled[_Conn]):
                 stored = frozenset(r[0] for r in cur.fetchall())
             with self._lock:
                 self._stored[conn.target] = stored
-        if name in stored:
-            return "a stored function (it may have side effects)"
-        return None
+        return stored
 
     def _interrupt(self, conn: _Conn) -> None:
         killer = pymysql.connect(

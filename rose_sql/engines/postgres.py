@@ -236,7 +236,12 @@ WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')
 def read_functions(conn: psycopg.Connection[Any], *, privileged_login: bool | None = None) -> Functions:
     """Read from ``pg_proc`` which functions (and from ``pg_operator`` which operators) a statement may call
     on ``conn``'s database, for its login (or, with ``privileged_login``, for a login that is privileged or
-    not: ``rose db reader`` asks for its role as an administrator)."""
+    not: ``rose db reader`` asks for its role as an administrator).
+
+    Inside a transaction of the caller's (a witness candidate's, on a scratch copy) it reads in it and leaves
+    it open: ending it would undo the caller's changes before the statement the policy was asked about runs.
+    A transaction it opened itself (a connection without autocommit) it rolls back."""
+    idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     names: dict[str, bool] = {}
     own: dict[str, Refused] = {}
     for name, schema, volatile, definer, nargs, owner, privileged, support, login in conn.execute(
@@ -257,7 +262,7 @@ def read_functions(conn: psycopg.Connection[Any], *, privileged_login: bool | No
         if function in own or not names.get(function, False):
             why = own[function].why if function in own else "its function may have side effects"
             operators[symbol] = Refused(f"{schema}.{symbol}", f"operator of {function}: {why}")
-    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+    if idle and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         conn.execute("ROLLBACK")
     return Functions(names, own, operators)
 

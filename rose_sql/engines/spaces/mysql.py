@@ -14,6 +14,7 @@ from typing import Any
 
 import pymysql
 import pymysql.cursors
+from pymysql.constants import SERVER_STATUS
 
 from rose_sql.config import Config
 from rose_sql.engines.base import ColumnInfo, TableInfo
@@ -99,6 +100,8 @@ class MySpace(ServerSpace):
             cur.execute("SET SESSION sql_mode = CONCAT(@@sql_mode, ',STRICT_ALL_TABLES')")
             cur.execute("SELECT @@sql_mode")
             wrapped.lexer = lexer_for(str((cur.fetchone() or ("",))[0]))  # what the policy reads it under
+        # the policy's catalogue, read now: outside any candidate's transaction, before any item's clock
+        engine._stored_of(wrapped)
 
     def quote(self, name: str) -> str:
         return quote(name)
@@ -111,6 +114,9 @@ class MySpace(ServerSpace):
 
     def _begin_sql(self) -> str:
         return "START TRANSACTION"
+
+    def _in_transaction(self) -> bool | None:
+        return bool(self._conn.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS)
 
     def _execute(self, sql: str, params: Sequence[Any] = (), *, timeout: float) -> tuple[list[str], list[Any]]:
         with self._conn.cursor() as cur:

@@ -79,12 +79,17 @@ class PgSpace(ServerSpace):
             catalog=engine._catalog,
             check=lambda sql: engine._check(wrapped, sql),
         )
+        # the policy's catalogue, read now: outside any candidate's transaction, before any item's clock
+        engine._functions_of(wrapped)
 
     def _close_conn(self) -> None:
         self._conn.close()
 
     def alive(self) -> bool:
         return not self._conn.broken and not self._conn.closed
+
+    def _in_transaction(self) -> bool | None:
+        return self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
 
     def _rid(self, native: Any) -> int:
         block, _, offset = str(native).strip("()").partition(",")

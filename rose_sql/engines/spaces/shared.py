@@ -7,7 +7,9 @@ is needed), with our probes written in SQLite's syntax and rendered in the engin
 It cannot reverse the order of unordered rows, so the ``order_dependent`` smell is not looked for there.
 For the witness search it makes, once per database, the engine's :class:`EngineSpace`: each candidate is
 made inside a transaction that is rolled back, and the two queries under test run inside it through the
-engine's gate and function policy with its row and byte caps.
+engine's gate and function policy with its row and byte caps. What the policy reads of the server's catalogue
+is read when the copy opens, outside every candidate; a candidate whose transaction something ended before
+its queries ran is the item's error, never a candidate tried on the copy without its changes.
 
 There is no step counter on these engines: every statement has a wall-clock limit, the smaller of the
 engine's ``--timeout`` and what is left of the item's evidence budget, and a statement stopped by it sets
@@ -183,6 +185,7 @@ class EngineSpace:
         self.hard_deadline = float("inf")
         self.guard_fired = False
         self._verdicts: dict[str, str | None] = {}  # why a query under test may not run (None: it may)
+        self._candidate = False  # inside a candidate's transaction (between begin and rollback)
 
     # ------------------------------------------------------------------ to implement
 
@@ -199,6 +202,10 @@ class EngineSpace:
 
     def _begin_sql(self) -> str:
         return "BEGIN"
+
+    def _in_transaction(self) -> bool | None:
+        """Whether the connection is inside a transaction (None: the driver does not say)."""
+        return None
 
     def _rid(self, native: Any) -> int:
         return int(native)
@@ -313,6 +320,10 @@ class EngineSpace:
             self._verdicts[sql] = verdict
         if self._verdicts[sql] is not None:
             return None
+        if self._candidate and self._in_transaction() is False:
+            # something ended the candidate's transaction (and undid its changes): its queries would read
+            # the copy without them, and the search would depend on whatever did it, never a finding
+            raise RuntimeError("the candidate's transaction ended before its queries ran")
         try:
             result = self._untrusted(sql, self._timeout())
         except TimeoutError:
@@ -330,8 +341,10 @@ class EngineSpace:
 
     def begin(self) -> None:
         self._execute(self._begin_sql(), (), timeout=self.limits.engine_timeout_s)
+        self._candidate = True
 
     def rollback(self) -> None:
+        self._candidate = False
         self._execute("ROLLBACK", (), timeout=self.limits.engine_timeout_s)
 
     def _where(self) -> str:
