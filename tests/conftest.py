@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 import pytest
@@ -109,12 +110,22 @@ KIND_PARAMS = ("kind", "dialect")
 (``sqlite``, ``duckdb``), the server fixtures serve it a file."""
 
 
+def _codes(item: pytest.Item) -> list[CodeType]:
+    """The code of ``item``'s test function and of the fixtures it uses."""
+    functions = [getattr(item, "function", None)]
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    functions += [d[-1].func for name in getattr(item, "fixturenames", ()) if (d := defs.get(name))]
+    return [f.__code__ for f in functions if hasattr(f, "__code__")]
+
+
 def uses(item: pytest.Item) -> set[str]:
     """The resources ``item`` uses (the keys of :data:`RESOURCES`)."""
     names = set(getattr(item, "fixturenames", ()))
     params: dict[str, object] = getattr(getattr(item, "callspec", None), "params", {})
     kinds = {params[p] for p in KIND_PARAMS if p in params}
     found = {marker for marker, fixtures in RESOURCES.items() if names & fixtures}
+    if any("need" in code.co_names for code in _codes(item)):  # servers.need(kind): it asks for a server
+        found.add("servers")
     if kinds & SERVER_KINDS:
         found.add("servers")
     elif kinds:
