@@ -36,7 +36,9 @@ method starting cold (no cache from an earlier method), with the same per-query 
   ``num_cpus`` = cores (a process pool per call, ``func_timeout`` inside), no persistent cache, then
   ``frozenset`` equality as its BIRD EX evaluator does.
 
-Targets: ROSE-SQL >= 5x the SQL-R1-style loop and >= 1.5x nl2sqlevaluator, at equal cores.
+Targets: the full reward >= 10x the SQL-R1-style loop and >= 3x nl2sqlevaluator, the execution reward
+>= 15x and >= 4x, at equal cores. ``--grpo 256 8`` measures them on a GRPO step's shape instead: 256
+questions (every BIRD superhero one, then Spider's) with 8 completions each, scored as one batch.
 
 Then the server: ``rose serve-reward`` is started as a subprocess on a free loopback port, and
 ``--clients`` threads, each on one keep-alive connection, send requests of ``--per-request``
@@ -122,6 +124,19 @@ def _add(groups: dict[str, list[Rollout]], key: str, gold: str | None, root: Pat
         return
     completion = f"{THINK}<answer>\n```sql\n{pred.strip()}\n```\n</answer>"
     groups.setdefault(key, []).append(Rollout(key, gold, db, completion))
+
+
+def grpo_workload(rollouts: Sequence[Rollout], prompts: int, per_prompt: int) -> list[Rollout]:
+    """A GRPO step's shape: ``prompts`` questions with ``per_prompt`` completions each, every BIRD superhero
+    question that has that many first, then Spider's in order, to ``prompts`` in all."""
+    groups: dict[str, list[Rollout]] = {}
+    for r in rollouts:
+        groups.setdefault(r.question, []).append(r)
+    full = [g[:per_prompt] for g in groups.values() if len(g) >= per_prompt]
+    chosen = [g for g in full if g[0].question.startswith("bird")] + [
+        g for g in full if g[0].question.startswith("spider")
+    ]
+    return [r for g in chosen[:prompts] for r in g]
 
 
 def batches(rollouts: Sequence[Rollout], size: int) -> list[Sequence[Rollout]]:
@@ -415,6 +430,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--per-request", type=int, default=4)
     p.add_argument("--load-seconds", type=float, default=120.0)
+    p.add_argument(
+        "--grpo",
+        nargs=2,
+        type=int,
+        metavar=("PROMPTS", "PER_PROMPT"),
+        help="a GRPO-shaped workload instead: PROMPTS questions x PER_PROMPT completions, one batch (256 8)",
+    )
     p.add_argument("--skip", nargs="*", default=[], choices=["processes", "sql-r1", "nl2sql", "server"])
     p.add_argument("--json", type=Path, help="write the figures here")
     args = p.parse_args(argv)
@@ -423,6 +445,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     rollouts = load_workload(args.shared)[: args.limit]
+    if args.grpo:
+        rollouts = grpo_workload(rollouts, *args.grpo)
+        args.batch = len(rollouts)  # one training step's batch
     questions = len({r.question for r in rollouts})
     cores = os.cpu_count() or 1
     print(
@@ -474,7 +499,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ratios: dict[str, float] = {}
     for label in ("full reward", "execution reward"):
         ours = max(r["rewards_per_s"] for n, r in results.items() if n.startswith(f"ROSE-SQL {label}"))
-        for name, target in (("SQL-R1-style", 5.0), ("nl2sqlevaluator", 1.5)):
+        targets = {"full reward": (10.0, 3.0), "execution reward": (15.0, 4.0)}[label]
+        for name, target in zip(("SQL-R1-style", "nl2sqlevaluator"), targets, strict=True):
             other = next((r for n, r in results.items() if n.startswith(name)), None)
             if other:
                 ratio = ratios[f"{label} / {name}"] = ours / other["rewards_per_s"]

@@ -33,6 +33,9 @@ ReasoningEffort = Literal["minimal", "low", "medium", "high"]
 Aggregate = Literal["majority", "unanimous", "any-fail", "strong-only"]
 """How a judge stage's votes become its verdict (see :mod:`rose_sql.judges.votes`)."""
 Schedule = Literal["constant", "linear", "cosine"]
+Preset = Literal["rose", "sql-r1", "arctic", "skyrl-sql", "verl-text2sql", "think2sql"]
+"""The RL reward's formula: ours (``rose``), or one that computes what a published recipe computes
+(:mod:`rose_sql.reward.presets`)."""
 """How the syntax weight alpha moves over training steps (see :func:`rose_sql.reward.weights`)."""
 
 
@@ -744,6 +747,16 @@ def console_config() -> Config:
 class RewardConfig:
     """Every constant of the reward, with its default. Built once and passed down."""
 
+    preset: Preset = option(
+        "rose",
+        flags="--preset",
+        help=(
+            "The reward's formula: rose (syntax- and execution-aware, the default), or a published one: sql-r1, "
+            "arctic, skyrl-sql, verl-text2sql, think2sql (docs/rewards.md)."
+        ),
+    )
+    """``rose``: the reward this module describes; or a preset that computes what a published recipe computes
+    (:mod:`rose_sql.reward.presets`): the other fields but the sandbox's bounds then do not apply."""
     match: float = 1.0
     """Execution reward when the results are equal under our comparator."""
     partial: float = 0.5
@@ -868,6 +881,8 @@ class RewardConfig:
             raise ValueError("clause_mix must be in [0, 1]")
         if self.schedule not in get_args(Schedule):
             raise ValueError(f"unknown schedule {self.schedule!r}")
+        if self.preset not in get_args(Preset):
+            raise ValueError(f"unknown reward preset {self.preset!r}: one of {', '.join(get_args(Preset))}")
         if self.total_steps <= 0 or self.slow_query_s < 0:
             raise ValueError("total_steps must be positive and slow_query_s not negative")
         if self.processes < 1:

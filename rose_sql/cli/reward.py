@@ -19,7 +19,7 @@ _REWARD = _SERVE.reward
 MB = 2**20
 
 ORDER = (
-    *("db_root", "host", "port", "max_steps", "timeout", "deadline", "workers", "query_threads", "schedule"),
+    *("db_root", "host", "port", "preset", "max_steps", "timeout", "deadline", "workers", "query_threads", "schedule"),
     *("alpha_start", "alpha_end", "total_steps", "max_body_mb", "max_items", "max_connections", "header_timeout"),
     *("body_timeout", "allow_privileged_login", "verbose"),
 )

@@ -53,7 +53,7 @@ def combine(
 
 
 def bounds(config: RewardConfig, step: int | None = None) -> tuple[float, float]:
-    """The lowest and highest total at ``step``: no SQL at all, and the gold itself."""
+    """The lowest and highest total at ``step``: no SQL at all, and the gold itself (the default reward's)."""
     worst = SyntaxScore(False, 0.0, 0.0)
     best = SyntaxScore(True, 1.0, 1.0)
     low = combine(worst, min(config.error, config.timeout, config.wrong, config.partial), config, step)[0]
@@ -95,9 +95,18 @@ class Reward:
 
 
 def finish(
-    status: RewardStatus, detail: str, sql: str | None, structure: SyntaxScore, config: RewardConfig, step: int | None
+    status: RewardStatus,
+    detail: str,
+    sql: str | None,
+    structure: SyntaxScore,
+    config: RewardConfig,
+    step: int | None,
+    value: float | None = None,
 ) -> Reward:
-    """The reward of an execution outcome and a syntax score at training ``step``."""
+    """The reward of an execution outcome and a syntax score at training ``step``; under a preset
+    (``config.preset``), the preset's ``value`` is the total and the execution reward alike."""
+    if config.preset != "rose":
+        return Reward(value, value, 0.0, 0.0, status, detail, 0.0, 1.0, sql, structure)
     execution = execution_value(status, config)
     total, clause_part = combine(structure, execution, config, step)
     alpha, beta = weights(config, step)

@@ -171,4 +171,4 @@ class RewardScorer:
                 f.set_result(rewards[k])
 
     def _finish(self, o: Outcome, step: int | None) -> Reward:
-        return finish(o.status, o.detail, o.sql, o.structure, self.config, step)
+        return finish(o.status, o.detail, o.sql, o.structure, self.config, step, o.value)

@@ -22,7 +22,8 @@ from rose_sql.config import MAX_QUERY_THREADS, RewardConfig
 from rose_sql.engines import Database
 from rose_sql.engines.execute import Executor
 from rose_sql.engines.workers import Watch, limit_memory
-from rose_sql.results import Execution, Row
+from rose_sql.results import Execution, ResultSet, Row
+from rose_sql.reward import presets
 from rose_sql.reward.clauses import ParsedSQL, parse
 from rose_sql.reward.execution import RewardStatus, execution_outcome, gold_outcome
 from rose_sql.reward.extract import extract_sql
@@ -46,6 +47,8 @@ _NOT_RUN = Execution("guard", 0.0, error=LATE)
 NOT_FOUND = "database not found"
 """The start of an invalid item's detail when its database does not exist (the adapters name such databases)."""
 _NO_DATABASE = Execution("unreadable", 0.0, error=NOT_FOUND)
+_NOTHING = Execution("ok", 0.0, ResultSet((), (), 0))
+"""What Python's sqlite3 answers to an empty statement (a preset's recipe runs its text as it is)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,8 @@ class Outcome:
     """The SQL extracted from the completion."""
     structure: SyntaxScore
     """Its syntax score against the gold."""
+    value: float | None = None
+    """A preset's reward (:mod:`rose_sql.reward.presets`); unused by the default reward."""
 
 
 class _LRU(Generic[K, V]):
@@ -122,6 +127,8 @@ class Worker:
     def score(self, jobs: Sequence[Job], deadline: float | None = None) -> list[Outcome]:
         """The outcomes of ``jobs``, in order. Past ``deadline`` (``time.monotonic()``) no query starts
         and this returns: the jobs whose queries did not finish are ``wall_guard``."""
+        if self.config.preset != "rose":
+            return self._score_preset(jobs, deadline)
         keys: list[_Key] = [(extract_sql(text), gold_sql, db) for text, gold_sql, db in jobs]
         unique = list(dict.fromkeys(keys))
         found = dict(zip(unique, self._score_keys(unique, deadline), strict=True))
@@ -144,6 +151,34 @@ class Worker:
         pred_runs = dict(zip(wanted, self._map(self._run_pred, wanted, deadline), strict=True))
         compared: _Compared = {}
         return [self._outcome(k, gold_runs[k[2], k[1]], pred_runs.get((k[2], k[0] or "")), compared) for k in keys]
+
+    def _score_preset(self, jobs: Sequence[Job], deadline: float | None) -> list[Outcome]:
+        """A preset's rewards: each completion read as its recipe reads it, the queries it names run (each
+        distinct one once), the recipe's number."""
+        preset = self.config.preset
+        reads = {text: presets.read(preset, text) for text in dict.fromkeys(text for text, _, _ in jobs)}
+        gold_of = {g: presets.gold_query(preset, g) for g in dict.fromkeys(g for _, g, _ in jobs)}
+        golds = list(dict.fromkeys((db, gold_of[g]) for _, g, db in jobs))
+        gold_runs = dict(zip(golds, self._map(self._run_gold, golds, deadline), strict=True))
+        wanted = []
+        for text, g, db in jobs:
+            sql = reads[text].sql
+            if sql is not None and sql.strip() and gold_runs[db, gold_of[g]].ok:
+                wanted.append((db, sql))
+        wanted = list(dict.fromkeys(wanted))
+        pred_runs = dict(zip(wanted, self._map(self._run_pred, wanted, deadline), strict=True))
+        out = []
+        for text, g, db in jobs:
+            r, gold = reads[text], gold_runs[db, gold_of[g]]
+            if gold is _NO_DATABASE:
+                out.append(Outcome("invalid", f"{NOT_FOUND}: {db}", r.sql, UNPARSED))
+                continue
+            pred = None if r.sql is None else _NOTHING if not r.sql.strip() else pred_runs.get((db, r.sql))
+            if pred is not None and pred.status == "unreadable":
+                pred = self.gold.attribute(db, pred, gold_of[g])
+            status, detail, v = presets.value(preset, r, pred, gold, g)
+            out.append(Outcome(status, detail, r.sql, UNPARSED, v))
+        return out
 
     def _map(
         self,
