@@ -48,10 +48,10 @@ percentiles, requests per second and failed requests (non-200, wrong shape, or a
 
 Exact command (from the repository root)::
 
-    .venv/bin/python bench/bench_reward.py --nl2sql-python /work/nl2sqlev-venv/bin/python
+    .venv/bin/python bench/bench_reward.py --nl2sql-python ../nl2sqlev-venv/bin/python
 
-where ``/work/nl2sqlev-venv`` was made with ``python3.12 -m venv /work/nl2sqlev-venv &&
-/work/nl2sqlev-venv/bin/pip install nl2sqlevaluator==1.3.4`` (the bench skips it when absent).
+where ``../nl2sqlev-venv`` was made with ``python3.12 -m venv ../nl2sqlev-venv &&
+../nl2sqlev-venv/bin/pip install nl2sqlevaluator==1.3.4`` (the bench skips it when absent).
 Options: ``--shared`` (default ``../shared/data``), ``--batch`` (256), ``--timeout`` (2 s),
 ``--repeat`` (best of N runs per method, default 1), ``--limit`` (first N completions),
 ``--requests`` (3000), ``--clients`` (16), ``--per-request`` (4), ``--load-seconds`` (120),
@@ -425,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=2.0)
     p.add_argument("--repeat", type=int, default=1, help="best of N runs per method")
     p.add_argument("--limit", type=int, default=None, help="only the first N completions")
-    p.add_argument("--nl2sql-python", default="/work/nl2sqlev-venv/bin/python")
+    p.add_argument("--nl2sql-python", default="../nl2sqlev-venv/bin/python")
     p.add_argument("--requests", type=int, default=3000)
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--per-request", type=int, default=4)
