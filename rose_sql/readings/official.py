@@ -25,6 +25,10 @@ from rose_sql.readings.formulas import Readings, bird_ex, soft_f1, ts_equal, ts_
 from rose_sql.results import Execution, ResultSet
 from rose_sql.sql import NO_STATEMENT
 
+GOLD_FAILED = ("error", "timeout", "rejected")
+"""A gold's statuses that are its own failure: BIRD's scripts count the item 0 (the test suite's script
+asserts that the gold executes, and stops: its readings stay undefined, ``official_aborts``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Official:
@@ -53,6 +57,8 @@ def read_official(
         readings = _no_prediction(db, gold)
     elif gold is not None and gold.ok and pred.status != "unreadable":
         readings = _readings(item, db, gold, pred, executor) if db.info.python_sqlite3 else _bird_readings(gold, pred)
+    elif gold is not None and gold.status in GOLD_FAILED and pred.status not in ("unreadable", "guard"):
+        readings = Readings(bird_ex=0, soft_f1=0.0)  # BIRD's scripts count any failure 0, the gold's too
     else:
         readings = Readings()
     readings = replace(readings, spider_em=em)
