@@ -20,6 +20,13 @@ What is counted:
 - a reading is left out of an item for the reason its gap has (:data:`GAPS`): the item's own reason when
   its gold could not run (``db_missing``, ``gold_error``...), else why that reading alone is undefined
   (a result cut at the row cap, the test suite's readings on an engine other than SQLite...);
+- the official readings count what the official scripts count: a gold that fails on its own account
+  (an error, a refusal, a confirmed runaway) makes BIRD EX and Soft-F1 0, as BIRD's scripts count any
+  failure, and a prediction the policy refuses is 0 as a failing one; both are named beneath the figure
+  (``Figure.counted_0``). Our stricter accounting stays beside it, labelled (:attr:`Figure.stricter`: the
+  items with a working gold only), so that "BIRD EX" is always the official script's number on the same
+  items. Where the official script has no number (the test suite asserts that every gold executes, and
+  stops), the reading is left out as ``official_aborts``;
 - ROSE is no number (``value`` None) while any item awaits a judge: the only scores execution settles
   alone are the 0s of failing predictions, and their mean says nothing about a system. A figure over no
   item is no number either. Never 0.
@@ -66,6 +73,8 @@ GAPS: dict[str, str] = {
     "holds one database: the reading on that one is spider_ex",
     "not_recorded": "the record holds no such reading (an imported run, or a scores file)",
     "not_in_their_ex": "their EX outputs have no entry for this item, although their ROSE outputs have one",
+    "official_aborts": "the gold fails, and the test suite's script asserts that every gold executes: it stops "
+    "there and gives no number for the run",
 }
 """Why a reading is undefined on an item whose gold ran, beside the unscored reasons of
 :data:`rose_sql.decide.UNSCORED` (an item whose gold could not run leaves every reading out for its own
@@ -83,6 +92,21 @@ _ITEM_REASONS = frozenset(
     }
 )
 """Unscored reasons that leave the readings out too: nothing was compared."""
+
+COUNTED_0: dict[str, str] = {
+    "gold_error": "the gold fails on its own account (an error, a refusal, a confirmed runaway): BIRD's scripts "
+    "count the item 0, and so does the official reading; the stricter figure beside it leaves it out",
+    "policy_refused": "our policy refused the prediction: it counts 0, as a prediction that fails",
+}
+"""Why an official reading counts an item 0 where a reader might expect it left out (named beneath the
+figure, :attr:`Figure.counted_0`)."""
+STRICTER_OUT = ("gold_error",)
+"""Of :data:`COUNTED_0`, the reasons our stricter accounting leaves out instead (:attr:`Figure.stricter`)."""
+STRICTER_LABEL = "with a working gold"
+"""How the views label the stricter figure."""
+_GOLD_FAILED = frozenset({"error", "timeout", "rejected"})
+"""A gold's statuses that are its own failure (``missing``, ``unreadable`` and ``guard`` are not: the
+database's, or an unconfirmed wall clock)."""
 
 
 class Counted(Protocol):
@@ -107,6 +131,11 @@ class Counted(Protocol):
     @property
     def difficulty(self) -> str | None: ...
 
+    @property
+    def counted_0(self) -> str | None:
+        """Why an official reading of the item is 0 by the official rule alone (:data:`COUNTED_0`), or None."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Figure:
@@ -124,6 +153,22 @@ class Figure:
     """The items not in ``n``, by reason (``awaiting_judge``, ``db_missing``, ``truncated``...)."""
     no_prediction: int = 0
     """Of the items in ``n``, those without a prediction, counted 0."""
+    counted_0: dict[str, int] = field(default_factory=dict)
+    """Of the items in ``n``, those an official reading counts 0 by the official script's rule, by reason
+    (:data:`COUNTED_0`): named beneath the figure; those of :data:`STRICTER_OUT` leave :attr:`stricter`."""
+
+    @property
+    def stricter(self) -> Figure | None:
+        """Our stricter accounting beside the official figure: the items of :data:`STRICTER_OUT` (a gold
+        that fails) left out under their reason instead of counted 0. None when it is the same figure."""
+        out = {reason: k for reason, k in self.counted_0.items() if reason in STRICTER_OUT and k}
+        if not out:
+            return None
+        left = Counter(self.left_out)
+        left.update(out)
+        kept = {reason: k for reason, k in self.counted_0.items() if reason not in out}
+        n = self.n - sum(out.values())
+        return Figure(self.name, self.hits, n, self.of, _sorted(left), self.no_prediction, kept)
 
     @property
     def awaiting(self) -> int:
@@ -155,6 +200,8 @@ class Figure:
             "of": self.of,
             "left_out": dict(self.left_out),
             "no_prediction": self.no_prediction,
+            "counted_0": dict(self.counted_0),
+            "stricter": _stricter_dict(self.stricter),
         }
 
     def cell(self) -> str:
@@ -164,7 +211,13 @@ class Figure:
             return f"{AWAITING} ({self.awaiting} {'item' if self.awaiting == 1 else 'items'})"
         if self.percent is None:
             return UNDEFINED
-        return f"{self.percent:.2f} ({self.n}/{self.of})" if self.n != self.of else f"{self.percent:.2f} ({self.n})"
+        cell = f"{self.percent:.2f} ({self.n}/{self.of})" if self.n != self.of else f"{self.percent:.2f} ({self.n})"
+        strict = self.stricter
+        if strict is None:
+            return cell
+        head = cell.replace(" (", " (official, ", 1)
+        tail = f"{strict.percent:.2f} ({strict.n} {STRICTER_LABEL})" if strict.percent is not None else UNDEFINED
+        return f"{head}; {tail}"
 
     def shown(self) -> str:
         """The figure in a sentence: ``82.69 over 52 of 500 (448 db_missing)``, never a bare number."""
@@ -177,7 +230,13 @@ class Figure:
         parts = [f"{count} {reason}" for reason, count in sorted(self.left_out.items(), key=lambda kv: (-kv[1], kv[0]))]
         if self.no_prediction:
             parts.append(f"{self.no_prediction} no_prediction counted 0")
-        return head + (f" ({', '.join(parts)})" if parts else "")
+        parts += [f"{k} {reason} counted 0" for reason, k in sorted(self.counted_0.items()) if k]
+        shown = head + (f" ({', '.join(parts)})" if parts else "")
+        strict = self.stricter
+        if strict is None:
+            return shown
+        beside = f"{strict.percent:.2f}" if strict.percent is not None else UNDEFINED
+        return f"{shown.replace(' over ', ' (official) over ', 1)}; {beside} over the {strict.n} {STRICTER_LABEL}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +281,12 @@ def _sorted(counts: Counter[str]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def _stricter_dict(f: Figure | None) -> dict[str, object] | None:
+    if f is None:
+        return None
+    return {"value": f.value, "percent": f.percent, "n": f.n, "left_out": dict(f.left_out), "label": STRICTER_LABEL}
+
+
 def figures(items: Iterable[Counted]) -> Figures:
     """The figures of a group of items (every item counted once: deduplicate before)."""
     group = list(items)
@@ -239,14 +304,17 @@ def figures(items: Iterable[Counted]) -> Figures:
     for i, name in enumerate(READINGS):
         values: list[float] = []
         gaps: Counter[str] = Counter()
+        zero: Counter[str] = Counter()
         for c in group:
             v = getattr(c.readings, name)
             if v is None:
                 gaps[c.gaps[i] or "not_recorded"] += 1
             else:
                 values.append(v)
+                if c.counted_0 is not None and v == 0:
+                    zero[c.counted_0] += 1
         absent = sum(1 for c in group if not c.predicted and getattr(c.readings, name) is not None)
-        readings.append(Figure(name, float(sum(values)), len(values), of, _sorted(gaps), absent))
+        readings.append(Figure(name, float(sum(values)), len(values), of, _sorted(gaps), absent, _sorted(zero)))
     return Figures(of, rose, *readings)
 
 
@@ -296,7 +364,32 @@ def gaps(record: Record) -> tuple[str | None, ...]:
     return tuple(None if getattr(record.readings, name) is not None else _gap(record, name) for name in READINGS)
 
 
+def counted_0(record: Record) -> str | None:
+    """Why the official readings of a record are 0 by the official rule alone (:data:`COUNTED_0`): its gold
+    failed on its own account (``gold_error``), or our policy refused its prediction (``policy_refused``);
+    None otherwise, and for imported runs."""
+    from rose_sql.sql import NO_STATEMENT
+
+    if record.imported is not None:
+        return None
+    if record.gold.status in _GOLD_FAILED:
+        return "gold_error"
+    if record.pred.status == "rejected" and record.pred.error not in NO_STATEMENT:
+        return "policy_refused"
+    return None
+
+
 def _gap(r: Record, name: str) -> str:
+    if (
+        name.startswith(("ts_", "spider_"))
+        and r.gold.status in _GOLD_FAILED
+        and r.unscored_reason
+        in (
+            "gold_error",
+            None,
+        )
+    ):
+        return "not_on_engine" if r.dialect is not None else "official_aborts"
     if r.unscored_reason in _ITEM_REASONS:
         return r.unscored_reason
     if r.imported is not None:  # another evaluator's outputs: nothing of ours was read
@@ -335,6 +428,19 @@ def left_out_lines(figs: Figures) -> list[str]:
     for reasons, names in groups.items():
         subject = "every figure leaves" if len(names) == len(FIGURES) else f"{_and(names)} {_verb(names)}"
         out.append(f"{subject} out {_and([f'{n} {reason}' for reason, n in reasons])}")
+    zeros: dict[tuple[tuple[str, int], ...], list[Figure]] = {}
+    for f in figs.all():
+        if any(f.counted_0.values()):
+            zeros.setdefault(tuple(sorted(f.counted_0.items())), []).append(f)
+    for reasons, fs in zeros.items():
+        names = [NAMES[f.name] for f in fs]
+        line = f"{_and(names)} {'counts' if len(names) == 1 else 'count'} {_and([f'{n} {r}' for r, n in reasons])} 0"
+        line += ", as the official scripts do"
+        beside = [(f, s) for f in fs if (s := f.stricter) is not None]
+        if beside:
+            shown = [f"{NAMES[f.name]} {s.percent:.2f}" if s.percent is not None else NAMES[f.name] for f, s in beside]
+            line += f"; over the {beside[0][1].n} items {STRICTER_LABEL}: {_and(shown)}"
+        out.append(line)
     if figs.rose.no_prediction:
         out.append(f"{figs.rose.no_prediction} questions without a prediction are counted 0 (no_prediction)")
     return out

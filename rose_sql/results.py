@@ -42,6 +42,13 @@ class ResultSet:
     unhashable: bool = False
     """True when an engine returned a list or a mapping (kept as a tuple or JSON text): the official
     scripts' ``set()`` of rows raises on such a result."""
+    distinct: tuple[Row, ...] | None = None
+    """For a result cut at the row cap: every one of its distinct rows, in the order each first came (the
+    order of ``dict.fromkeys`` over all its rows), streamed past the cap and kept while they fit caps of
+    their own (``Limits.max_rows`` distinct rows, ``Limits.max_bytes``). What the official set readings
+    (BIRD EX, Soft-F1) need of a result, so that the row cap bounds memory without changing them. None
+    for a whole result (``rows`` is every row), and where the distinct rows passed their caps or could
+    not all be read (the count past the cap ran out of its budget, or text past it was not UTF-8)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only on Python 3.12+
 
-from rose_sql.accounting import READINGS, Figure, Figures, by_difficulty, figures, gaps
+from rose_sql.accounting import READINGS, Figure, Figures, by_difficulty, counted_0, figures, gaps
 from rose_sql.config import Config
 from rose_sql.items.load import ItemId, Loaded
 from rose_sql.provenance import JudgeInfo, Manifest, SubsetInfo, judge_info, lift_judge
@@ -66,6 +66,8 @@ class Brief(NamedTuple):
     """The item's VM-step efficiency ratio (``--efficiency``), or why it has none; None: not asked."""
     time: float | str | None = None
     """The item's published wall-time efficiency ratio, or why it has none; None: not asked."""
+    counted_0: str | None = None
+    """Why its official readings are 0 by the official rule alone (:func:`rose_sql.accounting.counted_0`)."""
 
     @classmethod
     def of(cls, r: Record) -> Brief:
@@ -90,6 +92,7 @@ class Brief(NamedTuple):
             gaps(r),
             r.pred_sql is not None,
             *_efficiency_brief(r),
+            counted_0(r),
         )
 
 

@@ -342,3 +342,48 @@ def test_left_out_reasons_are_the_records_reasons() -> None:
     assert figs.bird_ex.left_out == {"db_missing": 1, "truncated": 1}
     assert figs.spider_ex.left_out == {"db_missing": 1, "truncated": 1, "ts_undefined": 2}
     assert figs.ts_ex.left_out == {"db_missing": 1, "no_variants": 3}  # no variant databases: not test-suite accuracy
+
+
+def test_official_readings_count_a_failing_gold_and_a_refused_prediction_0_with_the_stricter_figure_beside(
+    make_db: Any, tmp_path: Path
+) -> None:
+    """Issue 36, symptom 2 as a user meets it: a gold that fails is counted 0 under BIRD EX and Soft-F1, as
+    BIRD's scripts count it, and a prediction the policy refuses is 0 as a failing one; both are named
+    beneath the figure, and the stricter figure (the items with a working gold) stands beside it, labelled,
+    in summary.json, the terminal, ``rose compare`` and the report. The test suite's readings, whose script
+    stops at a failing gold, say so by name."""
+    db = make_db("CREATE TABLE t (a INT); INSERT INTO t VALUES (1), (2), (3);", "league")
+    rows = [
+        {"id": 1, "gold_sql": "SELECT a FROM t WHERE a = 1", "pred_sql": "SELECT a FROM t WHERE a = 1"},
+        {"id": 2, "gold_sql": "SELECT a FROM t WHERE a = 2", "pred_sql": "SELECT a FROM t WHERE a = 2"},
+        {"id": 3, "gold_sql": "SELECT a FROM t WHERE a = 3", "pred_sql": "SELECT a FROM t WHERE a = 1"},
+        {"id": 4, "gold_sql": "SELECT nope FROM t", "pred_sql": "SELECT a FROM t"},
+        {"id": 5, "gold_sql": "SELECT a FROM t", "pred_sql": "DELETE FROM t"},
+    ]
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(json.dumps({**r, "db_id": "league", "question": "q?"}) + "\n" for r in rows))
+    res = _invoke("run", items, "--db", db.parent.parent, "--out", tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    summary = json.loads((tmp_path / "out" / "items" / "summary.json").read_text())
+    bird = summary["figures"]["bird_ex"]
+    assert (bird["percent"], bird["n"], bird["of"]) == (40.0, 5, 5)  # the official script's 2 of 5
+    assert bird["counted_0"] == {"gold_error": 1, "policy_refused": 1} and bird["left_out"] == {}
+    assert bird["stricter"] == {
+        "value": 0.5, "percent": 50.0, "n": 4, "left_out": {"gold_error": 1}, "label": "with a working gold"
+    }  # fmt: skip
+    assert summary["bird_ex"] == 0.4 and summary["figures"]["soft_f1"]["counted_0"]["gold_error"] == 1
+    assert summary["figures"]["spider_ex"]["left_out"] == {"official_aborts": 1}
+    assert "40.00 (official, 5); 50.00 (4 with a working gold)" in out
+    assert "count 1 gold_error and 1 policy_refused 0, as the official scripts do" in out
+    assert "over the 4 items with a working gold: BIRD EX 50.00 and Soft-F1 50.00" in out
+    res = _invoke("compare", tmp_path / "out", "--json", tmp_path / "c.json")
+    assert res.exit_code == 0, res.output
+    assert "40.00 (official, 5); 50.00 (4 with a working gold)" in " ".join(res.output.split())
+    compared = json.loads((tmp_path / "c.json").read_text())["systems"][0]["headline"]["figures"]["bird_ex"]
+    assert compared["stricter"]["n"] == 4 and compared["counted_0"] == bird["counted_0"]
+    res = _invoke("report", tmp_path / "out", "--out", tmp_path / "r.html")
+    assert res.exit_code == 0, res.output
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "40.00 (official, 5); 50.00 (4 with a working gold)" in page
+    assert "1 gold_error and 1 policy_refused 0, as the official scripts do" in page

@@ -216,6 +216,8 @@ def outcome(record: Record, keys: set[str]) -> dict[str, Any]:
         "gold": r.gold.status,
         "pred": r.pred.status,
         "bird_ex": r.readings.bird_ex,
+        "soft_f1": r.readings.soft_f1,
+        "spider_ex": r.readings.spider_ex,
         "equal": r.comparison.equal if r.comparison is not None else None,
         "truncated": r.pred.truncated,
         "row_count": r.pred.row_count,

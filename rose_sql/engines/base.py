@@ -577,7 +577,8 @@ def batches(
 
 
 def collect(batched: Iterable[Sequence[Sequence[Any]]], limits: Limits) -> Collected:
-    """Rows from the driver's batches (:func:`batches`), up to the row and byte caps."""
+    """Rows from the driver's batches (:func:`batches`), up to the row and byte caps; past them, the distinct
+    rows of the batch that passed (:class:`Distinct`, fed the rest of the result by the caller)."""
     kept: list[Row] = []
     nbytes, unhashable = 0, False
     max_rows, max_bytes = limits.max_rows, limits.max_bytes
@@ -598,10 +599,60 @@ def collect(batched: Iterable[Sequence[Sequence[Any]]], limits: Limits) -> Colle
                 unhashable = unhashable or any(u for _, u in cells)
                 size += sum(len(c) for c in row if isinstance(c, str | bytes))
             if len(kept) >= max_rows or nbytes + size > max_bytes:
-                return Collected(kept, nbytes, True, unhashable, len(batch) - i)
+                distinct = Distinct(kept, limits)
+                distinct.add_batch(batch[i:])
+                return Collected(kept, nbytes, True, unhashable, len(batch) - i, distinct)
             kept.append(row)
             nbytes += size
     return Collected(kept, nbytes, False, unhashable, 0)
+
+
+class Distinct:
+    """The distinct rows of a result past the row cap, in the order each first came, kept while they fit
+    caps of their own (``Limits.max_rows`` distinct rows and ``Limits.max_bytes``): what BIRD's set
+    readings need of a result too long to keep (:attr:`rose_sql.results.ResultSet.distinct`). Past its
+    caps it keeps nothing more and gives None."""
+
+    __slots__ = ("full", "max_bytes", "max_rows", "nbytes", "rows")
+
+    def __init__(self, kept: Iterable[Row], limits: Limits) -> None:
+        self.rows: dict[Row, None] = {}
+        self.nbytes = 0
+        self.max_rows, self.max_bytes = limits.max_rows, limits.max_bytes
+        self.full = False
+        for row in kept:
+            self.add(row)
+
+    def add(self, row: Row) -> None:
+        """One more row of the result (as the result keeps its rows: :func:`plain` cells)."""
+        if self.full or row in self.rows:
+            return
+        size = row_bytes(row)
+        if len(self.rows) >= self.max_rows or self.nbytes + size > self.max_bytes:
+            self.full, self.rows = True, {}
+            return
+        self.rows[row] = None
+        self.nbytes += size
+
+    def add_batch(self, batch: Iterable[Sequence[Any]]) -> int:
+        """Rows as the driver gives them (made hashable as :func:`collect` makes them); how many there were."""
+        n = 0
+        for raw in batch:
+            n += 1
+            if not self.full:
+                row = tuple(raw)
+                if any(type(v) not in _PLAIN for v in row):
+                    row = tuple(plain(v)[0] for v in row)
+                self.add(row)
+        return n
+
+    def give_up(self) -> None:
+        """The rest of the result cannot be read as the official script would read it: no distinct rows."""
+        self.full, self.rows = True, {}
+
+    def result(self) -> tuple[Row, ...] | None:
+        """The distinct rows, or None past the caps."""
+        return None if self.full else tuple(self.rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -614,11 +665,16 @@ class Collected:
     unhashable: bool
     past: int
     """Rows already fetched past the cap (the first row that did not fit, and the rest of its batch)."""
+    distinct: Distinct | None = None
+    """When truncated: the distinct rows so far (the caller feeds it the rows it counts past the cap)."""
 
     def result(self, columns: tuple[str, ...], rest: int | None) -> ResultSet:
-        """The result set, with ``rest`` more rows counted past the ones read (None: the count stopped)."""
+        """The result set, with ``rest`` more rows counted past the ones read (None: the count stopped, and
+        the distinct rows are not all known)."""
         count = len(self.rows) + self.past + (rest or 0)
-        return ResultSet(columns, tuple(self.rows), count, self.truncated, rest is not None, unhashable=self.unhashable)
+        distinct = self.distinct.result() if self.distinct is not None and rest is not None else None
+        exact, rows = rest is not None, tuple(self.rows)
+        return ResultSet(columns, rows, count, self.truncated, exact, unhashable=self.unhashable, distinct=distinct)
 
 
 # --------------------------------------------------------------------------- pooled connections

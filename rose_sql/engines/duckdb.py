@@ -284,6 +284,8 @@ def fetch(c: duckdb.DuckDBPyConnection, sql: str, limits: Limits) -> tuple[Resul
         got = collect(batches(c.fetchmany, limits), limits)
         columns = _columns(c, body, named)
         if got.truncated:
+            assert got.distinct is not None
+            got.distinct.give_up()  # the rows past the window are counted, never made: their values are not known
             return got.result(columns, _rest(c, body, len(got.rows) + got.past)), got.nbytes
         if len(got.rows) < size:
             return got.result(columns, 0), got.nbytes
@@ -300,8 +302,9 @@ def _stream(c: duckdb.DuckDBPyConnection, sql: str, limits: Limits) -> tuple[Res
     got = collect(batches(c.fetchmany, limits), limits)
     rest: int | None = 0
     if got.truncated:
+        assert got.distinct is not None
         try:
-            rest = sum(len(b) for b in batches(c.fetchmany, limits))
+            rest = sum(got.distinct.add_batch(b) for b in batches(c.fetchmany, limits))
         except duckdb.InterruptException:  # the time limit met the count: a lower bound
             rest = None
     return got.result(columns, rest), got.nbytes

@@ -232,7 +232,8 @@ class MySQL(Pooled[_Conn]):
             rest: int | None = 0
             if got.truncated:
                 try:  # the rows past the cap stream by, counted, never kept
-                    rest = sum(len(b) for b in batches(cur.fetchmany, self.limits))
+                    assert got.distinct is not None
+                    rest = sum(got.distinct.add_batch(b) for b in batches(cur.fetchmany, self.limits))
                 except pymysql.err.OperationalError as e:  # the time limit met the count: a lower bound
                     if e.args[0] not in _TIMEOUT_CODES:
                         raise

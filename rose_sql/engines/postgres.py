@@ -400,10 +400,18 @@ class PostgreSQL(Pooled[_Conn]):
 
         got = collect(batches(fetch, limits, first=first.fetchall(), size=FIRST_FETCH), limits)
         rest: int | None = 0
-        if got.truncated:  # the rows past those fetched are counted on the server
+        if got.truncated:  # the rows past the cap stream by for their distinct rows, the rest counted on the server
+            distinct = got.distinct
+            assert distinct is not None
             try:
-                rest = int((c.execute(f"MOVE FORWARD ALL IN {CURSOR}").statusmessage or "MOVE 0").split()[-1])
-            except psycopg.errors.QueryCanceled:  # the time limit met the count: a lower bound
+                rest = 0
+                for batch in batches(fetch, limits):
+                    rest += distinct.add_batch(batch)
+                    if distinct.full:
+                        break
+                if distinct.full:
+                    rest += int((c.execute(f"MOVE FORWARD ALL IN {CURSOR}").statusmessage or "MOVE 0").split()[-1])
+            except (psycopg.errors.QueryCanceled, TimeoutError):  # the time limit met the count: a lower bound
                 rest = None
         return got.result(columns, rest), got.nbytes, None
 

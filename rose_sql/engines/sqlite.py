@@ -62,6 +62,7 @@ from rose_sql.engines.base import (
     ColumnInfo,
     Counted,
     DbKey,
+    Distinct,
     Failure,
     Fingerprint,
     Pooled,
@@ -484,20 +485,39 @@ class SQLite(Pooled[_Conn]):
                 keep(row)
                 nbytes += size
             count, exact = len(rows), True
+            distinct = None
             if truncated:
-                del row  # the first row past the cap is counted, not kept
-                count, exact = self._count_rest(c, cur, len(rows) + 1)
-            return ResultSet(columns, tuple(rows), count, truncated, exact, c.decode_errors), nbytes
+                seen = Distinct(rows, limits)
+                seen.add(row)  # the first row past the cap is counted, not kept
+                del row
+                count, exact = self._count_rest(c, cur, len(rows) + 1, seen)
+                distinct = seen.result() if exact and not c.decode_errors else None
+            return ResultSet(columns, tuple(rows), count, truncated, exact, c.decode_errors, distinct=distinct), nbytes
         finally:
             cur.close()
 
-    def _count_rest(self, c: _Conn, cur: sqlite3.Cursor, counted: int) -> tuple[int, bool]:
-        """Step through the rows past the cap without keeping them, within a step budget of their own."""
+    def _count_rest(self, c: _Conn, cur: sqlite3.Cursor, counted: int, distinct: Distinct) -> tuple[int, bool]:
+        """Step through the rows past the cap without keeping them, within a step budget of their own, their
+        distinct rows into ``distinct`` while it holds them (text decoded as Python's ``sqlite3`` decodes it;
+        text that is not UTF-8 gives the distinct rows up: the official script's query fails there)."""
         c.ticks, c.tick_limit = 0, self.limits.count_past_cap_steps // STEP_GRAIN
-        factory, c.conn.text_factory = c.conn.text_factory, bytes  # text we drop: not decoded, cannot fail
+        factory = c.conn.text_factory
+
+        def text(b: bytes) -> str | bytes:
+            try:
+                return b.decode()
+            except UnicodeDecodeError:
+                distinct.give_up()
+                return b
+
+        c.conn.text_factory = bytes if distinct.full else text
         try:
-            for _ in cur:
+            for row in cur:
                 counted += 1
+                if not distinct.full:
+                    distinct.add(row)
+                    if distinct.full:
+                        c.conn.text_factory = bytes  # text we drop: not decoded, cannot fail
             return counted, True
         except Exception:  # out of steps (or memory): the count is a lower bound
             if c.stopped == "steps":

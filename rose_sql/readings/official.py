@@ -25,6 +25,10 @@ from rose_sql.readings.formulas import Readings, bird_ex, soft_f1, ts_equal, ts_
 from rose_sql.results import Execution, ResultSet
 from rose_sql.sql import NO_STATEMENT
 
+GOLD_FAILED = ("error", "timeout", "rejected")
+"""A gold's statuses that are its own failure: BIRD's scripts count the item 0 (the test suite's script
+asserts that the gold executes, and stops: its readings stay undefined, ``official_aborts``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Official:
@@ -53,6 +57,8 @@ def read_official(
         readings = _no_prediction(db, gold)
     elif gold is not None and gold.ok and pred.status != "unreadable":
         readings = _readings(item, db, gold, pred, executor) if db.info.python_sqlite3 else _bird_readings(gold, pred)
+    elif gold is not None and gold.status in GOLD_FAILED and pred.status not in ("unreadable", "guard"):
+        readings = Readings(bird_ex=0, soft_f1=0.0)  # BIRD's scripts count any failure 0, the gold's too
     else:
         readings = Readings()
     readings = replace(readings, spider_em=em)
@@ -109,11 +115,27 @@ def _bird_readings(gold: Execution, pred: Execution) -> Readings:
     assert g is not None
     if p is None:
         return Readings(bird_ex=0, soft_f1=0.0)
-    if g.truncated or p.truncated:
-        return Readings()
     if g.unhashable or p.unhashable:
         return Readings(bird_ex=0, soft_f1=0.0)
-    return Readings(bird_ex=bird_ex(p.rows, g.rows), soft_f1=soft_f1(p.rows, g.rows))
+    pr, gr = set_rows(p), set_rows(g)
+    if pr is None or gr is None:
+        return Readings()
+    return Readings(bird_ex=bird_ex(pr, gr), soft_f1=soft_f1(pr, gr))
+
+
+def set_rows(result: ResultSet) -> tuple[tuple[Any, ...], ...] | None:
+    """What BIRD's set readings need of a result: its rows, or for a result cut at the row cap its distinct
+    rows in the order each first came (``set()`` and ``dict.fromkeys`` of them are those of every row);
+    None where those passed their own caps (the reading is then undefined, ``truncated``)."""
+    return result.distinct if result.truncated else result.rows
+
+
+def ts_past_cap(g: ResultSet, p: ResultSet) -> int | None:
+    """The test suite's equality where a result is cut at the row cap: 0 when the two results' exact row
+    counts differ (the official ``result_eq`` compares the lengths first); None (undefined) otherwise."""
+    if not (g.count_exact and p.count_exact):
+        return None
+    return 0 if g.row_count != p.row_count else None
 
 
 def _readings(item: Item, db: Database, gold: Execution, pred: Execution, executor: Executor) -> Readings:
@@ -125,12 +147,12 @@ def _readings(item: Item, db: Database, gold: Execution, pred: Execution, execut
     f1: float | None
     if p is None:
         b, f1 = 0, 0.0
-    elif g.truncated or p.truncated:
-        b, f1 = None, None
     elif g.decode_errors or p.decode_errors:
         b, f1 = 0, 0.0  # BIRD's default text decoding raises on such text: the query "fails"
+    elif (pr := set_rows(p)) is None or (gr := set_rows(g)) is None:
+        b, f1 = None, None
     else:
-        b, f1 = bird_ex(p.rows, g.rows), soft_f1(p.rows, g.rows)
+        b, f1 = bird_ex(pr, gr), soft_f1(pr, gr)
     one = _ts(item, db, gold, pred, executor, False)
     same_sql = ts_gold_sql(item.gold_sql) == ts_gold_sql(item.gold_sql, keep_distinct=True) and ts_pred_sql(
         item.pred_sql
@@ -189,7 +211,7 @@ def _on_variants(
         if p.result is None:
             return 0
         if g.result.truncated or p.result.truncated:
-            return None
+            return ts_past_cap(g.result, p.result)
         equal = ts_equal(g.result.rows, p.result.rows, ts_order_matters(g_sql))
         if equal is None:
             return None
@@ -209,6 +231,6 @@ def _ts(item: Item, db: Database, gold: Execution, pred: Execution, executor: Ex
     if p.result is None:
         return 0
     if g.result.truncated or p.result.truncated:
-        return None
+        return ts_past_cap(g.result, p.result)
     equal = ts_equal(g.result.rows, p.result.rows, ts_order_matters(g_sql))
     return None if equal is None else int(equal)
