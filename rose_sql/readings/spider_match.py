@@ -654,12 +654,18 @@ def _drop_values(sql: Sql | None) -> Sql | None:
     return sql
 
 
-def _valid_columns(units: Sequence[Any], schema: Schema) -> set[str]:
-    prefixes = {u[1][:-2] for u in units if u[0] == "table_unit"}
-    return {v for v in schema.ids.values() if "." in v and v[: v.index(".")] in prefixes}
+def _valid_columns(units: Sequence[Any], schema: Schema) -> frozenset[str]:
+    return _columns_of(schema, frozenset(u[1][:-2] for u in units if u[0] == "table_unit"))
 
 
-def _map_columns(valid: set[str], sql: Sql | None, fk: Mapping[str, str]) -> Sql | None:
+@lru_cache(maxsize=4096)
+def _columns_of(schema: Schema, prefixes: frozenset[str]) -> frozenset[str]:
+    """The schema's column ids under these table prefixes (once per schema and set of tables: a walk of
+    every column of the schema)."""
+    return frozenset(v for v in schema.ids.values() if "." in v and v[: v.index(".")] in prefixes)
+
+
+def _map_columns(valid: frozenset[str], sql: Sql | None, fk: Mapping[str, str]) -> Sql | None:
     """rebuild_sql_col: foreign keys to their representative, DISTINCT flags dropped (not in nested
     condition queries, which it does not visit); a new sql dict, ``sql`` left as it is."""
     if sql is None:
