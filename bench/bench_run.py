@@ -36,6 +36,10 @@ Every phase reports wall time (the targets are about it) and CPU time (user + sy
 the children it waited for; far less sensitive to other load on a shared machine). With ``--repeat N``
 the four phases run N times, interleaved, and the fastest run of each is kept.
 
+The readings ``rose run`` computed (every name of a record's ``readings`` in its runs) are printed as
+"readings measured" and written to ``--json``: ``docs/benchmarks.md`` states them, and a test compares
+that statement with the readings ``rose_sql`` computes today, so that adding one calls for measuring again.
+
 Sanity check, per file: the official scripts' item counts and accuracies next to ours (``bird_ex`` and
 ``ts_ex`` means from each ``summary.json``); a mismatch makes the exit status 1. The databases' SHA-256
 are compared before and after (the official scripts open them writable). Targets: ours / limit <= 1.5,
@@ -255,7 +259,10 @@ def measure_rose(rose: str, extra: list[str], ds: Dataset, tmp: Path, timeout: f
     if p.returncode != 0:
         raise SystemExit(f"rose run failed ({p.returncode}): {_tail(p.stderr) or _tail(p.stdout)}\n{' '.join(cmd)}")
     summaries = {}
+    readings: set[str] = set()
     for pf in ds.files:
+        with (out_dir / pf.stem / "records.jsonl").open(encoding="utf-8") as f:
+            readings.update(k for line in f for k in json.loads(line)["readings"])
         s = json.loads((out_dir / pf.stem / "summary.json").read_text(encoding="utf-8"))
         summaries[pf.stem] = {
             "n": s["readings_n"]["bird_ex"],
@@ -263,7 +270,7 @@ def measure_rose(rose: str, extra: list[str], ds: Dataset, tmp: Path, timeout: f
             "ts_ex_n": s["readings_n"]["spider_ex"],  # the official script on the one database: our spider_ex
             "ts_ex": s["spider_ex"],
         }
-    return {"seconds": p.seconds, "cpu": p.cpu, "files": summaries}
+    return {"seconds": p.seconds, "cpu": p.cpu, "files": summaries, "readings": sorted(readings)}
 
 
 def _write_bird_inputs(ds: Dataset, pf: PredFile, d: Path) -> tuple[Path, Path, Path]:
@@ -455,6 +462,7 @@ def report(datasets: list[Dataset], res: dict[str, Any], notes: list[str]) -> li
     best = f", the fastest of {res['repeat']} interleaved runs" if res["repeat"] > 1 else ""
     load = f"{res['loadavg']['before'][0]:.2f} -> {res['loadavg']['after'][0]:.2f}"
     print(f"\nrose: {' '.join(res['rose_command'])}")
+    print(f"readings measured: {', '.join(res['readings'])}")
     print(f"rose and the limit: --timeout {res['timeout']:g} s; BIRD script: --meta_time_out {BIRD_META_TIME_OUT:g}")
     print(f"\nWALL TIME in seconds ({res['cpus']} CPUs, 1-min load average {load}{best})")
     _table(datasets, res, "seconds")
@@ -545,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         for phase in phases:
             res[phase] = {ds.name: _fastest(runs[(phase, ds.name)]) for ds in datasets}
         res["loadavg"] = {"before": load_before, "after": os.getloadavg()}
+        res["readings"] = sorted({r for ds in datasets for run in runs[("rose", ds.name)] for r in run["readings"]})
         notes = [nltk_note] if nltk_note else []
         changed = [p for p, h in db_hashes(datasets).items() if before.get(p) != h]
         if changed:

@@ -30,6 +30,7 @@ from rose_sql.readings.spider_match import (
     Schema,
     _ends_sentence,
     _join_comparisons,
+    _parsed,
     _Rejected,
     _sentences,
     _treebank,
@@ -273,8 +274,28 @@ def test_sql_longer_than_max_sql_chars_is_never_parsed(concert: tuple[Schema, di
     assert spider_match(gold, huge, *concert, max_chars=200_000) == Match(None, None)
     assert spider_match(gold, gold, *concert, max_chars=200_000).em == 1
     tokenize.cache_clear()
+    _parsed.cache_clear()
     spider_match(huge, gold, *concert, max_chars=200_000)
     assert tokenize.cache_info().misses == 1  # the gold alone
+
+
+def test_each_distinct_sql_is_parsed_once_and_its_parse_never_changes(concert: tuple[Schema, dict[str, str]]) -> None:
+    """A gold recurs in every system's item of its question: it is parsed once per process, and the shared
+    parse is left as it was by the normalisation that exact match applies (values and DISTINCT dropped,
+    foreign keys mapped), so each later item reads the same EM as a fresh parse gives."""
+    gold = "SELECT DISTINCT name FROM singer WHERE age > 20"
+    preds = [
+        "SELECT name FROM singer WHERE age > 30",
+        "SELECT name FROM singer",
+        "SELECT name FROM singer WHERE age <> 1",
+    ]
+    _parsed.cache_clear()
+    first = [spider_match(p, gold, *concert) for p in preds]
+    parse = _parsed(gold, concert[0])
+    assert isinstance(parse, dict) and parse["where"][0][3] == 20.0 and parse["select"][0] is True
+    again = [spider_match(p, gold, *concert) for p in preds]
+    assert again == first and [m.em for m in first] == [1, 0, 0] and first[2].pred_rejected
+    assert _parsed.cache_info().misses == 1 + len(preds)  # the gold once, each prediction once
 
 
 # --------------------------------------------------------------------------- in a run

@@ -632,9 +632,11 @@ def hardness(sql: Sql) -> str:
 
 
 def _drop_values(sql: Sql | None) -> Sql | None:
-    """rebuild_sql_val: condition values become None unless they are queries (recursively so)."""
+    """rebuild_sql_val: condition values become None unless they are queries (recursively so); a new
+    sql dict, ``sql`` left as it is."""
     if sql is None:
         return None
+    sql = {**sql, "from": {**sql["from"]}}  # a copy: the parse it reads is shared (:func:`_parsed`)
 
     def cond(c: list[Any]) -> list[Any]:
         return [
@@ -652,16 +654,23 @@ def _drop_values(sql: Sql | None) -> Sql | None:
     return sql
 
 
-def _valid_columns(units: Sequence[Any], schema: Schema) -> set[str]:
-    prefixes = {u[1][:-2] for u in units if u[0] == "table_unit"}
-    return {v for v in schema.ids.values() if "." in v and v[: v.index(".")] in prefixes}
+def _valid_columns(units: Sequence[Any], schema: Schema) -> frozenset[str]:
+    return _columns_of(schema, frozenset(u[1][:-2] for u in units if u[0] == "table_unit"))
 
 
-def _map_columns(valid: set[str], sql: Sql | None, fk: Mapping[str, str]) -> Sql | None:
+@lru_cache(maxsize=4096)
+def _columns_of(schema: Schema, prefixes: frozenset[str]) -> frozenset[str]:
+    """The schema's column ids under these table prefixes (once per schema and set of tables: a walk of
+    every column of the schema)."""
+    return frozenset(v for v in schema.ids.values() if "." in v and v[: v.index(".")] in prefixes)
+
+
+def _map_columns(valid: frozenset[str], sql: Sql | None, fk: Mapping[str, str]) -> Sql | None:
     """rebuild_sql_col: foreign keys to their representative, DISTINCT flags dropped (not in nested
-    condition queries, which it does not visit)."""
+    condition queries, which it does not visit); a new sql dict, ``sql`` left as it is."""
     if sql is None:
         return None
+    sql = {**sql, "from": {**sql["from"]}}
 
     def cu(u: Any) -> Any:
         if u is None:
@@ -792,6 +801,17 @@ def _parse(sql: str, schema: Schema) -> Sql:
         raise _Rejected(f"{type(exc).__name__}: {exc}") from exc
 
 
+@lru_cache(maxsize=4096)
+def _parsed(sql: str, schema: Schema) -> Sql | _Rejected:
+    """:func:`_parse`'s sql dict, or why it rejects ``sql``: once per distinct SQL and schema in a process
+    (a gold recurs in every system's item of its question). Shared, so never changed: :func:`normalise`
+    builds new dicts."""
+    try:
+        return _parse(sql, schema)
+    except _Rejected as exc:
+        return exc
+
+
 def spider_match(pred: str, gold: str, schema: Schema, fk: Mapping[str, str], max_chars: int | None = None) -> Match:
     """Hardness of ``gold`` and exact-set match of ``pred`` (the raw prediction line) against it.
 
@@ -799,18 +819,14 @@ def spider_match(pred: str, gold: str, schema: Schema, fk: Mapping[str, str], ma
     refuses too): a longer gold has no reading, a longer prediction is rejected (em 0), as it fails to run."""
     if max_chars is not None and len(gold) > max_chars:
         return Match(None, None)
-    try:
-        g = _parse(gold.strip(), schema)
-    except _Rejected:
+    g = _parsed(gold.strip(), schema)
+    if isinstance(g, _Rejected):
         return Match(None, None)
     level = hardness(g)
     rejected = None
-    try:
-        if max_chars is not None and len(pred) > max_chars:
-            raise _Rejected(f"SQL longer than {max_chars} characters")
-        p = _parse(pred_line(pred), schema)
-    except _Rejected as exc:
-        rejected = str(exc) or "rejected"
+    p = _parsed(pred_line(pred), schema) if max_chars is None or len(pred) <= max_chars else None
+    if not isinstance(p, dict):
+        rejected = (str(p) or "rejected") if p is not None else f"SQL longer than {max_chars} characters"
         p = empty_sql()
     try:
         em = int(exact_match(normalise(p, schema, fk), normalise(g, schema, fk)))
@@ -833,6 +849,15 @@ def _fk_maps_at(path: str) -> dict[str, dict[str, str]] | None:
         return None  # not Spider's tables.json: the reading is not defined
 
 
+@lru_cache(maxsize=256)
+def _tables_json(db_file: str | Path, db_id: str) -> str | None:
+    """Where Spider's ``tables.json`` would be for a database file in its layout; None for another layout."""
+    f = Path(db_file)
+    if f.name != f"{db_id}.sqlite" or f.parent.name != db_id:
+        return None
+    return str(f.parent.parent.parent / "tables.json")
+
+
 def for_database(
     db_file: str | Path, db_id: str, catalogue: Callable[[], Iterable[tuple[str, Iterable[str]]] | None]
 ) -> tuple[Schema, dict[str, str]] | None:
@@ -841,10 +866,8 @@ def for_database(
     tables.json`` reads them, ``catalogue()`` reading the database's catalogue (asked only in that layout;
     see :meth:`Schema.of`); None elsewhere, or when it cannot be read (the match reading is then not
     defined)."""
-    f = Path(db_file)
-    if f.name != f"{db_id}.sqlite" or f.parent.name != db_id:
-        return None
-    maps = _fk_maps_at(str(f.parent.parent.parent / "tables.json"))
+    tables = _tables_json(db_file, db_id)
+    maps = _fk_maps_at(tables) if tables is not None else None
     if maps is None or db_id not in maps:
         return None
     read = catalogue()
