@@ -9,10 +9,11 @@ bird-bench/mini_dev whose path is given, points the official ``connect_postgresq
 connection, runs the prediction then the gold on it, ``fetchall()`` each, and applies ``calculate_ex``
 / ``calculate_f1_score``; an exception or its 30 s ``func_timeout`` gives 0.
 
-Items: the ``superhero`` items of the official GPT-4 and GPT-3.5 mini-dev predictions in each dialect
+Items: the items of the ``--db-id`` databases (repeat it; ``superhero`` by default) of the official GPT-4
+and GPT-3.5 mini-dev predictions in each dialect
 (``<data>/preds/bird-minidev-official/predict_mini_dev_{gpt-4,gpt-35-turbo}_{postgresql,mysql}.json``),
 paired by position with ``<data>/bird/mini_dev_<dialect>_gold.sql`` as the official script pairs
-them; id = the gold's question_id. The databases must hold superhero as ``rose db copy`` builds it.
+them; id = the gold's question_id. The databases must hold those db_ids as ``rose db copy`` builds them.
 
 Output: ``<out>/bird-minidev-<dialect>/<prediction file>.json``, ``{"source", "server", "items": {id:
 {"bird_ex", "soft_f1"}}}``. Run with an interpreter that has what the official code imports
@@ -73,9 +74,9 @@ def main() -> int:
     ap.add_argument("--mini-dev", required=True, type=Path)
     ap.add_argument("--data", default=Path("../shared/data"), type=Path)
     ap.add_argument("--out", default=Path("tests/data/official"), type=Path)
-    ap.add_argument("--postgresql", help="libpq connection string of the database holding superhero")
-    ap.add_argument("--mysql", help="mysql://user[:password]@host:port/database holding superhero")
-    ap.add_argument("--db-id", default="superhero")
+    ap.add_argument("--postgresql", help="libpq connection string of the database holding the db_ids")
+    ap.add_argument("--mysql", help="mysql://user[:password]@host:port/database holding the db_ids")
+    ap.add_argument("--db-id", action="append", help="a db_id whose items are run (repeat; default superhero)")
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--mini-dev-commit", default="unknown", help="the checkout's commit, when it is not a git clone")
     args = ap.parse_args()
@@ -85,6 +86,7 @@ def main() -> int:
     import evaluation_f1
     import evaluation_utils
 
+    db_ids = args.db_id or ["superhero"]
     _point(evaluation_utils, args.postgresql, args.mysql)
     commit = _commit(args.mini_dev, args.mini_dev_commit)
     for dialect, official_name in DIALECTS.items():
@@ -100,7 +102,7 @@ def main() -> int:
             items: dict[str, Any] = {}
             for i, value in enumerate(preds.values()):  # by position, as the official script pairs them
                 gold_sql, db_id = golds[i]
-                if db_id != args.db_id:
+                if db_id not in db_ids:
                     continue
                 pred_sql = value.split(SEPARATOR)[0] if isinstance(value, str) and SEPARATOR in value else " "
                 run = (pred_sql, gold_sql, "", i, args.timeout, official_name)
@@ -114,16 +116,20 @@ def main() -> int:
                 f"execute_model ({official_name}), connect_{dialect} pointed at the test database",
                 "generated_by": "bench/official_engines.py",
                 "prediction_file": f"preds/bird-minidev-official/{name}",
-                "gold": f"bird/mini_dev_{dialect}_gold.sql, db_id == {args.db_id!r} (id = question_id)",
-                "database": f"{args.db_id} as `rose db copy` builds it from bird/{args.db_id}/{args.db_id}.sqlite",
+                "gold": f"bird/mini_dev_{dialect}_gold.sql, db_id in {db_ids!r} (id = question_id)"
+                if len(db_ids) > 1
+                else f"bird/mini_dev_{dialect}_gold.sql, db_id == {db_ids[0]!r} (id = question_id)",
+                "database": ", ".join(f"{d} as `rose db copy` builds it from bird/{d}/{d}.sqlite" for d in db_ids),
                 "server": server,
                 "environment": _environment(),
                 "bird_ex_mean": round(sum(v["bird_ex"] for v in items.values()) / max(1, len(items)), 6),
+                "soft_f1_mean": round(sum(v["soft_f1"] for v in items.values()) / max(1, len(items)), 6),
             }
             lines = [f'"{k}": {json.dumps(v)}' for k, v in items.items()]
             head = ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in header.items())
             out.write_text("{\n" + head + ',\n"items": {\n' + ",\n".join(lines) + "\n}}\n", encoding="utf-8")
-            print(f"{out}: {len(items)} items, bird_ex mean {header['bird_ex_mean']}")
+            means = f"bird_ex mean {header['bird_ex_mean']}, soft_f1 mean {header['soft_f1_mean']}"
+            print(f"{out}: {len(items)} items, {means}")
     return 0
 
 
