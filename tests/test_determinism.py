@@ -16,8 +16,13 @@ import pytest
 
 from rose_sql.config import Config
 from rose_sql.engines import Database
+from rose_sql.engines.base import GUARD_STOPPED
 from rose_sql.engines.execute import Executor
 from rose_sql.engines.workers import Watch
+from rose_sql.items.load import Item
+from rose_sql.readings.formulas import ts_pred_sql
+from rose_sql.readings.official import read_official
+from rose_sql.results import Execution
 
 SCRIPT = "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'a');"
 
@@ -57,3 +62,31 @@ def test_the_cache_holds_no_more_memory_than_its_bound(make_db: Callable[..., Pa
         finally:
             tracemalloc.stop()
     assert held <= bound, f"the cache holds {held:,} bytes against its bound of {bound:,}"
+
+
+class _VariantStopped(Executor):
+    """An executor whose run of one statement ends as a guard that could not be confirmed leaves it."""
+
+    def __init__(self, stopped: str) -> None:
+        super().__init__(watch=Watch())
+        self.stopped = stopped
+
+    def run(self, db: Database, sql: str, *, role: str = "pred", fresh: bool = False) -> Execution:
+        if sql == self.stopped:
+            error = f"{GUARD_STOPPED} (not confirmed: a fresh process could not be started)"
+            return Execution("guard", 0.0, error=error, limit="process")
+        return super().run(db, sql, role=role, fresh=fresh)
+
+
+def test_a_variant_stopped_by_a_guard_unconfirmed_is_not_the_predictions_zero(make_db: Callable[..., Path]) -> None:
+    """The test suite's variant of the prediction (its DISTINCT removed) stopped by what is not the
+    prediction's doing leaves the reading undefined, as the gold's failure does; the reading whose
+    statements ran is kept."""
+    db = Database.file(make_db(SCRIPT), "t")
+    gold, pred = "SELECT DISTINCT name FROM t", "SELECT DISTINCT t.name FROM t"
+    item = Item(id=1, db_id="t", pred_sql=pred, gold_sql=gold)
+    with _VariantStopped(ts_pred_sql(pred)) as ex:
+        g, p = ex.run(db, gold, role="gold"), ex.run(db, pred)
+        readings = read_official(item, db, g, p, ex).readings
+    assert readings.spider_ex is None
+    assert (readings.bird_ex, readings.spider_ex_keep_distinct) == (1, 1)
