@@ -623,7 +623,8 @@ class Config:
     )
     """Processes running the deterministic stages (1: in this process); the judges are async."""
     cache_cells: int = 20_000_000
-    """Cells of query results kept in the in-process execution cache (LRU beyond it)."""
+    """Cells of query results kept in the in-process execution cache (LRU beyond it); the memory it holds is
+    bounded besides (:data:`rose_sql.engines.execute.CACHE_BYTES`, within :data:`INTERPRETER_BYTES`)."""
     evidence: bool = option(
         True,
         score=True,

@@ -42,10 +42,11 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, cast
 
-from rose_sql.config import Config
+from rose_sql.config import INTERPRETER_BYTES, Config
 from rose_sql.engines import Database, Engine, Kind, TableInfo, open_engine
 from rose_sql.engines.alone import call_alone
 from rose_sql.engines.base import (
+    CELL_BYTES,
     CONTRACT,
     GUARD_STOPPED,
     UNREADABLE,
@@ -61,6 +62,16 @@ from rose_sql.results import Execution
 
 _CATALOGUES = 256
 """Catalogues an executor keeps (by the database's identity), least recently read dropped beyond it."""
+CACHE_BYTES = INTERPRETER_BYTES // 4
+"""The most memory the execution cache of one process holds, reckoned as the interpreter holds it
+(:func:`resident_bytes`): a part of what a worker's memory bound keeps beside the engine's heap
+(:data:`~rose_sql.config.INTERPRETER_BYTES`), so that the results other items left in the cache never
+take memory a statement may use, and a statement's outcome never depends on what else ran in its worker."""
+ROW_OBJECT_BYTES = 48
+"""What the interpreter holds for a row beside its cells: the tuple's header and its slot among the rows."""
+CELL_OBJECT_BYTES = 56
+"""What the interpreter holds for a cell at most beside its text: its slot in the row and the value's
+object (a string's header is 49 bytes, an integer's 28 to 32, a float's 24)."""
 
 
 class Executor:
@@ -405,18 +416,39 @@ class Executor:
         return self._execute(engine, db, dbk, sql, role)
 
     def _remember(self, key: tuple[DbKey, str], execution: Execution, nbytes: int) -> None:
+        """Keep ``execution`` within the cache's bounds of cells and of memory (:data:`CACHE_BYTES`, or four
+        results' byte caps where that is less), the least recently used dropped beyond them; one that
+        alone would take a quarter of a bound is not kept."""
         res = execution.result
         cells = 1 + (len(res.rows) * max(1, len(res.columns)) if res else 0)
-        max_bytes = 4 * self.config.max_result_bytes
-        if cells > self.config.cache_cells // 4 or nbytes > max_bytes // 4:
+        held = resident_bytes(execution, nbytes)
+        max_bytes = min(4 * self.config.max_result_bytes, CACHE_BYTES)
+        if cells > self.config.cache_cells // 4 or held > max_bytes // 4:
             return
-        self._cache[key] = (execution.as_cached(), cells, nbytes)  # as every hit returns it
+        self._cache[key] = (execution.as_cached(), cells, held)  # as every hit returns it
         self._cache_cells += cells
-        self._cache_bytes += nbytes
+        self._cache_bytes += held
         while (self._cache_cells > self.config.cache_cells or self._cache_bytes > max_bytes) and self._cache:
             _, (_, old_cells, old_bytes) = self._cache.popitem(last=False)
             self._cache_cells -= old_cells
             self._cache_bytes -= old_bytes
+
+
+def resident_bytes(execution: Execution, nbytes: int) -> int:
+    """The memory the interpreter holds for ``execution``'s result, reckoned from above: ``nbytes`` (the
+    engine's reckoning of its rows against the byte cap: :data:`~rose_sql.engines.base.CELL_BYTES` a cell
+    and the text) with each row's and each cell's objects, and the distinct rows kept past the row cap
+    alike (those the rows share reckoned again)."""
+    res = execution.result
+    if res is None:
+        return 1024
+    width = max(1, len(res.columns))
+    extra = CELL_OBJECT_BYTES - CELL_BYTES
+    held = 1024 + nbytes + len(res.rows) * (ROW_OBJECT_BYTES + width * extra)
+    if res.distinct is not None:
+        held += len(res.distinct) * (ROW_OBJECT_BYTES + width * CELL_OBJECT_BYTES)
+        held += sum(len(v) for row in res.distinct for v in row if type(v) is str or type(v) is bytes)
+    return held
 
 
 def run_query(db: Database, sql: str, config: Config | None = None) -> Execution:

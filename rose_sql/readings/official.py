@@ -30,6 +30,12 @@ GOLD_FAILED = ("error", "timeout", "rejected")
 asserts that the gold executes, and stops: its readings stay undefined, ``official_aborts``)."""
 
 
+NOT_THE_PREDICTION = ("unreadable", "guard")
+"""A test-suite variant's statuses that are not the prediction's doing (the database could not be read, a
+guard stopped it and the run alone that would confirm it could not be made): its reading is undefined
+(None), never a 0 that would depend on what else ran in the worker and on the machine's load."""
+
+
 @dataclass(frozen=True, slots=True)
 class Official:
     """What the official scripts would read off one item."""
@@ -206,7 +212,7 @@ def _on_variants(
     p_sql = ts_pred_sql(item.pred_sql, keep_distinct=keep)
     for db in variants:
         g, p = executor.run(db, g_sql, role="gold"), executor.run(db, p_sql, role="pred")
-        if g.result is None:
+        if g.result is None or p.status in NOT_THE_PREDICTION:
             return None
         if p.result is None:
             return 0
@@ -228,6 +234,8 @@ def _ts(item: Item, db: Database, gold: Execution, pred: Execution, executor: Ex
     p = pred if p_sql == item.pred_sql else executor.run(db, p_sql, role="pred")
     if g.result is None:
         return None  # the official script aborts the whole run here
+    if p.status in NOT_THE_PREDICTION:
+        return None
     if p.result is None:
         return 0
     if g.result.truncated or p.result.truncated:
