@@ -209,7 +209,7 @@ def test_keep_unscored_keeps_them(league_run: tuple[Path, Path], tmp_path: Path)
 def test_ctrl_c_stops_saves_and_says_how_to_resume(make_db: Any, tmp_path: Path) -> None:
     db_root = make_db(LEAGUE, db_id="league").parent.parent
     slow = (
-        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 400000) SELECT count(*) + {} FROM c"
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000) SELECT count(*) + {} FROM c"
     )
     items = tmp_path / "items.jsonl"
     rows = [{"id": i, "db_id": "league", "gold_sql": "SELECT 1", "pred_sql": slow.format(i)} for i in range(300)]
