@@ -151,10 +151,18 @@ def _alignments(
     pcols = [frozenset(r[j] for r in p) for j in range(width)]
     gcols = [frozenset(r[i] for r in g) for i in range(width)]
     cands = [[j for j in range(width) if pcols[j] <= gcols[i] or gcols[i] <= pcols[j]] for i in range(width)]
+    identity = tuple(range(width))
+    for perm in islice(permutations(cands), _MAX_ALIGNMENTS):
+        if perm != identity:
+            yield perm
+
+
+def permutations(cands: list[list[int]]) -> Iterator[tuple[int, ...]]:
+    """Each way to give position ``i`` one of ``cands[i]``, no candidate twice, in order."""
     chosen: list[int] = []
 
     def walk(i: int) -> Iterator[tuple[int, ...]]:
-        if i == width:
+        if i == len(cands):
             yield tuple(chosen)
             return
         for j in cands[i]:
@@ -163,7 +171,4 @@ def _alignments(
                 yield from walk(i + 1)
                 chosen.pop()
 
-    identity = tuple(range(width))
-    for perm in islice(walk(0), _MAX_ALIGNMENTS):
-        if perm != identity:
-            yield perm
+    return walk(0)

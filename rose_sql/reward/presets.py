@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
@@ -30,7 +30,7 @@ import sqlparse
 
 from rose_sql.config import Preset
 from rose_sql.results import Execution, Row
-from rose_sql.reward.execution import RewardStatus, gold_outcome
+from rose_sql.reward.execution import RewardStatus, gold_outcome, permutations
 
 SQL_R1_LIMIT_LENGTH = 2048
 """SQL-R1's length term: the reasoning and answer characters counted up to this."""
@@ -274,7 +274,7 @@ def suite_equal(gold: Sequence[Row], pred: Sequence[Row], *, ordered: bool) -> b
     pred_columns = [{r[j] for r in pred} for j in range(width)]
     cands = [[j for j in range(width) if pred_columns[j] <= gold_columns[i]] for i in range(width)]
     gold_bag = None if ordered else Counter(gold)
-    for k, perm in enumerate(_permutations(cands)):
+    for k, perm in enumerate(permutations(cands)):
         if k >= _MAX_PERMUTATIONS:
             return False
         moved = list(pred) if perm == tuple(range(width)) else [tuple(r[j] for j in perm) for r in pred]
@@ -283,19 +283,3 @@ def suite_equal(gold: Sequence[Row], pred: Sequence[Row], *, ordered: bool) -> b
         if not ordered and set(moved) == set(gold) and Counter(moved) == gold_bag:
             return True
     return False
-
-
-def _permutations(cands: list[list[int]]) -> Iterator[tuple[int, ...]]:
-    chosen: list[int] = []
-
-    def walk(i: int) -> Iterator[tuple[int, ...]]:
-        if i == len(cands):
-            yield tuple(chosen)
-            return
-        for j in cands[i]:
-            if j not in chosen:
-                chosen.append(j)
-                yield from walk(i + 1)
-                chosen.pop()
-
-    return walk(0)
