@@ -7,6 +7,8 @@ nothing else), and each command that runs long says what it kept and what contin
 
 import sys
 
+from rose_sql.errors import exit_interrupted
+
 
 def run() -> None:
     """The ``rose`` command."""
@@ -16,7 +18,7 @@ def run() -> None:
         main()
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
-        sys.exit(130)
+        exit_interrupted()
 
 
 if __name__ == "__main__":

@@ -29,10 +29,11 @@ on the item; the third belongs to the RL reward::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 
 class RoseError(Exception):
@@ -115,3 +116,14 @@ class CopyRefused(RoseError):
 
 class Lost(RoseError):
     """A unit of work whose worker process kept dying (caught by the run: its items are recorded unscored)."""
+
+
+def exit_interrupted() -> NoReturn:
+    """End the command at status 130 after Ctrl-C was caught (the line saying so already printed).
+
+    CPython started as ``python -m`` notes a KeyboardInterrupt that leaves an ``exec`` or ``eval`` of source
+    text (dataclasses and namedtuple build their methods so while modules load) and, once the interpreter has
+    exited, kills the process with SIGINT even though the interrupt was caught: the status is -2, not 130.
+    Evaluating source text once more clears that note (tests/test_interrupt.py sends the signal as rose starts)."""
+    exec("")
+    sys.exit(130)

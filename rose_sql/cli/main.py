@@ -14,7 +14,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from rose_sql.__version__ import __version__
 from rose_sql.engines.workers import preload
-from rose_sql.errors import RoseError
+from rose_sql.errors import RoseError, exit_interrupted
 
 console = Console(soft_wrap=True)
 """Standard output: results and tables."""
@@ -67,14 +67,25 @@ class _Commands(click.Group):
         command: click.Command = getattr(importlib.import_module(module), attr)
         return command
 
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        """The options read, with Ctrl-C ending the command as in :meth:`invoke`."""
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            _interrupted()
+
     def invoke(self, ctx: click.Context) -> object:
         """The command, with Ctrl-C ending it at status 130 after one line (click's own ``Aborted!`` is
         status 1): a command that runs long catches it first, to say what it kept and what continues."""
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
-            err.print("\n[bold]interrupted[/]", highlight=False)
-            sys.exit(130)
+            _interrupted()
+
+
+def _interrupted() -> NoReturn:
+    err.print("\n[bold]interrupted[/]", highlight=False)
+    exit_interrupted()
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -40,7 +40,7 @@ from rose_sql.config import (
 )
 from rose_sql.distributed import INSTALL_RAY, ray_address
 from rose_sql.engines import Source
-from rose_sql.errors import RoseError, UsageError
+from rose_sql.errors import RoseError, UsageError, exit_interrupted
 from rose_sql.items.load import FORMATS, Loaded, load_items
 from rose_sql.provenance import command_line
 from rose_sql.run.batch import BatchBackend
@@ -399,7 +399,7 @@ def _interrupted(systems: Sequence[SystemRun], out: Path) -> NoReturn:
         f"incomplete); nothing recorded is lost. To continue:\n  {resume_command()}",
         highlight=False,
     )
-    sys.exit(130)
+    exit_interrupted()
 
 
 def databases(text: str, config: Config, *, option: str) -> Source:
