@@ -42,7 +42,7 @@ from rose_sql.sql import gate, has_top_level_order_by, strip_comments
 
 TIMEOUT_S = 0.5
 MAX_SQL_CHARS = Config().max_sql_chars
-CONFIG = Config(max_steps=100_000_000, timeout_s=TIMEOUT_S, count_past_cap_steps=50_000_000, workers=2)
+CONFIG = Config(max_steps=10_000_000, timeout_s=TIMEOUT_S, count_past_cap_steps=5_000_000, workers=2)
 HANG_GUARD_S = 10.0  # catches a hang only
 MEMORY_BOUND_MB = 500
 SIDE_FILES = ("-journal", "-wal", "-shm")
