@@ -3,7 +3,7 @@
 Nothing here is scripted: the replies come from a real model. The model's verdicts are worthless (135M
 parameters), so every assertion is about what the pipeline did (calls, caps, tokens, timeouts, errors,
 records), never about what the model decided. Prompt evaluation is what costs: llama.cpp on its one thread
-evaluated about 165 prompt tokens/s at a load average of 1.4 and about 100 at 2.5 to 6, and a Prover prompt
+evaluated about 165 prompt tokens/s at a load average of 1.4 and 97 to 140 at 1.8 to 6, and a Prover prompt
 is about 1,200 tokens even on a one-table database (850 of them the system prompt). So the module asks about
 one item with small caps, and evaluates whole prompts only for the pinned judge's four calls (a Prover call
 and its re-ask in each of two runs; its server is rose's, every setting pinned) and for the first call to
