@@ -190,6 +190,14 @@ def test_adapter_reply_and_failure() -> None:
     def broken(*_: Any) -> ModelOutput:
         raise RuntimeError("provider down")
 
+    cached = output("hello")  # inspect's usage counts a provider's cache reads and writes apart from input_tokens
+    cached.usage = ModelUsage(
+        input_tokens=150, output_tokens=5, total_tokens=1055, input_tokens_cache_read=800, input_tokens_cache_write=100
+    )
+    hit = InspectLLM(get_model("mockllm/model", custom_outputs=lambda *_: cached, memoize=False))
+    got = asyncio.run(hit.complete(msgs))  # type: ignore[arg-type]
+    assert (got.prompt_tokens, got.cached_tokens) == (1050, 800)  # our prompt tokens include them, as OpenAI's do
+
     bad = InspectLLM(get_model("mockllm/model", custom_outputs=broken, memoize=False))
     with pytest.raises(EndpointError, match="provider down"):
         asyncio.run(bad.complete(msgs[:2]))  # type: ignore[arg-type]

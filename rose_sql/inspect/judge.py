@@ -104,13 +104,17 @@ class InspectLLM:
         if output.error:
             raise EndpointError(f"inspect model {self.model} failed: {output.error}", raw=output.completion)
         usage = output.usage
+        # inspect counts the prompt tokens read from (or written to) a provider's cache apart from its
+        # input_tokens; our calls count them in the prompt, as OpenAI's usage does (cached_tokens: of them)
+        cache_read = (usage.input_tokens_cache_read or 0) if usage else 0
+        cache_write = (usage.input_tokens_cache_write or 0) if usage else 0
         params: dict[str, Any] = {k: v for k, v in config.model_dump(exclude_none=True).items()}
         key = hashlib.sha256(json.dumps([str(self.model), params, messages], sort_keys=True).encode()).hexdigest()
         self.ledger.calls += 1
         return ChatReply(
             content=output.completion,
             reasoning=_reasoning(output),
-            prompt_tokens=usage.input_tokens if usage else 0,
+            prompt_tokens=usage.input_tokens + cache_read + cache_write if usage else 0,
             completion_tokens=usage.output_tokens if usage else 0,
             reasoning_tokens=usage.reasoning_tokens if usage else None,
             cost_usd=usage.total_cost if usage else None,
@@ -118,7 +122,7 @@ class InspectLLM:
             params=params,
             seconds=round(output.time if output.time is not None else time.monotonic() - started, 4),
             key=key,
-            cached_tokens=(usage.input_tokens_cache_read or 0) if usage else 0,
+            cached_tokens=cache_read,
             reply_format="json_schema" if config.response_schema is not None else "text",
         )
 
