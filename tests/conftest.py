@@ -133,11 +133,23 @@ def uses(item: pytest.Item) -> set[str]:
     return found
 
 
+GROUPS = ("servers", "model", "ray", "browser", "docs")
+"""The resources whose tests run one at a time, in one xdist worker each (``--dist loadgroup``, pyproject's
+addopts): the server tests share fixed database and role names, the model and Ray tests one server or
+cluster per worker, and the browser and the docs build are heavy enough alone. Every other test goes to
+whichever worker is free."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        for marker in sorted(uses(item)):
+        found = uses(item)
+        for marker in sorted(found):
             item.add_marker(marker)
             item.add_marker("slow")
+        group = next((g for g in GROUPS if g in found), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture
