@@ -407,6 +407,12 @@ class JudgeConfig:
             raise UsageError(f"panel {self.panel!r}: name a model in each entry (MODEL or MODEL=URL)")
         if self.samples < 1 or not 0 <= self.escalate_below <= 1:
             raise UsageError("samples must be at least 1 and escalate_below between 0 and 1")
+        pinned = sorted(set(self.options) & set(self.local.sampling())) if self.local is not None else []
+        if pinned:  # a request may change them on llama.cpp's server, and the manifest would not say so
+            raise UsageError(
+                f"--judge-option {pinned[0]}=... is not allowed with --judge-gguf: the pinned server sets "
+                f"{', '.join(pinned)} (recorded in the manifest's judge.local.sampling)"
+            )
 
     @property
     def votes(self) -> bool:

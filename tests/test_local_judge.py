@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from rose_sql.cli import main
 from rose_sql.config import JudgeConfig
-from rose_sql.errors import InputError
+from rose_sql.errors import InputError, UsageError
 from rose_sql.judges.llm import OpenAILLM
 from rose_sql.judges.local import endpoint_of, local_model
 from rose_sql.testing.gguf import write_gguf
@@ -55,6 +55,22 @@ def test_options_that_cannot_work_with_judge_gguf_are_refused(tmp_path: Path) ->
     assert res.exit_code == 2 and "--judge-gguf is the judges' endpoint and model" in res.output
     res = CliRunner().invoke(main, [*args, "--judge-model", "m", "--judge-gguf-ctx", "4096"])
     assert res.exit_code == 2 and "--judge-gguf-ctx configures --judge-gguf's server" in res.output
+
+
+def test_an_option_the_pinned_server_sets_is_refused(tmp_path: Path) -> None:
+    """llama.cpp's server takes ``cache_prompt`` or ``seed`` from a request: with --judge-gguf they would change
+    what the manifest's ``judge.local.sampling`` says the server does, so they are refused; others pass."""
+    pytest.importorskip("xllamacpp", reason="the optional extra rose-sql[local] is not installed")
+    gguf = _fake_gguf(tmp_path / "m.gguf")
+    args = ["run", str(tmp_path / "p.json"), "--db", str(tmp_path), "--out", str(tmp_path / "o")]
+    (tmp_path / "p.json").write_text("[]")
+    for option in ("cache_prompt=true", "seed=7"):
+        res = CliRunner().invoke(main, [*args, "--judge-gguf", str(gguf), "--judge-option", option])
+        key = option.partition("=")[0]
+        assert res.exit_code == 2 and f"--judge-option {key}=... is not allowed with --judge-gguf" in res.output
+    with pytest.raises(UsageError, match="cache_prompt"):
+        JudgeConfig(model="m", local=local_model(gguf), options={"cache_prompt": True, "top_k": 1})
+    assert JudgeConfig(model="m", local=local_model(gguf), options={"top_k": 1}).options == {"top_k": 1}
 
 
 def test_a_server_that_cannot_start_stops_the_run_and_scores_nothing(shared: Path, tmp_path: Path) -> None:
