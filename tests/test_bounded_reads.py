@@ -132,6 +132,7 @@ def first_request_fails_once(cid: str, body: dict[str, Any], sent_before: int) -
 
 
 @linux
+@pytest.mark.slow  # a load test: a run's peak memory on files padded to many megabytes (5 s)
 @pytest.mark.parametrize("pad_line", [0, 4096], ids=["inside a line", "in lines after"])
 def test_padded_batch_result_files_keep_the_runs_memory_bounded(tmp_path: Path, league: Path, pad_line: int) -> None:
     """512 MiB of padding in each output and error file, inside the first line or in lines after the real ones:

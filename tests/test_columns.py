@@ -174,6 +174,7 @@ def test_hard_alike_columns_end_in_a_right_answer_or_undecided_within_the_budget
     assert "undecided" in outcomes or width == 12  # the search does give up, explicitly
 
 
+@pytest.mark.slow  # runs the count in processes of its own, one per hash seed (2.5 s)
 def test_the_count_is_the_same_whatever_the_hash_seed() -> None:
     """Identical on any machine: no wall time, and nothing depends on the order of a hashed set (text
     values hash differently in every process unless PYTHONHASHSEED is fixed)."""

@@ -243,8 +243,15 @@ def check(got: dict[str, Any], want: dict[str, Any]) -> list[str]:
     return wrong
 
 
+WAITED_OUT = ("wall", "memory")
+"""Contracts whose cases wait out a guard or fill a memory limit: slow by nature, out of the inner loop."""
+
+
 @pytest.mark.parametrize("kind", ENGINES)
-@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, id=c["name"], marks=[pytest.mark.slow] if c.get("contract") in WAITED_OUT else []) for c in CASES],
+)
 def test_case(case: dict[str, Any], kind: str, built: Callable[[str], Built]) -> None:
     want = expected(case, kind)
     databases = built(kind)

@@ -93,6 +93,7 @@ WHEN: dict[str, Callable[[Path, subprocess.Popen[str]], bool]] = {
 }
 
 
+@pytest.mark.slow  # three rose runs as processes of their own, interrupted (13 s)
 @pytest.mark.parametrize("moment", list(WHEN))
 def test_ctrl_c_at_any_moment_is_status_130_and_no_traceback(
     make_db: Callable[..., Path], tmp_path: Path, moment: str

@@ -208,6 +208,7 @@ def _timed(path: Path) -> float:
     return best
 
 
+@pytest.mark.slow  # a scaling test: loads files of growing size (3 s)
 def test_loading_stays_linear(tmp_path: Path) -> None:
     """Four times the items take about four times as long (a quadratic step would take sixteen)."""
 

@@ -25,6 +25,8 @@ from review_support import Client, config, demo_records, load_project, thread_se
 from rose_sql.review.exchange import export
 from rose_sql.review.store import Store
 
+pytestmark = pytest.mark.slow  # an attack test: every route walked for three annotators, five times (14 s)
+
 ITEMS = [str(i) for i in range(1, 9)]
 SETTLED = {"1": (True, False, True), "2": (False, True, True), "3": (True, False, False), "4": (True, True, None)}
 """Item -> (ann's verdict, bea's, cid's): disagreements cid settled, and one ann and bea agree on."""
