@@ -36,9 +36,6 @@ pytestmark = pytest.mark.ray
 SPIDER = ("c3sql.txt", "dail-sql-gpt4.txt", "codes-7b.txt")
 BIRD = ("alpha-result.json", "c3-result.json", "chess-result.json")
 ENV = {"OPENAI_API_KEY": "t"}
-QUESTIONS, SUPERHERO = 24, 12
-"""Items per Spider file and per BIRD file: enough for both workers to hold batches when one is killed, and for
-every path (judged, witnessed, budget spent) to be taken."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +59,7 @@ class Workload:
         return [p.stem for p in (*self.spider, *self.bird)]
 
 
-def make_workload(shared: Path, folder: Path, questions: int = QUESTIONS, superhero: int = SUPERHERO) -> Workload:
+def make_workload(shared: Path, folder: Path, questions: int = 60, superhero: int = 30) -> Workload:
     folder.mkdir(parents=True, exist_ok=True)
     gold = folder / "gold.json"  # the questions too: the judges are never asked without them
     gold.write_text(json.dumps(json.loads((shared / "spider/dev.json").read_text())[:questions]))
@@ -119,9 +116,8 @@ def judged(ray_cluster: str, shared: Path, tmp_path_factory: pytest.TempPathFact
 @pytest.mark.slow
 def test_a_ray_run_and_merged_shards_record_what_a_local_run_does(judged: Any, tmp_path: Path) -> None:
     work, srv, local = judged
-    assert len(local) == 3 * QUESTIONS + 3 * SUPERHERO
-    judged_items = sum(1 for r in local.values() if r.judges)
-    assert judged_items >= 20, judged_items  # the judges were asked (25 of the 108)
+    assert len(local) == 3 * 60 + 3 * 30
+    assert sum(1 for r in local.values() if r.judges) > 60  # the judges were asked
     assert sum(1 for r in local.values() if r.evidence is not None and r.evidence.witness is not None) > 0
     assert not [k for k, r in local.items() if r.unscored_reason in ("internal_error", "wall_guard")]
     for args in work.runs():
@@ -184,7 +180,7 @@ def test_a_killed_driver_resumes_on_ray_with_every_item_once(judged: Any, ray_cl
     driver.communicate(timeout=60)
     systems = [p.stem for p in work.spider]
     before = sum(1 for name in systems for _ in read_records(out / name / "records.jsonl"))
-    assert 10 <= before < len(systems) * QUESTIONS
+    assert 10 <= before < len(systems) * 60
     done = subprocess.run([*args, "--resume"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "resuming" in done.stdout
@@ -225,4 +221,4 @@ def test_judge_calls_share_one_concurrency_limit_and_one_budget(judged: Any, tmp
     cost = (1000 * 0.15 + 100 * 0.6) / 1e6
     assert made >= 1 and made * cost <= 0.002  # one budget, never passed: two would have spent twice as much
     found = records(tmp_path / "out-2", [p.stem for p in work.spider])
-    assert sum(1 for r in found.values() if r.unscored_reason == "budget_exhausted") >= 5  # 9 of the 72
+    assert sum(1 for r in found.values() if r.unscored_reason == "budget_exhausted") > 20
