@@ -8,6 +8,7 @@ yields no features and the search falls back to random edits.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from sqlglot import exp
 
@@ -72,10 +73,16 @@ def _literal(node: exp.Expr) -> object | None:
 
 
 def features(sql: str | None) -> Features:
-    """The features of one query."""
-    f = Features()
+    """The features of one query (the same object for the same text while it is among the last ones
+    asked for: read it, never change it; :meth:`Features.merge` makes a new one)."""
     if not sql:
-        return f
+        return Features()
+    return _features(sql)
+
+
+@lru_cache(maxsize=256)
+def _features(sql: str) -> Features:
+    f = Features()
     q = query(sql)
     tree = q.tree
     if tree is None:
