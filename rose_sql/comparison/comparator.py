@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from itertools import chain
 from typing import Any, Literal
 
 from rose_sql.comparison.columns import Budget, column_maps
@@ -136,7 +137,7 @@ def compare(
     ):
         # The common cases, before any canonicalising: Python's == is stricter than canon's
         # equality, and with equal rows the identity is the first column map the search would take.
-        tolerated = _representation_notes(gold, pred, tuple(range(ng)))
+        tolerated = _representation_notes(gold, pred, tuple(range(ng)), equal_as_given=True)
         return Comparison(True, "same", _same_detail(len(gold.rows)), tuple(tolerated), tuple(range(ng)))
     g, p = _rows(gold, digits), _rows(pred, digits)
     notes: list[str] = []
@@ -218,15 +219,32 @@ def _equal_up_to_columns(
     return (first, False) if first is not None else None
 
 
-def _representation_notes(gold: ResultSet, pred: ResultSet, cmap: tuple[int, ...]) -> list[str]:
-    """Differences that equality tolerated: value types or rounding, column names."""
+_ONE_TYPE = frozenset({int, str, bytes, type(None)})
+"""Value types no value of another of them equals (``True == 1 == 1.0``; ``1 != '1'``)."""
+
+
+def _one_type(rows: Sequence[Row]) -> bool:
+    """Whether every value of ``rows`` is of :data:`_ONE_TYPE`."""
+    return set(map(type, chain.from_iterable(rows))) <= _ONE_TYPE
+
+
+def _representation_notes(
+    gold: ResultSet, pred: ResultSet, cmap: tuple[int, ...], *, equal_as_given: bool = False
+) -> list[str]:
+    """Differences that equality tolerated: value types or rounding, column names. ``equal_as_given``:
+    the rows are equal as Python compares them, as a bag, ``cmap`` the identity (then rows of values that
+    only equal values of their own type are equal value for value and type for type)."""
     notes = []
 
     def typed(rows: Sequence[Row], cols: Sequence[int]) -> Iterator[tuple[Any, ...]]:
         return (tuple((type(r[j]).__name__, r[j]) for j in cols) for r in rows)
 
     identity = cmap == tuple(range(len(gold.columns)))
-    same_values = identity and (gold.rows is pred.rows or repr(gold.rows) == repr(pred.rows))
+    same_values = identity and (
+        gold.rows is pred.rows
+        or (equal_as_given and _one_type(gold.rows) and _one_type(pred.rows))
+        or repr(gold.rows) == repr(pred.rows)
+    )
     if not same_values and not same_bag(typed(gold.rows, range(len(gold.columns))), typed(pred.rows, cmap)):
         notes.append("numbers equal by value with different types or rounding (e.g. 1 vs 1.0)")
     if [c.lower() for c in gold.columns] != [pred.columns[j].lower() for j in cmap]:
