@@ -7,6 +7,7 @@ yields no features and the search falls back to random edits.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -39,6 +40,22 @@ class Features:
     """A scalar subquery compared with a column (``= (SELECT ..)``)."""
     parsed: bool = True
     """False when the query did not parse."""
+
+    def key(self) -> Hashable:
+        """The features as a key: equal for equal features (literals told apart by type, ``1`` from
+        ``1.0``, as the search binds them)."""
+        literals = tuple(sorted((c, tuple(sorted(repr(v) for v in vs))) for c, vs in self.literals.items()))
+        return (
+            tuple(sorted(self.tables)),
+            tuple(sorted(self.columns)),
+            literals,
+            self.order_limit,
+            tuple(sorted(self.aggregates)),
+            self.distinct,
+            self.joins,
+            self.subquery_compare,
+            self.parsed,
+        )
 
     def merge(self, other: Features) -> Features:
         lits = {k: set(v) for k, v in self.literals.items()}

@@ -274,6 +274,7 @@ class Workspace:
         """Set when the process's memos hold too much: this one is dropped at its next statement."""
         self._names: dict[str, tuple[str, ...]] = {}  # a query under test's column names
         self._results: dict[str, tuple[Any, ...]] = {}  # small results, one object for equal ones
+        self._size_hint: int | None = None  # what the result just fetched holds (reckoned while fetching)
         self._state = 0  # the data the next statement reads: 0, or a candidate's state
         self._pending: list[tuple[str, tuple[Any, ...]]] = []  # the candidate's changes not yet made
         self._candidate = False  # between begin() and rollback()
@@ -318,6 +319,18 @@ class Workspace:
     def alive(self) -> bool:
         return True
 
+    def identity(self, sql: str) -> Hashable | None:
+        """The programs ``sql`` compiles to, rows in order and reversed (None: it is always run)."""
+        reverse = self._reverse
+        try:
+            keys = []
+            for order in (False, True):
+                self._reverse = order
+                keys.append(self._program(sql)[0])
+        finally:
+            self._reverse = reverse
+        return None if None in keys else tuple(keys)
+
     def stored(self, table: str, column: str, limit: int) -> list[tuple[str, Any]]:
         c, t = _q(column), _q(table)
         rows = self.query(f"SELECT typeof({c}), {c} FROM {t} WHERE {c} IS NOT NULL LIMIT {int(limit)}")
@@ -361,6 +374,7 @@ class Workspace:
         self._ticks = 0
         self._limit = min(steps or self.statement_steps, self.statement_steps) // STEP_GRAIN
         self._stopped = False
+        self._size_hint = None
 
     # ------------------------------------------------------------------ the memo
 
@@ -397,7 +411,8 @@ class Workspace:
         if error is not None and not isinstance(error, sqlite3.Error):
             return
         self._memo[key] = _Entry(outcome, self._ticks, not self._stopped, error)
-        MEMOS.add(self, _size(outcome) + ENTRY_BYTES)
+        size, self._size_hint = self._size_hint, None
+        MEMOS.add(self, (size if size is not None and outcome is not None else _size(outcome)) + ENTRY_BYTES)
 
     def _drop_memo(self) -> None:
         """Forget everything the memo holds (the real data changed, or the process's memos hold too much)."""
@@ -752,9 +767,10 @@ class Workspace:
                     cur = self.conn.execute(sql)
                     self._names[sql] = tuple(d[0] for d in cur.description or ())
                     rows: list[tuple[Any, ...]] = []
-                    nbytes = 0
+                    nbytes = cells = 0
                     max_rows, max_bytes = self.max_rows, self.max_bytes
                     for row in cur:
+                        cells += len(row)
                         nbytes += 16 * len(row)
                         for v in row:
                             if type(v) is str or type(v) is bytes:
@@ -762,6 +778,7 @@ class Workspace:
                         if len(rows) >= max_rows or nbytes > max_bytes:
                             return None  # too large to compare soundly here
                         rows.append(row)
+                    self._size_hint = ROW_BYTES * (len(rows) + 1) + (CELL_BYTES - 16) * cells + nbytes
                     return self._same(tuple(rows), nbytes)
                 finally:
                     self.conn.set_authorizer(None)
