@@ -96,7 +96,7 @@ _CALL = re.compile(r"^(\w+)\(")
 """A function's operand in ``EXPLAIN`` (``random(0)``)."""
 ENTRY_BYTES = 200
 """What a memo entry holds beside its rows: its key, its object, its slot in the memo."""
-INTERNED_BYTES = 4096
+INTERNED_BYTES = 2**16
 """Results up to this size (as the byte cap reckons it) are kept as one object for equal ones."""
 CHECKS_ONLY = frozenset({"NO ACTION", "RESTRICT"})
 """Foreign-key actions that only check (a copy whose foreign keys only check changes the same rows with
@@ -600,6 +600,7 @@ class Workspace:
         state = self._states.get((self._state, change))
         if state is None:
             state = self._states[(self._state, change)] = len(self._states) + 1
+            MEMOS.add(self, ENTRY_BYTES + (len(change[0]) if isinstance(change, tuple) else 0))
             before = self._touched.get(self._state) if self._state else frozenset()
             roots = self._roots.get(table.lower())
             self._touched[state] = before | roots if before is not None and roots is not None else None
@@ -778,8 +779,11 @@ class Workspace:
                         if len(rows) >= max_rows or nbytes > max_bytes:
                             return None  # too large to compare soundly here
                         rows.append(row)
-                    self._size_hint = ROW_BYTES * (len(rows) + 1) + (CELL_BYTES - 16) * cells + nbytes
-                    return self._same(tuple(rows), nbytes)
+                    size = ROW_BYTES * (len(rows) + 1) + (CELL_BYTES - 16) * cells + nbytes
+                    got = tuple(rows)
+                    same = self._same(got, nbytes)
+                    self._size_hint = size if same is got else 0  # an equal result is held already
+                    return same
                 finally:
                     self.conn.set_authorizer(None)
 
@@ -811,7 +815,7 @@ class Workspace:
         same = self._results.get(key)
         if same is None:
             self._results[key] = same = rows
-            MEMOS.add(self, 2 * len(key) + ENTRY_BYTES)
+            MEMOS.add(self, len(key) + ENTRY_BYTES)
         return same
 
     def _has_rows(self, key: Hashable) -> bool:
