@@ -43,7 +43,7 @@ from rose_sql.config import (
 )
 from rose_sql.engines.kinds import Database
 from rose_sql.engines.spaces import Change, Column, Copy, Table
-from rose_sql.engines.sqlite import STEP_GRAIN, Authorizer, connect_read_only
+from rose_sql.engines.sqlite import NOT_UTF8, STEP_GRAIN, Authorizer, connect_read_only
 from rose_sql.results import ResultSet
 from rose_sql.sql import quote_identifier as _q
 
@@ -101,6 +101,11 @@ INTERNED_BYTES = 2**16
 CHECKS_ONLY = frozenset({"NO ACTION", "RESTRICT"})
 """Foreign-key actions that only check (a copy whose foreign keys only check changes the same rows with
 them off: the memo then makes a candidate's remembered changes without the checks' scans)."""
+
+
+def _replaced(raw: bytes) -> str:
+    """Text as the copy reads it where it is not UTF-8: the bad bytes replaced."""
+    return raw.decode("utf-8", errors="replace")
 
 
 class _Memos:
@@ -237,7 +242,7 @@ class Workspace:
             src.backup(self.conn)
         finally:
             src.close()
-        self.conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
+        self.conn.text_factory = _replaced  # while the schema is read; then SQLite's own decoding (see _utf8)
         self.conn.execute("PRAGMA foreign_keys = ON")
         self.conn.execute("PRAGMA temp_store = MEMORY")
         self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)  # no zeroblob(800000000)
@@ -294,6 +299,7 @@ class Workspace:
             self.tables = self._read_schema()
         finally:
             self._free = False
+        self.conn.text_factory = str
 
     # ------------------------------------------------------------------ budgets
 
@@ -536,6 +542,24 @@ class Workspace:
         finally:
             self._free = False
 
+    def _utf8(self, real: Callable[[], Any]) -> Any:
+        """``real()`` with text decoded by SQLite's module in C; where some text is not UTF-8, the statement
+        runs again with its bad bytes replaced, the first attempt's steps given back (so it is charged
+        what one run takes, as when every text was decoded in Python)."""
+        item, profile = self._item_ticks, self._profile_ticks
+        try:
+            return real()
+        except sqlite3.OperationalError as e:
+            if not str(e).startswith(NOT_UTF8):
+                raise
+        self._item_ticks, self._profile_ticks = item, profile
+        self._ticks, self._stopped = 0, False
+        self.conn.text_factory = _replaced
+        try:
+            return real()
+        finally:
+            self.conn.text_factory = str
+
     def _read(self, sql: str, params: tuple[Any, ...] = (), *, one: bool = False) -> Any:
         """A read of ours under the statement and item budgets: all its rows, or (``one``) its first row
         and its column names."""
@@ -547,7 +571,7 @@ class Workspace:
                 return row, tuple(d[0] for d in cur.description or ())
             return cur.fetchall()
 
-        return self._ask(self._key("one" if one else "all", sql, _params_key(params)), None, real)
+        return self._ask(self._key("one" if one else "all", sql, _params_key(params)), None, lambda: self._utf8(real))
 
     def _write(self, sql: str, params: tuple[Any, ...] | list[Any], table: str) -> int | None:
         """A change of ours under the statement and item budgets: the row id it inserted. Inside a
@@ -790,7 +814,7 @@ class Workspace:
             if program is None:  # its outcome depends on more than the data: always run
                 self._begin(steps)
                 self._make()
-                got = real()
+                got = self._utf8(real)
             else:
                 # a query that reads none of the tables the candidate changed runs as on the real data
                 touched = self._touched.get(self._state) if self._state > 0 and not self._ripples else None
@@ -798,7 +822,7 @@ class Workspace:
                 key = (0, self._reverse, "run", program) if untouched else self._key("run", program)
                 # another spelling of the program ran before: this one's column names are not known yet
                 look = names is not None or not self._has_rows(key)
-                got = self._ask(key, steps, real, look=look, make=not untouched)
+                got = self._ask(key, steps, lambda: self._utf8(real), look=look, make=not untouched)
             if got is None:
                 return None
             return ResultSet(self._names[sql], got, len(got))
