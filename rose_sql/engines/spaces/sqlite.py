@@ -165,8 +165,8 @@ def _params_key(params: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 class _Log:
-    """The statements of a deletion (a row and the rows referencing it) as the memo keeps it: what they
-    charged in all and at most, the changes they made in order, and whether every one of them completed."""
+    """The statements of a candidate's change as the memo keeps them: what they charged in all and at
+    most, the changes they made in order, and whether every one of them completed."""
 
     __slots__ = ("complete", "most", "ticks", "writes")
 
@@ -177,15 +177,15 @@ class _Log:
         self.writes: list[tuple[str, tuple[Any, ...]]] = []
 
 
-class _Deletion:
-    """A remembered deletion: what :class:`_Log` saw, the changes it returns (or the constraint error it
-    raised), and the state of the data after it."""
+class _Done:
+    """A remembered change of a candidate: what :class:`_Log` saw, what it returned (or the constraint error
+    it raised), and the state of the data after it."""
 
-    __slots__ = ("changes", "error", "log", "state")
+    __slots__ = ("error", "log", "made", "state")
 
-    def __init__(self, log: _Log, changes: list[Change], state: int, error: BaseException | None) -> None:
+    def __init__(self, log: _Log, made: Any, state: int, error: BaseException | None) -> None:
         self.log = log
-        self.changes = changes
+        self.made = made
         self.state = state
         self.error = error
 
@@ -269,7 +269,7 @@ class Workspace:
         self._stopped = False  # whether the progress handler stopped the current statement
         self._auth = Authorizer()
         # the memo (see the class docstring): states of the data are numbered, 0 the real data
-        self._memo: dict[Hashable, _Entry | _Deletion] = {}
+        self._memo: dict[Hashable, _Entry | _Done] = {}
         self._states: dict[tuple[int, Hashable], int] = {}  # (state, change) -> the state after it
         self._touched: dict[int, frozenset[int] | None] = {}  # a state's changed tables' b-trees (None: unknown)
         # a query under test's key (None: always run) and the b-trees it reads
@@ -291,8 +291,8 @@ class Workspace:
         self._ripples = False  # whether a change may change other tables (a foreign key's action, a trigger)
         self._fk_off = False  # whether the candidate's savepoint was opened with foreign keys off
         self._made: list[tuple[str, tuple[Any, ...]]] = []  # the changes made in it
-        self._depth = 0  # delete()'s recursion
-        self._log: _Log | None = None  # what the statements of a deletion being remembered cost
+        self._depth = 0  # inside a change being remembered
+        self._log: _Log | None = None  # what the statements of the change being remembered cost
         self.conn.set_progress_handler(self._progress, STEP_GRAIN)
         self._free = True  # reading the schema is ours and bounded by it
         try:
@@ -471,7 +471,7 @@ class Workspace:
         return real()
 
     def _note(self, complete: bool, write: tuple[str, tuple[Any, ...]] | None = None) -> None:
-        """Count the statement just asked in the deletion being remembered."""
+        """Count the statement just asked in the change being remembered."""
         log = self._log
         if log is not None:
             log.ticks += self._ticks
@@ -907,12 +907,24 @@ class Workspace:
 
     def update(self, table: str, rowid: int, column: str, value: Any) -> Change:
         """Set one non-key cell; raises sqlite3.Error when a constraint forbids it."""
+        change: Change = self._remembered(
+            ("update", table, rowid, column, _params_key((value,))), lambda: self._update(table, rowid, column, value)
+        )
+        return change
+
+    def _update(self, table: str, rowid: int, column: str, value: Any) -> Change:
         old = self.row(table, rowid).get(column)
         self._write(f"UPDATE {_q(table)} SET {_q(column)} = ? WHERE rowid = ?", (value, rowid), table)
         return Change("update", table, rowid, column=column, old=old, new=value)
 
     def insert_copy(self, table: str, rowid: int, overrides: dict[str, Any] | None = None) -> Change:
         """Insert a copy of a row with fresh key and UNIQUE values (and optional changed cells)."""
+        cells = tuple(overrides or {})
+        key = ("insert", table, rowid, cells, _params_key(tuple((overrides or {}).values())))
+        change: Change = self._remembered(key, lambda: self._insert_copy(table, rowid, overrides))
+        return change
+
+    def _insert_copy(self, table: str, rowid: int, overrides: dict[str, Any] | None) -> Change:
         t = self.tables[table]
         values = self.row(table, rowid)
         new = dict(values)
@@ -930,47 +942,52 @@ class Workspace:
         return Change("insert", table, inserted, copy_of=rowid, values=changed, row=new)
 
     def delete(self, table: str, rowid: int) -> list[Change]:
-        """Delete a row and, first, the rows of child tables that reference it.
+        """Delete a row and, first, the rows of child tables that reference it."""
+        changes: list[Change] = self._remembered(("delete", table, rowid), lambda: self._delete(table, rowid))
+        return list(changes)
 
-        The whole deletion is remembered too (one memo entry for its dozens of statements): asked again on
-        the same state, it is charged what its statements took, where every one of them completes within
-        the budgets left, and its changes are made when a later statement needs them."""
+    def _remembered(self, op: tuple[Hashable, ...], make: Callable[[], Any]) -> Any:
+        """A change of a candidate (an update, a copy, a deletion with the rows referencing it), remembered
+        whole, by the state it starts from: asked again there, it is charged what its statements took,
+        where every one of them completes within the budgets left, and its changes are made when a later
+        statement needs them. What it returns is shared: never changed by its callers."""
         if self._depth or not self._candidate or self._state < 0 or self.memo_full:
-            return self._delete(table, rowid)
-        key = self._key("delete", table, rowid)
+            return make()
+        key = self._key(*op)
         known = self._memo.get(key)
-        if isinstance(known, _Deletion) and self._fits(known.log):
+        if isinstance(known, _Done) and self._fits(known.log):
             self._charge(known.log.ticks)
             if known.error is not None:
                 raise type(known.error)(*known.error.args)
             self._pending += known.log.writes
             self._state = known.state
-            return list(known.changes)
+            return known.made
         log = self._log = _Log()
         self._depth += 1
         try:
-            changes = self._delete(table, rowid)
-        except sqlite3.IntegrityError as e:  # a constraint refused a deletion: remembered as such
+            made = make()
+        except sqlite3.IntegrityError as e:  # a constraint refused it: remembered as such
             if log.complete and self._state >= 0:
-                self._keep(key, _Deletion(log, [], self._state, e))
+                self._keep(key, _Done(log, None, self._state, e))
             raise
         finally:
             self._depth -= 1
             self._log = None
         if log.complete and self._state >= 0:
-            self._keep(key, _Deletion(log, changes, self._state, None))
-        return changes
+            self._keep(key, _Done(log, made, self._state, None))
+        return made
 
     def _fits(self, log: _Log) -> bool:
-        """Whether every statement of a remembered deletion completes within the budgets left."""
+        """Whether every statement of a remembered change completes within the budgets left."""
         if log.ticks and time.monotonic() > self.hard_deadline:
             return False
         return log.most <= self.statement_steps // STEP_GRAIN and log.ticks <= self._item_ticks
 
-    def _keep(self, key: Hashable, deletion: _Deletion) -> None:
-        self._memo[key] = deletion
-        rows = [tuple((c.row or {}).values()) for c in deletion.changes]
-        MEMOS.add(self, ENTRY_BYTES * (1 + len(deletion.log.writes)) + _size(rows))
+    def _keep(self, key: Hashable, done: _Done) -> None:
+        self._memo[key] = done
+        changes = done.made if isinstance(done.made, list) else [done.made] if done.made is not None else []
+        rows = [tuple((c.row or {}).values()) for c in changes]
+        MEMOS.add(self, ENTRY_BYTES * (1 + len(done.log.writes) + len(changes)) + _size(rows))
 
     def _delete(self, table: str, rowid: int) -> list[Change]:
         changes: list[Change] = []
