@@ -289,6 +289,7 @@ class Workspace:
         self._fk_actions = False  # whether a foreign key changes rows (ON DELETE CASCADE...): read with the schema
         self._roots: dict[str, frozenset[int]] = {}  # a table's b-trees (its own, its indexes'), by root page
         self._ripples = False  # whether a change may change other tables (a foreign key's action, a trigger)
+        self._checked: frozenset[str] = frozenset()  # the deletions whose foreign keys' checks scan tables
         self._fk_off = False  # whether the candidate's savepoint was opened with foreign keys off
         self._made: list[tuple[str, tuple[Any, ...]]] = []  # the changes made in it
         self._depth = 0  # inside a change being remembered
@@ -300,6 +301,9 @@ class Workspace:
         finally:
             self._free = False
         self.conn.text_factory = str
+        self._checked = frozenset(
+            f"DELETE FROM {_q(t.name)} WHERE rowid = ?" for t in self.tables.values() if t.children
+        )
 
     # ------------------------------------------------------------------ budgets
 
@@ -493,9 +497,11 @@ class Workspace:
         """Before a statement runs on the copy: set the row order asked, and make the candidate's changes
         the memo answered so far (``write``: a change is to be made, with its foreign keys checked).
 
-        Where the foreign keys only check (:data:`CHECKS_ONLY`), changes the memo answered are made with
-        them off: they passed the checks when they ran, and a row's deletion then scans no table for the
-        rows that reference it. Before a change is made for real, they are made again with them on."""
+        Where the foreign keys only check (:data:`CHECKS_ONLY`), changes the memo answered that delete
+        rows of a referenced table are made with them off: they passed the checks when they ran, and the
+        deletions then scan no table for the rows that reference them (elsewhere, turning the checks off
+        and on again costs more than it saves). Before a change is made for real, they are made again
+        with them on."""
         self._order()
         if not self._candidate:
             return
@@ -504,7 +510,7 @@ class Workspace:
             self._pending = self._made + self._pending
             self._made = []
         if not self._savepoint:
-            if self._pending and not write and not self._fk_actions:
+            if not write and not self._fk_actions and any(sql in self._checked for sql, _ in self._pending):
                 self._pragma("PRAGMA foreign_keys = OFF")
                 self._fk_off = True
             self._pragma("SAVEPOINT candidate")
