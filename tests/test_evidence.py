@@ -540,3 +540,36 @@ def test_two_spellings_of_a_prediction_find_the_same_from_one_search(
     assert first.witness is not None and first.witness == second.witness
     assert first.search is not None and second.search is not None
     assert replace(first.search, seconds=0) == replace(second.search, seconds=0)
+
+
+def test_rows_fetched_in_chunks_stop_at_the_caps_where_rows_fetched_one_by_one_stop(
+    make_db: Callable[..., Path],
+) -> None:
+    """A query under test is fetched in chunks that cannot reach the row or byte cap (each value is at
+    most max_value_bytes long); near a cap, row by row. A copy whose values may be long enough that every
+    row could reach the cap fetches row by row from the first: both give the same results, stop at the
+    same row and charge the same steps."""
+    rows = ",".join(f"({i},'{'x' * (i % 40)}')" for i in range(3000))
+    db = make_db(f"CREATE TABLE t (id INTEGER PRIMARY KEY, s TEXT); INSERT INTO t VALUES {rows};")
+    queries = [
+        "SELECT id, s FROM t",  # 3,000 rows: past the row cap
+        "SELECT s FROM t WHERE id < 2400",  # under the row cap, past the byte cap
+        "SELECT id, s FROM t WHERE id % 3 = 0",  # under both
+        "SELECT s, id FROM t ORDER BY s DESC, id",
+    ]
+    outcomes = []
+    for value_bytes in (100, 60_000):  # chunks of up to 256 rows; row by row (60,000 bytes: any row may pass)
+        ws = Workspace(
+            db, statement_steps=10**9, max_bytes=60_000, max_value_bytes=value_bytes, guard_s=60, max_rows=2500
+        )
+        ws.start(10**10, float("inf"))
+        ws.copy({"t"})
+        got = []
+        for sql in queries:
+            before = ws.steps_left
+            result = ws.run(sql)
+            got.append((None if result is None else result.rows, before - ws.steps_left))
+        outcomes.append(got)
+        ws.close()
+    assert outcomes[0] == outcomes[1]
+    assert [rows is None for rows, _ in outcomes[0]] == [True, True, False, True]

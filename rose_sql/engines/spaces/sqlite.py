@@ -30,6 +30,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
+from itertools import chain, compress
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,9 @@ _LOSSY = re.compile(r"^-?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+|inf|nan)$|^\(bl
 blob as ``(blob)`` or nothing): two statements whose programs differ only there may differ."""
 _CALL = re.compile(r"^(\w+)\(")
 """A function's operand in ``EXPLAIN`` (``random(0)``)."""
+CHUNK = 256
+"""Rows of a query under test fetched at once, where no cap can be reached among them."""
+TEXT = (str, bytes)
 ENTRY_BYTES = 200
 """What a memo entry holds beside its rows: its key, its object, its slot in the memo."""
 INTERNED_BYTES = 2**16
@@ -256,6 +260,7 @@ class Workspace:
         """Seconds an item's evidence may take before the worker's guard may stop it."""
         self.max_rows = max_rows
         self.max_bytes = max_bytes
+        self.max_value_bytes = max_value_bytes
         self.hard_deadline = float("inf")
         """The wall-clock guard of the current item: past it, every statement stops."""
         self.guard_fired = False
@@ -796,20 +801,31 @@ class Workspace:
                 self._auth.begin()
                 try:
                     cur = self.conn.execute(sql)
-                    self._names[sql] = tuple(d[0] for d in cur.description or ())
+                    self._names[sql] = names = tuple(d[0] for d in cur.description or ())
                     rows: list[tuple[Any, ...]] = []
-                    nbytes = cells = 0
+                    nbytes = 0
                     max_rows, max_bytes = self.max_rows, self.max_bytes
-                    for row in cur:
-                        cells += len(row)
-                        nbytes += 16 * len(row)
-                        for v in row:
-                            if type(v) is str or type(v) is bytes:
-                                nbytes += len(v)
-                        if len(rows) >= max_rows or nbytes > max_bytes:
-                            return None  # too large to compare soundly here
-                        rows.append(row)
-                    size = ROW_BYTES * (len(rows) + 1) + (CELL_BYTES - 16) * cells + nbytes
+                    # rows fetched in chunks that cannot reach a cap (each value is at most max_value_bytes),
+                    # so they step the statement exactly as far as fetching row by row does
+                    widest = 16 * len(names) + len(names) * self.max_value_bytes
+                    while (chunk := min(CHUNK, max_rows - len(rows), (max_bytes - nbytes) // max(widest, 1))) > 0:
+                        fetched = cur.fetchmany(chunk)
+                        if not fetched:
+                            break
+                        cells = tuple(chain.from_iterable(fetched))
+                        texts = compress(cells, map(TEXT.__contains__, map(type, cells)))
+                        nbytes += 16 * len(cells) + sum(map(len, texts))
+                        rows += fetched
+                    else:  # near a cap: row by row, to stop where it is passed
+                        for row in cur:
+                            nbytes += 16 * len(row)
+                            for v in row:
+                                if type(v) is str or type(v) is bytes:
+                                    nbytes += len(v)
+                            if len(rows) >= max_rows or nbytes > max_bytes:
+                                return None  # too large to compare soundly here
+                            rows.append(row)
+                    size = ROW_BYTES * (len(rows) + 1) + (CELL_BYTES - 16) * len(names) * len(rows) + nbytes
                     got = tuple(rows)
                     same = self._same(got, nbytes)
                     self._size_hint = size if same is got else 0  # an equal result is held already
