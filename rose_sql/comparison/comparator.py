@@ -20,7 +20,6 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from itertools import chain
 from typing import Any, Literal
 
 from rose_sql.comparison.columns import Budget, column_maps
@@ -221,19 +220,25 @@ def _equal_up_to_columns(
 
 _ONE_TYPE = frozenset({int, str, bytes, type(None)})
 """Value types no value of another of them equals (``True == 1 == 1.0``; ``1 != '1'``)."""
+_NULL_TYPE = frozenset({type(None)})
 
 
-def _one_type(rows: Sequence[Row]) -> bool:
-    """Whether every value of ``rows`` is of :data:`_ONE_TYPE`."""
-    return set(map(type, chain.from_iterable(rows))) <= _ONE_TYPE
+def _types_agree(a: Sequence[Row], b: Sequence[Row]) -> bool:
+    """Whether equal rows of ``a`` and ``b`` (as Python compares them) hold values of the same types: in
+    every column, the values of both sides are of one type besides NULL, or of :data:`_ONE_TYPE`."""
+    for col_a, col_b in zip(zip(*a, strict=True), zip(*b, strict=True), strict=True):
+        types = set(map(type, col_a)) | set(map(type, col_b))
+        if not types <= _ONE_TYPE and len(types - _NULL_TYPE) > 1:
+            return False
+    return True
 
 
 def _representation_notes(
     gold: ResultSet, pred: ResultSet, cmap: tuple[int, ...], *, equal_as_given: bool = False
 ) -> list[str]:
     """Differences that equality tolerated: value types or rounding, column names. ``equal_as_given``:
-    the rows are equal as Python compares them, as a bag, ``cmap`` the identity (then rows of values that
-    only equal values of their own type are equal value for value and type for type)."""
+    the rows are equal as Python compares them, as a bag, ``cmap`` the identity (then, where each column
+    holds one type, or values that only equal values of their own type, they are equal type for type)."""
     notes = []
 
     def typed(rows: Sequence[Row], cols: Sequence[int]) -> Iterator[tuple[Any, ...]]:
@@ -242,7 +247,7 @@ def _representation_notes(
     identity = cmap == tuple(range(len(gold.columns)))
     same_values = identity and (
         gold.rows is pred.rows
-        or (equal_as_given and _one_type(gold.rows) and _one_type(pred.rows))
+        or (equal_as_given and _types_agree(gold.rows, pred.rows))
         or repr(gold.rows) == repr(pred.rows)
     )
     if not same_values and not same_bag(typed(gold.rows, range(len(gold.columns))), typed(pred.rows, cmap)):
