@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -40,14 +41,17 @@ def load() -> str:
     return f"load {one:.2f} (5 min {five:.2f})"
 
 
-def rose(args: list[str], src: Path = ROOT) -> float:
-    """Wall seconds of ``rose run`` from the checkout ``src`` (its package first on the path)."""
+def rose(args: list[str], src: Path = ROOT) -> tuple[float, float]:
+    """Wall and CPU seconds (its processes', user and system) of ``rose run`` from the checkout ``src`` (its
+    package first on the path)."""
     env = dict(os.environ, PYTHONPATH=str(src))
-    start = time.monotonic()
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     subprocess.run(
         [sys.executable, "-m", "rose_sql", "run", *args], check=True, stdout=subprocess.DEVNULL, cwd=src, env=env
     )
-    return time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return time.monotonic() - start, cpu
 
 
 def bird_superhero(shared: Path, tmp: Path) -> list[Path]:
@@ -138,23 +142,30 @@ def main() -> None:
     if args.only in (None, "bird"):
         groups.append(("bird", bird_superhero(args.shared, tmp), ["--db-root", str(args.shared / "bird")]))
     walls = {"on": 0.0, "off": 0.0, "baseline": 0.0}  # over all groups
+    cpus = {"on": 0.0, "off": 0.0, "baseline": 0.0}
     summaries: dict[str, list[tuple[str, dict[str, Any]]]] = {"on": [], "baseline": []}
     differ: list[str] = []
     for name, files, extra in groups:
         runs: list[tuple[str, Path]] = [("baseline", args.baseline)] if args.baseline is not None else []
         for run, src in [*runs, ("on", ROOT)]:
             before = load()
-            wall = rose([*map(str, files), *extra, "--out", str(tmp / f"{name}-{run}"), "--evidence", *budget], src)
+            wall, cpu = rose(
+                [*map(str, files), *extra, "--out", str(tmp / f"{name}-{run}"), "--evidence", *budget], src
+            )
             walls[run] += wall
-            print(f"{name:6} {run:8}: {wall:7.1f} s wall ({before} before, {load()} after)", flush=True)
+            cpus[run] += cpu
+            print(
+                f"{name:6} {run:8}: {wall:7.1f} s wall, {cpu:7.1f} s CPU ({before} before, {load()} after)", flush=True
+            )
             for f in files:
                 summaries[run].append(
                     (f"{name}/{f.stem}", summarize(tmp / f"{name}-{run}" / f.stem / "records.jsonl", args.over))
                 )
         before = load()
-        wall = rose([*map(str, files), *extra, "--out", str(tmp / f"{name}-off"), "--no-evidence"])
+        wall, cpu = rose([*map(str, files), *extra, "--out", str(tmp / f"{name}-off"), "--no-evidence"])
         walls["off"] += wall
-        print(f"{name:6} {'off':8}: {wall:7.1f} s wall ({before} before, {load()} after)", flush=True)
+        cpus["off"] += cpu
+        print(f"{name:6} {'off':8}: {wall:7.1f} s wall, {cpu:7.1f} s CPU ({before} before, {load()} after)", flush=True)
         if args.baseline is not None:
             for f in files:
                 found = differences(
@@ -185,7 +196,8 @@ def main() -> None:
     )
     print(
         f"wall time: with evidence {walls['on']:.1f} s, without {walls['off']:.1f} s "
-        f"(ratio {walls['on'] / max(walls['off'], 1e-9):.1f}x)"
+        f"(ratio {walls['on'] / max(walls['off'], 1e-9):.1f}x); CPU time: with {cpus['on']:.1f} s, without "
+        f"{cpus['off']:.1f} s"
     )
     if args.baseline is not None:
         base_seconds = sum(s["seconds"] for _, s in summaries["baseline"])
@@ -195,7 +207,9 @@ def main() -> None:
             f"{walls['baseline']:.1f} s, {base_guard} stopped by the guard\n"
             f"this checkout / baseline: evidence time {seconds / max(base_seconds, 1e-9):.3f}, "
             f"wall time with evidence {walls['on'] / max(walls['baseline'], 1e-9):.3f}, evidence's own wall time "
-            f"(with less without) {(walls['on'] - walls['off']) / max(walls['baseline'] - walls['off'], 1e-9):.3f}"
+            f"(with less without) {(walls['on'] - walls['off']) / max(walls['baseline'] - walls['off'], 1e-9):.3f}, "
+            f"evidence's own CPU time {(cpus['on'] - cpus['off']) / max(cpus['baseline'] - cpus['off'], 1e-9):.3f} "
+            f"(baseline CPU with evidence {cpus['baseline']:.1f} s)"
         )
         print(f"records: {len(differ)} items differ from the baseline's (every field but EXEMPT)")
         for d in differ[:20]:
