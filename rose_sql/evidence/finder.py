@@ -34,6 +34,8 @@ from rose_sql.evidence.witness import Search, search
 from rose_sql.results import Execution, ResultSet
 from rose_sql.sql import has_top_level_order_by
 
+Names = tuple[tuple[str, ...], tuple[str, ...]]
+"""The names of the gold's and the prediction's columns."""
 SEARCHES = 4096
 """Witness searches a thread remembers (see :meth:`Finder._search_key`), the least recently found dropped."""
 _FAILURES = (Exception,)
@@ -126,7 +128,10 @@ class Finder:
             return Evidence(None, diff, smells, None, 0.0, skipped=f"on {db.kind}: no witness search: {copy}")
         values = _result_values(g)
         key = self._search_key(copy, db, gold_sql, pred_sql, g, p, feats, ordered, values, distinct)
-        known = self._searches().get(key) if key is not None else None
+        names = (g.columns, p.columns if p is not None else ())
+        kept = self._searches().get(key) if key is not None else None
+        # the columns' names are the texts' own: they show only in a witness's results
+        known = kept[0] if kept is not None and (kept[0].witness is None or kept[1] == names) else None
         if known is not None:
             s = replace(known, tried=dict(known.tried), seconds=0.0)
         else:
@@ -144,7 +149,7 @@ class Finder:
                 distinct=distinct,
             )
             if key is not None and not copy.guard_fired and copy.alive():
-                self._keep(key, s)
+                self._keep(key, s, names)
         if not copy.alive():  # what it found then is not the search's: the next item makes a new copy
             return Evidence(None, diff, smells, None, 0.0, skipped=f"on {db.kind}: the copy was lost during the search")
         info = SearchInfo(
@@ -165,27 +170,29 @@ class Finder:
         values: list[Any],
         distinct: bool,
     ) -> Hashable | None:
-        """Everything a witness search depends on, where the copy's answers are reproducible (None
-        elsewhere): the data (the database), what the two queries compile to and the names of their
-        columns, what they read, the gold's first values, and the steps the item has left. Items that agree
-        on all of it (two systems' spellings of one prediction) find the same."""
+        """Everything a witness search depends on but the names of the queries' columns (which show only
+        in a witness's results), where the copy's answers are reproducible (None elsewhere): the data (the
+        database), what the two queries compile to, what they read, the gold's first values, and the steps
+        the item has left. Items that agree on all of it (two systems' spellings of one prediction) find the
+        same."""
         if p is None:
             return None
         gold, pred = copy.identity(gold_sql), copy.identity(pred_sql)
         if gold is None or pred is None:
             return None
-        return (db, gold, g.columns, pred, p.columns, feats.key(), ordered, repr(values), distinct, copy.steps_left)
+        return (db, gold, pred, feats.key(), ordered, repr(values), distinct, copy.steps_left)
 
-    def _searches(self) -> OrderedDict[Hashable, Search]:
-        """This thread's remembered searches (least recently found first)."""
-        searches: OrderedDict[Hashable, Search] | None = getattr(self._local, "searches", None)
+    def _searches(self) -> OrderedDict[Hashable, tuple[Search, Names]]:
+        """This thread's remembered searches, with the names of the columns they ran with (least recently
+        found first)."""
+        searches: OrderedDict[Hashable, tuple[Search, Names]] | None = getattr(self._local, "searches", None)
         if searches is None:
             searches = self._local.searches = OrderedDict()
         return searches
 
-    def _keep(self, key: Hashable, found: Search) -> None:
+    def _keep(self, key: Hashable, found: Search, names: Names) -> None:
         searches = self._searches()
-        searches[key] = replace(found, tried=dict(found.tried))
+        searches[key] = (replace(found, tried=dict(found.tried)), names)
         while len(searches) > SEARCHES:
             searches.popitem(last=False)
 
