@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from operator import itemgetter
 from typing import Any, Literal
 
 from rose_sql.comparison.columns import Budget, column_maps
@@ -233,6 +234,21 @@ def _types_agree(a: Sequence[Row], b: Sequence[Row]) -> bool:
     return True
 
 
+def _alike(gold: Sequence[Row], pred: Sequence[Row], cmap: tuple[int, ...], identity: bool) -> bool:
+    """Whether the prediction's rows, its columns taken in ``cmap``'s order, are the gold's as Python
+    compares them (as a bag) with values of the same types (:func:`_types_agree`): then the typed recount
+    finds them equal too (a check in C where it counts cell by cell in Python)."""
+    if not cmap:
+        return False
+    if identity:
+        projected: Sequence[Row] = pred
+    elif len(cmap) == 1:
+        projected = [(r[cmap[0]],) for r in pred]
+    else:
+        projected = list(map(itemgetter(*cmap), pred))
+    return same_bag(gold, projected) and _types_agree(gold, projected)
+
+
 def _representation_notes(
     gold: ResultSet, pred: ResultSet, cmap: tuple[int, ...], *, equal_as_given: bool = False
 ) -> list[str]:
@@ -250,7 +266,11 @@ def _representation_notes(
         or (equal_as_given and _types_agree(gold.rows, pred.rows))
         or repr(gold.rows) == repr(pred.rows)
     )
-    if not same_values and not same_bag(typed(gold.rows, range(len(gold.columns))), typed(pred.rows, cmap)):
+    if (
+        not same_values
+        and not _alike(gold.rows, pred.rows, cmap, identity)
+        and not same_bag(typed(gold.rows, range(len(gold.columns))), typed(pred.rows, cmap))
+    ):
         notes.append("numbers equal by value with different types or rounding (e.g. 1 vs 1.0)")
     if [c.lower() for c in gold.columns] != [pred.columns[j].lower() for j in cmap]:
         notes.append("column names differ")
