@@ -439,6 +439,7 @@ class Workspace:
         self._programs = {}
         self._program_ids = {}
         self._results = {}
+        self._names = {}
         # a candidate goes on in states of its own, unknown to the memo, until its rollback
         self._state = -1 if self._candidate else 0
 
