@@ -42,8 +42,9 @@ that statement with the readings ``rose_sql`` computes today, so that adding one
 
 Sanity check, per file: the official scripts' item counts and accuracies next to ours (``bird_ex`` and
 ``ts_ex`` means from each ``summary.json``); a mismatch makes the exit status 1. The databases' SHA-256
-are compared before and after (the official scripts open them writable). Targets: ours / limit <= 1.5,
-BIRD script / ours > 1, test-suite / ours >= 10.
+are compared before and after (the official scripts open them writable). Targets, each met on every workload
+it applies to: ours / limit at most 4 on Spider (where ``rose run`` also computes Spider's exact-set match)
+and 1.5 on BIRD, BIRD script / ours above 1, test-suite / ours at least 15.
 
 Exact command (from the repository root)::
 
@@ -85,6 +86,10 @@ BIRD_DB = "superhero"
 BIRD_SEPARATOR = "\t----- bird -----\t"
 PROGRESS_OPS = 2000  # progress-handler granularity, as rose_sql.engines.execute
 DIFFICULTIES = ("simple", "moderate", "challenging")
+LIMIT_TARGET = {"spider": 4.0, "bird": 1.5}
+"""The most ``rose run`` / the limit may be, per workload."""
+TEST_SUITE_TARGET = 15.0
+"""The least test-suite / ``rose run`` may be."""
 BIRD_META_TIME_OUT = 30.0  # evaluation_ex.py's default and run_evaluation.sh's value
 
 
@@ -428,31 +433,33 @@ def _table(datasets: list[Dataset], res: dict[str, Any], key: str) -> None:
             print(f"    test-suite cannot evaluate {n} ({_fmt(r[key])} s): {'; '.join(errors)[:160]}; excluded")
     print()
     row("ratio", [*names, "total", "target", ""])
-    checks: list[tuple[str, list[float | None], float | None, str, Callable[[float], bool]]] = [
+    limits = " / ".join(f"{LIMIT_TARGET[n]:g}" for n in names)
+    checks: list[tuple[str, list[float | None], float | None, str, Callable[[str, float], bool]]] = [
         (
             "ours / limit",
             [_ratio(ours[n], limit[n]) for n in names],
             _ratio(sum(ours.values()), sum(limit.values())),
-            "<= 1.5",
-            lambda r: r <= 1.5,
+            f"<= {limits}",
+            lambda n, r: r <= LIMIT_TARGET[n],
         ),
         (
             "BIRD script / ours",
             [_ratio(bird[n], ours[n]) for n in names],
             _ratio(sum(bird.values()), sum(ours.values())),
             "> 1",
-            lambda r: r > 1,
+            lambda n, r: r > 1,
         ),
         (
             "test-suite / ours",
             [_ratio(ts[n], ours[n]) for n in names],
             _ratio(ts_total, ours_on_ts),
-            ">= 10",
-            lambda r: r >= 10,
+            f">= {TEST_SUITE_TARGET:g}",
+            lambda n, r: r >= TEST_SUITE_TARGET,
         ),
     ]
-    for label, per, total, target, ok in checks:
-        verdict = "-" if total is None else ("met" if ok(total) else "MISSED")
+    for label, per, total, target, ok in checks:  # met: on every workload it could be measured on
+        measured = [(n, r) for n, r in zip(names, per, strict=True) if r is not None]
+        verdict = "-" if not measured else ("met" if all(ok(n, r) for n, r in measured) else "MISSED")
         row(label, [_fmt(x) for x in per] + [_fmt(total), target, verdict])
 
 

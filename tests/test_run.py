@@ -18,7 +18,8 @@ from rose_sql.config import Config
 from rose_sql.engines import Source
 from rose_sql.engines import workers as workers_module
 from rose_sql.items.load import Item, load_items
-from rose_sql.run.evaluate import evaluate_items
+from rose_sql.record import dumps
+from rose_sql.run.evaluate import evaluate_items, record_data_for, record_for
 from rose_sql.run.runner import BATCH, _batches, plan, run
 
 GOLDS = ["SELECT count(*) FROM t", "SELECT a FROM t ORDER BY a", "SELECT DISTINCT b FROM t"]
@@ -168,6 +169,27 @@ def test_systems_that_predict_alike_get_the_same_outcome_with_cached_executions(
         assert a == b
     assert {r["comparison"]["reason"] for r in found["alpha"].values() if r["comparison"]} >= {"same", "values"}
     assert any(r["pred"]["status"] == "error" for r in found["beta"].values())
+
+
+def test_an_alike_items_line_is_made_from_the_first_ones_data_as_from_its_record(
+    two_systems: tuple[list[Path], Path],
+) -> None:
+    """The worker writes the line of an item that repeats another system's prediction from the first item's
+    data: the very line its own record would give (every field, in order), executions cached or skipped."""
+    _, db_root = two_systems
+    firsts = [
+        Item(1, "d", "SELECT b FROM t", GOLDS[2]),  # both executions ran
+        Item(2, "d", None, GOLDS[0], difficulty="hard"),  # no prediction: it is skipped
+        Item(3, "absent", "SELECT 1", "SELECT 1"),  # no database: both skipped
+    ]
+    records = evaluate_items(firsts, Source.folder(db_root), Config(workers=1, evidence=False))
+    assert {r.pred.status for r in records} >= {"ok", "skipped"}
+    for r in records:
+        for other in (
+            Item("x-7", r.db_id, r.pred_sql, r.gold_sql, question="Which?", source="other.jsonl:7"),
+            Item(8, r.db_id, r.pred_sql, r.gold_sql, difficulty="simple"),
+        ):
+            assert dumps(record_data_for(r.to_dict(), other)) == record_for(r, other).to_json()
 
 
 def test_a_run_without_a_judge_imports_none_of_the_judges(make_db: Callable[..., Path], tmp_path: Path) -> None:

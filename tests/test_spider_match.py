@@ -34,6 +34,7 @@ from rose_sql.readings.spider_match import (
     _Rejected,
     _sentences,
     _treebank,
+    every_rule,
     foreign_key_maps,
     spider_match,
     tokenize,
@@ -242,6 +243,20 @@ def test_the_one_pass_tokenizer_reads_as_the_official_loops(sql: str) -> None:
     toks = [t.lower() for s in _sentences_with_slices(spliced) for t in _treebank(s)]
     values = {f"__val_{a}_{b}__": text[a : b + 1] for a, b in zip(quotes[::2], quotes[1::2], strict=True)}
     assert tokenize(sql) == tuple(_joined_as_the_official_code([values.get(t, t) for t in toks]))
+
+
+_treebank_every_rule = every_rule
+
+
+WORDISH = [*HOSTILE, "*", "(", "[", "}", "&", "@", "\u2013", "»", "’", "!", "?", "-"]
+WORDISH += ["can", "not", "CAN", "gon", "na", "wan"]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(WORDISH), max_size=30).map("".join))
+def test_the_common_rules_alone_read_as_every_rule_where_no_other_can_act(text: str) -> None:
+    """Where a sentence has nothing the rarer rules act on, applying only the common ones gives NLTK's tokens."""
+    assert _treebank(text) == _treebank_every_rule(text)
 
 
 def test_the_official_join_at_the_first_token_splices_the_rest_in_again() -> None:

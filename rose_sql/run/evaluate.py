@@ -235,6 +235,27 @@ def record_for(record: Record, item: Item) -> Record:
     )
 
 
+def record_data_for(data: dict[str, Any], item: Item) -> dict[str, Any]:
+    """``record_for(record, item).to_dict()`` from ``data``, ``record.to_dict()`` (the record of another item
+    with the same database, gold and prediction, decided by no judge): its values but the item's own and the
+    executions' ``cached``, without building the record again (thousands of items repeat another system's
+    prediction)."""
+    return {
+        **data,
+        "id": item.id,
+        "difficulty": item.difficulty or data["difficulty"],
+        "question": item.question,
+        "source": item.source,
+        "pred": _as_cached(data["pred"]),
+        "gold": _as_cached(data["gold"]),
+    }
+
+
+def _as_cached(execution: dict[str, Any]) -> dict[str, Any]:
+    """An execution's data as :meth:`ExecutionInfo.as_cached <rose_sql.record.ExecutionInfo.as_cached>` makes it."""
+    return execution if execution["status"] == "skipped" else {**execution, "cached": True}
+
+
 def failed_record(item: Item, error: BaseException | str) -> Record:
     """The record of an item whose evaluation hit a bug of ours: unscored, and the run goes on."""
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
