@@ -41,3 +41,33 @@ def test_an_address_that_is_a_file_name_is_explained(items: tuple[Path, Path], t
     path, db_root = items
     res = rose("run", "--ray", path, "--db-root", db_root, "--out", tmp_path / "out")
     assert res.exit_code == 2 and "put --ray after the prediction files" in res.output
+
+
+def test_an_actor_with_nothing_left_waits_for_the_batches_in_flight_and_redoes_a_dead_ones() -> None:
+    """The race a SIGKILL made under load: actor 1 has finished its own work while actor 0's batch is out;
+    actor 0 dies and does not come back. Actor 1 must still be there to redo the batch."""
+    import asyncio
+
+    from rose_sql.distributed.cluster import Placement, _Batch
+
+    async def scenario() -> list[str]:
+        placement = Placement([_Batch([], "a"), _Batch([], "b")], actors=2)
+        done: list[str] = []
+        out = await placement.next(0)  # actor 0 takes its batch, then dies
+        assert out is not None and out.db_id == "a"
+        own = await placement.next(1)
+        assert own is not None and own.db_id == "b"
+        await placement.finished(own)
+        done.append(own.db_id)
+        waiting = asyncio.create_task(placement.next(1))  # nothing queued, one batch out: actor 1 waits
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        await placement.redo(out)  # actor 0 died: its batch comes back, and actor 0 gets no more work
+        again = await waiting
+        assert again is out and placement.stats.redone == 1
+        await placement.finished(again)
+        done.append(again.db_id)
+        assert await placement.next(1) is None and placement.left() == 0  # nothing out, nothing queued: done
+        return done
+
+    assert asyncio.run(scenario()) == ["b", "a"]

@@ -22,7 +22,8 @@ changes:
 - **A dead actor's batches are redone elsewhere.** A batch's records are written only when its actor
   returns them, and an actor that dies returns nothing: its batch goes to the next actor that asks
   (Ray restarts the dead actor once; one it cannot restart gets no more work), so no item is lost and
-  none is recorded twice. A batch whose
+  none is recorded twice. An actor with nothing left to take waits while batches are in flight on
+  others, so a batch that comes back is redone even when its own actor does not return. A batch whose
   actor dies a second time is recorded as lost (``internal_error``, retried by ``--resume``), as the
   local worker pool does.
 
@@ -98,12 +99,19 @@ def batches_by_database(queue: list[tuple[str, Item]]) -> list[_Batch]:
 
 
 class Placement:
-    """Which actor evaluates which batch: placed by database, stolen when idle, redone when lost."""
+    """Which actor evaluates which batch: placed by database, stolen when idle, redone when lost.
+
+    :meth:`next` hands a batch out and :meth:`finished` or :meth:`redo` takes it back; an actor with
+    nothing to take waits while any batch is out, since a batch whose actor dies comes back.
+    """
 
     def __init__(self, batches: Sequence[_Batch], actors: int, stats: Stats | None = None) -> None:
         self.queues: list[deque[_Batch]] = [deque() for _ in range(actors)]
         self.again: deque[_Batch] = deque()
         self.stats = stats or Stats()
+        self.out = 0
+        """Batches handed out and not yet finished or sent back."""
+        self._changed: asyncio.Condition | None = None  # made in the running loop, on first use
         by_db: dict[str, list[_Batch]] = {}
         for b in batches:
             by_db.setdefault(b.db_id, []).append(b)
@@ -126,10 +134,35 @@ class Placement:
             return self.queues[victim].pop()  # from the tail: the victim keeps the databases it works on
         return None
 
-    def redo(self, batch: _Batch) -> None:
+    @property
+    def changed(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    async def next(self, actor: int) -> _Batch | None:
+        """The next batch for ``actor`` (:meth:`take`), waiting while none is queued but some are out;
+        None once every batch is done."""
+        async with self.changed:
+            while (batch := self.take(actor)) is None and self.out:
+                await self.changed.wait()
+            if batch is not None:
+                self.out += 1
+            return batch
+
+    async def finished(self, batch: _Batch) -> None:
+        """``batch`` came back with its records (or was recorded as failed)."""
+        async with self.changed:
+            self.out -= 1
+            self.changed.notify_all()
+
+    async def redo(self, batch: _Batch) -> None:
         """Send a batch whose actor died to the next actor that asks."""
-        self.stats.redone += 1
-        self.again.append(batch)
+        async with self.changed:
+            self.stats.redone += 1
+            self.again.append(batch)
+            self.out -= 1
+            self.changed.notify_all()
 
     def left(self) -> int:
         """Items not handed out yet."""
@@ -349,7 +382,7 @@ class RayBackend:
         """Keeps one batch at a time going to ``actor`` until no batch is left (:data:`DEPTH` of these per actor)."""
         from ray.exceptions import RayActorError, RayTaskError
 
-        while (batch := placement.take(actor)) is not None:
+        while (batch := await placement.next(actor)) is not None:
             try:
                 tag, value = await self.actors[actor].evaluate.remote(batch.entries, db_root)
             except RayActorError:  # the actor died: nothing of this batch was written, so redo it
@@ -357,18 +390,21 @@ class RayBackend:
                 batch.deaths += 1
                 if batch.deaths > 1:
                     self.stats.lost += 1
-                    lost = Lost("the Ray worker evaluating it died, twice on the same work")
-                    _fail(batch, lost, write, flush)
+                    _fail(batch, Lost("the Ray worker evaluating it died, twice on the same work"), write, flush)
+                    await placement.finished(batch)
                 else:
-                    placement.redo(batch)
-                try:  # no more work for an actor Ray could not restart: the others take its batches
-                    await asyncio.wait_for(self.actors[actor].ready.remote(), START_S)
-                except (RayActorError, TimeoutError):
+                    await placement.redo(batch)
+                if not await self._restarted(actor):  # no more work for it: the others take its batches
                     return
                 continue
             except RayTaskError as e:  # a bug of ours in the actor: its items say so, the run goes on
                 _fail(batch, e.cause if isinstance(e.cause, Exception) else e, write, flush)
+                await placement.finished(batch)
                 continue
+            except BaseException:
+                await placement.finished(batch)
+                raise
+            await placement.finished(batch)
             if tag == "mismatch":
                 raise UsageError(value)
             if tag == "unreachable":
@@ -378,6 +414,22 @@ class RayBackend:
             flush({name for name, _ in batch.entries})
             if self._owner is not None and self._ledger is not None:
                 self._ledger.calls, self._ledger.cached, self._ledger.cost_usd = await self._owner.totals.remote()
+
+    async def _restarted(self, actor: int) -> bool:
+        """Whether ``actor`` answers again within :data:`START_S` after a death (Ray restarts it once); while
+        it restarts, Ray may say it is unavailable, which is not yet an answer."""
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        deadline = asyncio.get_running_loop().time() + START_S
+        while (left := deadline - asyncio.get_running_loop().time()) > 0:
+            try:
+                await asyncio.wait_for(self.actors[actor].ready.remote(), left)
+                return True
+            except ActorUnavailableError:
+                await asyncio.sleep(0.2)  # restarting: ask again (the deadline bounds the waits)
+            except (RayActorError, TimeoutError):
+                return False
+        return False
 
     def close(self, *, now: bool = False) -> None:
         """Stop the actors (and the local Ray instance this backend started)."""
