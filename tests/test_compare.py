@@ -57,6 +57,28 @@ def test_decimal_and_bool_are_numbers() -> None:
     assert canon(Decimal("3")) == canon(3.0) == 3
 
 
+TYPES_NOTE = "numbers equal by value with different types or rounding (e.g. 1 vs 1.0)"
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred", "note"),
+    [
+        ([(1, "a"), (2, None)], [(2, None), (1, "a")], False),  # values only equal to their own type
+        ([(1.5, "a"), (None, b"x")], [(None, b"x"), (1.5, "a")], False),  # one type a column, besides NULL
+        ([(1, "a"), (2.0, "b")], [(2.0, "b"), (1, "a")], False),  # a column of two types, paired alike
+        ([(1, "a"), (2, "b")], [(2.0, "b"), (1, "a")], True),  # 2 vs 2.0
+        ([(1,), (0,)], [(0,), (True,)], True),  # 1 vs True
+        ([(1.0, 2), (3.0, 4)], [(3.0, 4), (1, 2)], True),
+    ],
+)
+def test_rows_equal_in_another_order_note_values_of_other_types(
+    gold: list[tuple[Any, ...]], pred: list[tuple[Any, ...]], note: bool
+) -> None:
+    c = compare(rs(pred), rs(gold), ordered=False)
+    assert (c.equal, c.reason) == (True, "same")
+    assert (TYPES_NOTE in c.notes) is note, c.notes
+
+
 def test_mismatch_counts_rows_on_each_side() -> None:
     c = compare(rs([(1,), (2,), (2,)]), rs([(1,), (3,)]), ordered=False)
     assert (c.equal, c.reason, c.pred_only, c.gold_only) == (False, "values", 2, 1)
@@ -93,3 +115,19 @@ def test_a_search_that_runs_out_of_work_is_undecided() -> None:
     c = compare(rs([r[::-1] for r in gold]), rs(gold), ordered=False, budget=Budget(50))
     assert (c.equal, c.reason) == (None, "undecided") and "gave up" in c.detail
     assert ts_equal(gold, [r[::-1] for r in gold], ordered=False, budget=Budget(50)) is None
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred", "note"),
+    [
+        ([(1, "a", 0.5), (2, "b", 1.5)], [("b", 2, 1.5), ("a", 1, 0.5)], False),
+        ([(1, "a"), (2, "b")], [("b", 2.0), ("a", 1)], True),  # 2 vs 2.0
+        ([(0.1 + 0.2, "a")], [("a", 0.3)], True),  # equal when rounded only
+    ],
+)
+def test_columns_in_another_order_note_values_of_other_types(
+    gold: list[tuple[Any, ...]], pred: list[tuple[Any, ...]], note: bool
+) -> None:
+    c = compare(rs(pred), rs(gold), ordered=False)
+    assert (c.equal, c.reason) == (True, "same") and "columns in another order" in c.notes
+    assert (TYPES_NOTE in c.notes) is note, c.notes

@@ -325,3 +325,251 @@ def test_the_witness_search_spends_the_same_budget_whatever_the_order_workers_an
         a, b = comparable(first[key]), comparable(second[key])
         del a["source"], b["source"]
         assert a == b, key
+
+
+# ---------------------------------------------------------------------------- the SQLite copy's memo
+
+
+def _search_on(ws: Workspace, case: dict[str, Any], steps: int) -> tuple[Any, int]:
+    """One witness search of a case on ``ws`` under ``steps``: what it found (its time left out) and the
+    steps it left."""
+    import time
+
+    from rose_sql.evidence.features import features
+    from rose_sql.evidence.witness import search
+
+    gold, pred = case["gold"], case["pred"]
+    ws.start(steps, time.monotonic() + 600)
+    try:
+        feats = features(gold).merge(features(pred))
+        ws.copy(feats.tables)
+        found = search(
+            ws,
+            gold,
+            pred,
+            feats,
+            ordered=has_top_level_order_by(gold),
+            digits=12,
+            max_candidates=80,
+            result_values=[1, 2, "a"],
+        )
+        return replace(found, seconds=0.0), ws.steps_left
+    finally:
+        ws.stop()
+
+
+def _joined_case() -> dict[str, Any]:
+    """Two equivalent spellings over a parent and a child table (1,500 and 4,000 rows): each statement
+    takes thousands of steps, so a budget stops the search after some candidates, in a statement."""
+    parents = ",".join(f"({i},'n{i % 40}',{i % 7})" for i in range(1, 1501))
+    kids = ",".join(f"({i},{1 + i % 1500},{i % 13})" for i in range(1, 4001))
+    return {
+        "schema": "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL, v INTEGER); "
+        "CREATE TABLE k (id INTEGER PRIMARY KEY, t_id INTEGER NOT NULL REFERENCES t(id), w INTEGER);",
+        "data": f"INSERT INTO t VALUES {parents}; INSERT INTO k VALUES {kids};",
+        "gold": "SELECT t.name, COUNT(*) FROM t JOIN k ON k.t_id = t.id WHERE t.v > 2 GROUP BY t.name",
+        "pred": "SELECT t.name, COUNT(*) FROM t JOIN k ON k.t_id = t.id WHERE t.v >= 3 GROUP BY t.name",
+    }
+
+
+@pytest.mark.parametrize("case", ["NULL: COUNT(col) vs COUNT(*)", "deletion: a group emptied", "joined"])
+def test_the_memo_finds_what_running_every_statement_finds_and_leaves_the_same_steps(
+    case: str, make_db: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy answers a statement it has run on the same state of the data from its memo, charged the
+    steps it took and stopped where the budget left would stop it: under every budget (ample, and ones
+    that stop the search after 57, 8 and 1 candidates, in a statement), the search finds what it finds
+    when every statement runs (the memo bounded to nothing), cold or with everything remembered, and
+    leaves the same steps."""
+    from rose_sql.engines.spaces import sqlite as space
+
+    found = _joined_case() if case == "joined" else next(c for c in OURS if c["name"] == case)
+    db = make_db(found["schema"] + found["data"])
+    stops = set()
+    for steps in (10**9, 5_000_000, 700_000, 60_000):
+        with monkeypatch.context() as m:
+            m.setattr(space.MEMOS, "limit", 0)  # every statement runs
+            plain = workspace(db)
+            expected = _search_on(plain, found, steps)
+            plain.close()
+        ws = workspace(db)
+        assert _search_on(ws, found, steps) == expected, steps  # the memo empty at first
+        assert _search_on(ws, found, steps) == expected, steps  # every statement remembered
+        ws.close()
+        stops.add((expected[0].stopped, expected[0].candidates))
+    if case == "joined":  # the budgets bound where the docstring says
+        assert stops == {("budget", 80), ("budget", 57), ("budget", 8), ("budget", 1)}
+
+
+def test_a_remembered_statement_stops_exactly_where_running_it_stops(make_db: Callable[..., Path]) -> None:
+    """At the edge of the item's budget and of the statement's own, a query answered from the memo
+    completes or is stopped as the query run (on a copy that never ran it) would be, and leaves the same
+    steps."""
+    from rose_sql.engines.sqlite import STEP_GRAIN as GRAIN
+
+    db = make_db("CREATE TABLE t (x INTEGER);")
+    sql = COUNT_TO.format(n=20_000)
+    ws = workspace(db)
+    ws.start(10**9, float("inf"))
+    ws.copy({"t"})
+    ws.run(sql)  # remembered
+    ticks = (10**9 - ws.steps_left) // GRAIN
+    assert ticks > 10
+    for item, statement in ((ticks - 1, None), (ticks, None), (ticks + 1, None), (10**6, ticks - 1), (10**6, ticks)):
+        outcomes = []
+        for w in (workspace(db), ws):
+            w.start(item * GRAIN, float("inf"))
+            w.copy({"t"})  # the witness search's statement budget
+            got = w.run(sql, statement * GRAIN if statement is not None else None)
+            outcomes.append((got is None, w.steps_left))
+            w.stop()
+        assert outcomes[0] == outcomes[1], (item, statement, outcomes)
+        assert outcomes[0][0] is (item < ticks or (statement is not None and statement < ticks))
+    ws.close()
+
+
+COUNT_TO = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < {n}) SELECT count(*) FROM r"
+
+
+def test_a_deletion_answered_from_the_memo_makes_its_changes_when_a_query_needs_them(
+    make_db: Callable[..., Path],
+) -> None:
+    """A remembered deletion (a row and the rows referencing it) is answered whole, and its changes are
+    made (foreign keys off: they only check) when a query that reads them runs; the copy then returns to
+    the real data."""
+    db = make_db(
+        "CREATE TABLE dept (id INTEGER PRIMARY KEY, name TEXT); "
+        "CREATE TABLE emp (id INTEGER PRIMARY KEY, dept_id INTEGER NOT NULL REFERENCES dept(id)); "
+        "CREATE TABLE badge (id INTEGER PRIMARY KEY, emp_id INTEGER REFERENCES emp(id)); "
+        "INSERT INTO dept VALUES (1, 'a'), (2, 'b'); INSERT INTO emp VALUES (1, 1), (2, 1), (3, 2); "
+        "INSERT INTO badge VALUES (1, 1), (2, 2), (3, 3);"
+    )
+    ws = workspace(db)
+    counts = [
+        f"SELECT (SELECT COUNT(*) FROM dept), (SELECT COUNT(*) FROM emp), (SELECT COUNT(*) FROM badge){n}"
+        for n in ("", " LIMIT 1", " LIMIT 2")
+    ]
+    outcomes = []
+    for count in counts:  # a query not asked before: the deletion's changes are made for it
+        ws.begin()
+        before = ws.steps_left
+        changes = ws.delete("dept", 1)
+        spent = before - ws.steps_left
+        after = ws.run(count)
+        if count != counts[0]:
+            assert ws._fk_off  # the remembered changes, made with the foreign keys off
+        ws.rollback()
+        outcomes.append(([(c.op, c.table, c.rowid) for c in changes], spent, after and after.rows))
+    deleted = [("delete", "badge", 1), ("delete", "emp", 1), ("delete", "badge", 2), ("delete", "emp", 2)]
+    assert outcomes[0][0] == [*deleted, ("delete", "dept", 1)]
+    assert outcomes[0][2] == ((1, 1, 1),)
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+    real = ws.run(counts[0])
+    assert real is not None and real.rows == ((2, 3, 3),)
+    assert ws.conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
+    ws.close()
+
+
+def test_the_copy_knows_a_query_by_the_program_it_compiles_to(make_db: Callable[..., Path]) -> None:
+    """Two spellings of one query share what the copy remembers; a real literal (which EXPLAIN shows in
+    16 digits) keeps its text; random() and the clock are never remembered."""
+    db = make_db("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, v REAL); INSERT INTO t VALUES (1, 'a', 0.5);")
+    ws = workspace(db)
+    same = ws.identity("SELECT name FROM t WHERE id = 1")
+    assert same is not None
+    assert ws.identity('select  T1.name from t AS T1 where T1."id"=1') == same
+    assert ws.identity("SELECT name FROM t WHERE id = 2") != same
+    near = ("SELECT id FROM t WHERE v > 0.12345678901234567", "SELECT id FROM t WHERE v > 0.12345678901234568")
+    assert ws.identity(near[0]) != ws.identity(near[1])
+    assert ws.identity("SELECT abs(random()) % 2 FROM t") is None
+    assert ws.identity("SELECT date('now') FROM t") is None
+    ws.close()
+
+
+def test_text_that_is_not_utf8_is_read_replaced_and_charged_one_run(make_db: Callable[..., Path]) -> None:
+    db = make_db(
+        "CREATE TABLE good (s TEXT); CREATE TABLE bad (s TEXT); "
+        "INSERT INTO good VALUES ('ab'), ('cd'); INSERT INTO bad VALUES (CAST(x'61ff' AS TEXT)), ('cd');"
+    )
+    ws = workspace(db)
+    ws.start(10**9, float("inf"))
+    spent = []
+    for table in ("good", "bad"):
+        before = ws.steps_left
+        got = ws.run(f"SELECT s FROM {table}")
+        assert got is not None
+        spent.append(before - ws.steps_left)
+    assert got.rows == (("a\ufffd",), ("cd",))
+    assert spent[0] == spent[1]
+    ws.close()
+
+
+def test_two_spellings_of_a_prediction_find_the_same_from_one_search(
+    make_db: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finder keeps a witness search by what it depends on: a second system's spelling of the same
+    prediction (the same program, columns and features) gets the same evidence without a search."""
+    from rose_sql.evidence import finder as finding
+
+    case = next(c for c in OURS if c["name"] == "NULL: COUNT(col) vs COUNT(*)")
+    db = make_db(case["schema"] + case["data"])
+    lite = Database.file(db)
+    cfg = Config(evidence_max_candidates=80)
+    spellings = [case["pred"], "  " + case["pred"].replace("SELECT", "select")]
+    with Executor(cfg) as ex:
+        g = ex.run(lite, case["gold"])
+        preds = [ex.run(lite, p) for p in spellings]
+    assert g.result is not None and all(p.result is not None for p in preds)
+    searches = []
+    real = finding.search
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        searches.append(args[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(finding, "search", counted)
+    finder = Finder(cfg)
+    found = []
+    for sql, p in zip(spellings, preds, strict=True):
+        assert p.result is not None and g.result is not None
+        cmp = compare(p.result, g.result, ordered=False)
+        found.append(finder.gather(lite, case["gold"], sql, g, p, cmp))
+    finder.close()
+    assert searches == spellings[:1]
+    first, second = found
+    assert first.witness is not None and first.witness == second.witness
+    assert first.search is not None and second.search is not None
+    assert replace(first.search, seconds=0) == replace(second.search, seconds=0)
+
+
+def test_rows_fetched_in_chunks_stop_at_the_caps_where_rows_fetched_one_by_one_stop(
+    make_db: Callable[..., Path],
+) -> None:
+    """A query under test is fetched in chunks that cannot reach the row or byte cap (each value is at
+    most max_value_bytes long); near a cap, row by row. A copy whose values may be long enough that every
+    row could reach the cap fetches row by row from the first: both give the same results, stop at the
+    same row and charge the same steps."""
+    rows = ",".join(f"({i},'{'x' * (i % 40)}')" for i in range(3000))
+    db = make_db(f"CREATE TABLE t (id INTEGER PRIMARY KEY, s TEXT); INSERT INTO t VALUES {rows};")
+    queries = [
+        "SELECT id, s FROM t",  # 3,000 rows: past the row cap
+        "SELECT s FROM t WHERE id < 2400",  # under the row cap, past the byte cap
+        "SELECT id, s FROM t WHERE id % 3 = 0",  # under both
+        "SELECT s, id FROM t ORDER BY s DESC, id",
+    ]
+    outcomes = []
+    for value_bytes in (100, 60_000):  # chunks of up to 256 rows; row by row (60,000 bytes: any row may pass)
+        ws = Workspace(
+            db, statement_steps=10**9, max_bytes=60_000, max_value_bytes=value_bytes, guard_s=60, max_rows=2500
+        )
+        ws.start(10**10, float("inf"))
+        ws.copy({"t"})
+        got = []
+        for sql in queries:
+            before = ws.steps_left
+            result = ws.run(sql)
+            got.append((None if result is None else result.rows, before - ws.steps_left))
+        outcomes.append(got)
+        ws.close()
+    assert outcomes[0] == outcomes[1]
+    assert [rows is None for rows, _ in outcomes[0]] == [True, True, False, True]

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from operator import itemgetter
 from typing import Any, Literal
 
 from rose_sql.comparison.columns import Budget, column_maps
@@ -136,7 +137,7 @@ def compare(
     ):
         # The common cases, before any canonicalising: Python's == is stricter than canon's
         # equality, and with equal rows the identity is the first column map the search would take.
-        tolerated = _representation_notes(gold, pred, tuple(range(ng)))
+        tolerated = _representation_notes(gold, pred, tuple(range(ng)), equal_as_given=True)
         return Comparison(True, "same", _same_detail(len(gold.rows)), tuple(tolerated), tuple(range(ng)))
     g, p = _rows(gold, digits), _rows(pred, digits)
     notes: list[str] = []
@@ -218,16 +219,58 @@ def _equal_up_to_columns(
     return (first, False) if first is not None else None
 
 
-def _representation_notes(gold: ResultSet, pred: ResultSet, cmap: tuple[int, ...]) -> list[str]:
-    """Differences that equality tolerated: value types or rounding, column names."""
+_ONE_TYPE = frozenset({int, str, bytes, type(None)})
+"""Value types no value of another of them equals (``True == 1 == 1.0``; ``1 != '1'``)."""
+_NULL_TYPE = frozenset({type(None)})
+
+
+def _types_agree(a: Sequence[Row], b: Sequence[Row]) -> bool:
+    """Whether equal rows of ``a`` and ``b`` (as Python compares them) hold values of the same types: in
+    every column, the values of both sides are of one type besides NULL, or of :data:`_ONE_TYPE`."""
+    for col_a, col_b in zip(zip(*a, strict=True), zip(*b, strict=True), strict=True):
+        types = set(map(type, col_a)) | set(map(type, col_b))
+        if not types <= _ONE_TYPE and len(types - _NULL_TYPE) > 1:
+            return False
+    return True
+
+
+def _alike(gold: Sequence[Row], pred: Sequence[Row], cmap: tuple[int, ...], identity: bool) -> bool:
+    """Whether the prediction's rows, its columns taken in ``cmap``'s order, are the gold's as Python
+    compares them (as a bag) with values of the same types (:func:`_types_agree`): then the typed recount
+    finds them equal too (a check in C where it counts cell by cell in Python)."""
+    if not cmap:
+        return False
+    if identity:
+        projected: Sequence[Row] = pred
+    elif len(cmap) == 1:
+        projected = [(r[cmap[0]],) for r in pred]
+    else:
+        projected = list(map(itemgetter(*cmap), pred))
+    return same_bag(gold, projected) and _types_agree(gold, projected)
+
+
+def _representation_notes(
+    gold: ResultSet, pred: ResultSet, cmap: tuple[int, ...], *, equal_as_given: bool = False
+) -> list[str]:
+    """Differences that equality tolerated: value types or rounding, column names. ``equal_as_given``:
+    the rows are equal as Python compares them, as a bag, ``cmap`` the identity (then, where each column
+    holds one type, or values that only equal values of their own type, they are equal type for type)."""
     notes = []
 
     def typed(rows: Sequence[Row], cols: Sequence[int]) -> Iterator[tuple[Any, ...]]:
         return (tuple((type(r[j]).__name__, r[j]) for j in cols) for r in rows)
 
     identity = cmap == tuple(range(len(gold.columns)))
-    same_values = identity and (gold.rows is pred.rows or repr(gold.rows) == repr(pred.rows))
-    if not same_values and not same_bag(typed(gold.rows, range(len(gold.columns))), typed(pred.rows, cmap)):
+    same_values = identity and (
+        gold.rows is pred.rows
+        or (equal_as_given and _types_agree(gold.rows, pred.rows))
+        or repr(gold.rows) == repr(pred.rows)
+    )
+    if (
+        not same_values
+        and not _alike(gold.rows, pred.rows, cmap, identity)
+        and not same_bag(typed(gold.rows, range(len(gold.columns))), typed(pred.rows, cmap))
+    ):
         notes.append("numbers equal by value with different types or rounding (e.g. 1 vs 1.0)")
     if [c.lower() for c in gold.columns] != [pred.columns[j].lower() for j in cmap]:
         notes.append("column names differ")

@@ -99,7 +99,7 @@ _CONVERSION = re.compile(r"%[-+ #!0,]*(\*|\d+)?(?:\.(\*|\d+))?l{0,2}(.)?", re.DO
 """One conversion of SQLite's printf: flags, width, precision, size, the conversion character."""
 SIDECARS = ("-wal", "-journal")
 """Files beside a database that hold changes not yet in it."""
-_NOT_UTF8 = "Could not decode to UTF-8"
+NOT_UTF8 = "Could not decode to UTF-8"
 """How Python's sqlite3 reports text it cannot decode with the default text_factory."""
 _DATABASE_FAILURES = {
     sqlite3.SQLITE_PERM,
@@ -445,7 +445,7 @@ class SQLite(Pooled[_Conn]):
             try:
                 result, nbytes = self._fetch(conn, sql, deadline)
             except sqlite3.OperationalError as e:
-                if not str(e).startswith(_NOT_UTF8):
+                if not str(e).startswith(NOT_UTF8):
                     raise
                 conn.conn.text_factory = conn._text  # again, decoding what can be decoded, with a flag
                 try:

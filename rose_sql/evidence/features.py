@@ -7,7 +7,9 @@ yields no features and the search falls back to random edits.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from sqlglot import exp
 
@@ -38,6 +40,22 @@ class Features:
     """A scalar subquery compared with a column (``= (SELECT ..)``)."""
     parsed: bool = True
     """False when the query did not parse."""
+
+    def key(self) -> Hashable:
+        """The features as a key: equal for equal features (literals told apart by type, ``1`` from
+        ``1.0``, as the search binds them)."""
+        literals = tuple(sorted((c, tuple(sorted(repr(v) for v in vs))) for c, vs in self.literals.items()))
+        return (
+            tuple(sorted(self.tables)),
+            tuple(sorted(self.columns)),
+            literals,
+            self.order_limit,
+            tuple(sorted(self.aggregates)),
+            self.distinct,
+            self.joins,
+            self.subquery_compare,
+            self.parsed,
+        )
 
     def merge(self, other: Features) -> Features:
         lits = {k: set(v) for k, v in self.literals.items()}
@@ -72,10 +90,16 @@ def _literal(node: exp.Expr) -> object | None:
 
 
 def features(sql: str | None) -> Features:
-    """The features of one query."""
-    f = Features()
+    """The features of one query (the same object for the same text while it is among the last ones
+    asked for: read it, never change it; :meth:`Features.merge` makes a new one)."""
     if not sql:
-        return f
+        return Features()
+    return _features(sql)
+
+
+@lru_cache(maxsize=256)
+def _features(sql: str) -> Features:
+    f = Features()
     q = query(sql)
     tree = q.tree
     if tree is None:

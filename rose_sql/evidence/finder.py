@@ -15,6 +15,8 @@ import atexit
 import contextlib
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import replace
 from typing import Any
 
@@ -22,16 +24,20 @@ from rose_sql.comparison.comparator import Comparison
 from rose_sql.config import Config
 from rose_sql.engines import Database
 from rose_sql.engines.base import GUARD_STOPPED
-from rose_sql.engines.spaces import Space, open_space
+from rose_sql.engines.spaces import Copy, Space, open_space
 from rose_sql.engines.workers import Watch, statement_key
 from rose_sql.evidence.distinguish import describe
-from rose_sql.evidence.features import features
+from rose_sql.evidence.features import Features, features
 from rose_sql.evidence.findings import Evidence, SearchInfo
 from rose_sql.evidence.smells import gold_smells
-from rose_sql.evidence.witness import search
+from rose_sql.evidence.witness import Search, search
 from rose_sql.results import Execution, ResultSet
 from rose_sql.sql import has_top_level_order_by
 
+Names = tuple[tuple[str, ...], tuple[str, ...]]
+"""The names of the gold's and the prediction's columns."""
+SEARCHES = 4096
+"""Witness searches a thread remembers (see :meth:`Finder._search_key`), the least recently found dropped."""
 _FAILURES = (Exception,)
 """What a problem of one item's evidence may raise (a server gone away, a catalogue unreadable, a limit):
 it becomes the item's evidence, never the run's failure."""
@@ -120,25 +126,75 @@ class Finder:
         copy = space.copy(feats.tables)
         if isinstance(copy, str):
             return Evidence(None, diff, smells, None, 0.0, skipped=f"on {db.kind}: no witness search: {copy}")
-        s = search(
-            copy,
-            gold_sql,
-            pred_sql,
-            feats,
-            ordered=ordered,
-            digits=cfg.float_digits,
-            max_candidates=cfg.evidence_max_candidates,
-            result_values=_result_values(g),
-            result_rows=cfg.evidence_result_rows,
-            column_work=cfg.evidence_column_work,
-            distinct=distinct,
-        )
+        values = _result_values(g)
+        key = self._search_key(copy, db, gold_sql, pred_sql, g, p, feats, ordered, values, distinct)
+        names = (g.columns, p.columns if p is not None else ())
+        kept = self._searches().get(key) if key is not None else None
+        # the columns' names are the texts' own: they show only in a witness's results
+        known = kept[0] if kept is not None and (kept[0].witness is None or kept[1] == names) else None
+        if known is not None:
+            s = replace(known, tried=dict(known.tried), seconds=0.0)
+        else:
+            s = search(
+                copy,
+                gold_sql,
+                pred_sql,
+                feats,
+                ordered=ordered,
+                digits=cfg.float_digits,
+                max_candidates=cfg.evidence_max_candidates,
+                result_values=values,
+                result_rows=cfg.evidence_result_rows,
+                column_work=cfg.evidence_column_work,
+                distinct=distinct,
+            )
+            if key is not None and not copy.guard_fired and copy.alive():
+                self._keep(key, s, names)
         if not copy.alive():  # what it found then is not the search's: the next item makes a new copy
             return Evidence(None, diff, smells, None, 0.0, skipped=f"on {db.kind}: the copy was lost during the search")
         info = SearchInfo(
             s.tried, s.candidates, round(s.seconds, 4), s.stopped, s.order_dependent, s.implausible, distinct
         )
         return Evidence(s.witness, diff, smells, info, 0.0)
+
+    def _search_key(
+        self,
+        copy: Copy,
+        db: Database,
+        gold_sql: str,
+        pred_sql: str,
+        g: ResultSet,
+        p: ResultSet | None,
+        feats: Features,
+        ordered: bool,
+        values: list[Any],
+        distinct: bool,
+    ) -> Hashable | None:
+        """Everything a witness search depends on but the names of the queries' columns (which show only
+        in a witness's results), where the copy's answers are reproducible (None elsewhere): the data (the
+        database), what the two queries compile to, what they read, the gold's first values, and the steps
+        the item has left. Items that agree on all of it (two systems' spellings of one prediction) find the
+        same."""
+        if p is None:
+            return None
+        gold, pred = copy.identity(gold_sql), copy.identity(pred_sql)
+        if gold is None or pred is None:
+            return None
+        return (db, gold, pred, feats.key(), ordered, repr(values), distinct, copy.steps_left)
+
+    def _searches(self) -> OrderedDict[Hashable, tuple[Search, Names]]:
+        """This thread's remembered searches, with the names of the columns they ran with (least recently
+        found first)."""
+        searches: OrderedDict[Hashable, tuple[Search, Names]] | None = getattr(self._local, "searches", None)
+        if searches is None:
+            searches = self._local.searches = OrderedDict()
+        return searches
+
+    def _keep(self, key: Hashable, found: Search, names: Names) -> None:
+        searches = self._searches()
+        searches[key] = (replace(found, tried=dict(found.tried)), names)
+        while len(searches) > SEARCHES:
+            searches.popitem(last=False)
 
     def _prepare(self, space: Space, db: Database, tables: frozenset[str] | set[str]) -> None:
         """The tables' profiles for the witness search, before the item's clock starts, under a guard of
@@ -168,6 +224,9 @@ class Finder:
         return space
 
     def _forget(self, db: Database) -> None:
+        searches = self._searches()
+        for key in [k for k in searches if k[0] == db]:  # type: ignore[index]
+            del searches[key]
         spaces: dict[Database, Space | str] = getattr(self._local, "spaces", {})
         space = spaces.pop(db, None)
         if space is not None and not isinstance(space, str):

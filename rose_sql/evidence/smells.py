@@ -15,6 +15,7 @@ details, never a verdict:
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 from sqlglot import exp
@@ -41,25 +42,38 @@ def _columns_named(ws: Space, tables: set[str], name: str) -> list[tuple[str, st
     return out
 
 
-def _limit_and_nulls(ws: Space, tree: exp.Select) -> list[Smell]:
+@lru_cache(maxsize=512)
+def _limit_probe(gold_sql: str, dialect: str) -> tuple[str, int, tuple[bool, ...]] | None:
+    """The gold with its ordering keys in front and no LIMIT, the LIMIT, and which keys ascend (made once
+    per gold: the systems' items of one question share it)."""
+    tree = query(gold_sql, dialect).tree
+    if not isinstance(tree, exp.Select):
+        return None
     order, limit = tree.args.get("order"), tree.args.get("limit")
     if order is None or limit is None:
-        return []
+        return None
     try:
         k = int(limit.expression.this)
     except (AttributeError, TypeError, ValueError):
-        return []
+        return None
     keys = [o.this.copy() for o in order.expressions]
     probe = tree.copy()
     probe.set("limit", None)
     probe.set("offset", None)
     probe.set("expressions", [*[exp.alias_(key, f"__k{i}") for i, key in enumerate(keys)], *tree.expressions])
-    probe_sql = _sql(probe, ws.dialect)
+    return _sql(probe, dialect), k, tuple(not o.args.get("desc") for o in order.expressions)
+
+
+def _limit_and_nulls(ws: Space, gold_sql: str) -> list[Smell]:
+    made = _limit_probe(gold_sql, ws.dialect)
+    if made is None:
+        return []
+    probe_sql, k, asc = made
     res = ws.run(probe_sql)
     if res is None:
         return []
     smells: list[Smell] = []
-    n = len(keys)
+    n = len(asc)
     rows = res.rows
     if len(rows) > k >= 1:
         inside, outside = rows[k - 1], rows[k]
@@ -70,14 +84,12 @@ def _limit_and_nulls(ws: Space, tree: exp.Select) -> list[Smell]:
                 f"ordering key {list(inside[:n])!r}; which of them the gold returns is arbitrary"
             )
             smells.append(Smell("limit_tie", detail, key=[json_value(v) for v in inside[:n]], tied_rows=tied))
-    if rows and any(v is None for v in rows[0][:n]):
-        asc = [not o.args.get("desc") for o in order.expressions]
-        if any(a and v is None for a, v in zip(asc, rows[0][:n], strict=False)):
-            detail = (
-                "the first row by the ORDER BY has a NULL key: SQLite "
-                "sorts NULLs first ascending, so 'the lowest' may be a missing value"
-            )
-            smells.append(Smell("nulls_first", detail))
+    if rows and any(a and v is None for a, v in zip(asc, rows[0][:n], strict=False)):
+        detail = (
+            "the first row by the ORDER BY has a NULL key: SQLite "
+            "sorts NULLs first ascending, so 'the lowest' may be a missing value"
+        )
+        smells.append(Smell("nulls_first", detail))
     return smells
 
 
@@ -136,17 +148,27 @@ def _literals(ws: Space, tree: exp.Expr, tables: set[str]) -> list[Smell]:
     return smells
 
 
-def _fanout(ws: Space, tree: exp.Expr, gold: ResultSet, digits: int) -> list[Smell]:
-    if not any(isinstance(j, exp.Join) for j in tree.find_all(exp.Join)):
-        return []
+@lru_cache(maxsize=512)
+def _fanout_variant(gold_sql: str, dialect: str) -> str | None:
+    """The gold with its COUNT(x) over joins made COUNT(DISTINCT x), or None (made once per gold)."""
+    tree = query(gold_sql, dialect).tree
+    if tree is None or not any(isinstance(j, exp.Join) for j in tree.find_all(exp.Join)):
+        return None
     counts = [c for c in tree.find_all(exp.Count) if not isinstance(c.this, exp.Distinct | exp.Star) and c.this]
     if not counts:
-        return []
+        return None
     variant = tree.copy()
     for c in variant.find_all(exp.Count):
         if not isinstance(c.this, exp.Distinct | exp.Star) and c.this is not None:
             c.set("this", exp.Distinct(expressions=[c.this.copy()]))
-    res = ws.run(_sql(variant, ws.dialect))
+    return _sql(variant, dialect)
+
+
+def _fanout(ws: Space, gold_sql: str, gold: ResultSet, digits: int) -> list[Smell]:
+    variant = _fanout_variant(gold_sql, ws.dialect)
+    if variant is None:
+        return []
+    res = ws.run(variant)
     if res is None or compare(res, gold, ordered=False, digits=digits).equal is not False:
         return []
     detail = (
@@ -163,11 +185,10 @@ def gold_smells(
     smells: list[Smell] = []
     tree = query(gold_sql, ws.dialect).tree  # read once per item: the features read it first
     if tree is not None:
-        if isinstance(tree, exp.Select):
-            smells += _limit_and_nulls(ws, tree)
+        smells += _limit_and_nulls(ws, gold_sql)
         smells += _numeric_text(ws, tree, tables)
         smells += _literals(ws, tree, tables)
-        smells += _fanout(ws, tree, gold, digits)
+        smells += _fanout(ws, gold_sql, gold, digits)
     again = ws.reversed_run(gold_sql)
     if again is not None and compare(again, gold, ordered=ordered, digits=digits).equal is False:
         detail = (

@@ -305,6 +305,34 @@ def _caveats(ws: Copy, changes: list[Change]) -> list[str]:
     return notes
 
 
+class _Comparisons:
+    """Our comparator over one search, spending its counted work: a pair of results it has compared
+    (the same objects: a copy may give the same object for equal results, see
+    :class:`rose_sql.engines.spaces.sqlite.Workspace`) is answered again, and charged the units it spent,
+    where the work left covers them, so that what the search finds is what comparing again gives."""
+
+    def __init__(self, ordered: bool, digits: int, work: Budget) -> None:
+        self.ordered = ordered
+        self.digits = digits
+        self.work = work
+        self.seen: dict[tuple[Any, ...], tuple[Comparison, int, ResultSet, ResultSet]] = {}
+
+    def __call__(self, pred: ResultSet, gold: ResultSet) -> Comparison:
+        work = self.work
+        key = (id(pred.rows), id(gold.rows), pred.columns, gold.columns, pred.truncated, gold.truncated)
+        if not work.exhausted:
+            hit = self.seen.get(key)
+            if hit is not None and work.spent + hit[1] <= work.limit:
+                work.spent += hit[1]
+                return hit[0]
+        fresh = not work.exhausted
+        before = work.spent
+        cmp = compare(pred, gold, ordered=self.ordered, digits=self.digits, budget=work)
+        if fresh and not work.exhausted:  # the objects are kept with it: their ids stay theirs
+            self.seen[key] = (cmp, work.spent - before, pred, gold)
+        return cmp
+
+
 def search(
     ws: Copy,
     gold_sql: str,
@@ -339,20 +367,10 @@ def search(
     spent: tuple[type[BaseException], ...] = (*ws.errors, TimeoutError)
     drawn = 0
     work = Budget(column_work)  # one for the whole search: each comparison of a candidate spends from it
+    compared = _Comparisons(ordered, digits, work)
 
     def attempt(cand: Candidate, reverse: bool, steps: int) -> Difference | None:
-        return _try(
-            ws,
-            cand,
-            gold_sql,
-            pred_sql,
-            ordered=ordered,
-            digits=digits,
-            reverse=reverse,
-            steps=steps,
-            work=work,
-            distinct=distinct,
-        )
+        return _try(ws, cand, gold_sql, pred_sql, reverse=reverse, steps=steps, compared=compared, distinct=distinct)
 
     while True:
         if n >= max_candidates or drawn >= DRAWN_PER_TRIED * max_candidates or ws.steps_left <= 0 or work.exhausted:
@@ -421,11 +439,9 @@ def _try(
     gold_sql: str,
     pred_sql: str,
     *,
-    ordered: bool,
-    digits: int,
     reverse: bool,
     steps: int,
-    work: Budget,
+    compared: Callable[[ResultSet, ResultSet], Comparison],
     distinct: bool = False,
 ) -> Difference | None:
     invalid: tuple[type[BaseException], ...] = (*ws.errors, ValueError, OverflowError, KeyError, TimeoutError)
@@ -446,7 +462,7 @@ def _try(
             return None  # a failure or a timeout is "unknown", never a difference
         if distinct:
             pred, gold = _distinct(pred), _distinct(gold)
-        cmp = compare(pred, gold, ordered=ordered, digits=digits, budget=work)
+        cmp = compared(pred, gold)
         return (changes, pred, gold, cmp) if cmp.equal is False else None  # undecided is never a witness
     finally:
         ws.rollback()

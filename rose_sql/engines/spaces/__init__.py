@@ -22,7 +22,7 @@ are named by an integer ``rowid``.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -178,6 +178,13 @@ class Copy(Protocol):
 
     def alive(self) -> bool:
         """Whether the copy can still be used (a server's connection can be lost)."""
+        ...
+
+    def identity(self, sql: str) -> Hashable | None:
+        """What every answer of this copy to a query under test depends on besides the data and the
+        budgets: two texts of equal identity give the same results for the same steps on every state of
+        the copy (SQLite: the programs they compile to). None where that is not known, or where answers
+        are not reproducible (a wall clock, not steps, bounds them): nothing is then remembered of them."""
         ...
 
     def table_of(self, name: str) -> Table | None: ...

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -222,6 +222,10 @@ class EngineSpace:
     def alive(self) -> bool:
         """Whether the copy can still be used (a server's connection can be lost)."""
         return True
+
+    def identity(self, sql: str) -> Hashable | None:
+        """None: a wall clock bounds these engines' statements, so no answer is reproducible."""
+        return None
 
     def need(self, tables: Iterable[str]) -> str | None:
         """Make sure the copy holds ``tables`` (names as the queries write them); why it cannot (None: it does)."""
