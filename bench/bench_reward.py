@@ -20,9 +20,9 @@ method starting cold (no cache from an earlier method), with the same per-query 
   syntax in its main thread) and ``processes`` (``RewardConfig(processes=cores)``: a batch's distinct
   completions go in balanced chunks, a question's together, to one worker process per core, each
   with its own caches; their start-up is included), to see whether processes help;
-  and ``processes, started``: the same with the workers started before the clock starts (on a
-  throw-away database, so the workload's caches stay cold), as in a training run that keeps its
-  scorer for hours.
+  and ``1 process, started`` and ``processes, started``: the same with the workers started before the
+  clock starts (on a throw-away database, so the workload's caches stay cold), as in a training run that
+  keeps its scorer for hours.
 - ``ROSE-SQL execution reward``: the same with ``RewardConfig(syntax=False)``: the execution reward
   alone, the same work the two baselines do (and more: our comparator, partial credit, the sandbox).
 - ``SQL-R1-style``: the loop SQL-R1's reward runs, written here in a few lines: sequential; per
@@ -534,6 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     methods: list[tuple[str, Callable[[Sequence[Rollout], argparse.Namespace], tuple[float, int]]]] = []
     for label, syntax in (("full reward", True), ("execution reward", False)):
         methods.append((f"ROSE-SQL {label}, 1 process", rose_method(1, syntax)))
+        methods.append((f"ROSE-SQL {label}, 1 process, started", rose_method(1, syntax, True)))
         if "processes" not in args.skip:
             methods.append((f"ROSE-SQL {label}, {cores} processes", rose_method(cores, syntax)))
             methods.append((f"ROSE-SQL {label}, {cores} processes, started", rose_method(cores, syntax, True)))
