@@ -192,7 +192,8 @@ def stage_profile(rollouts: Sequence[Rollout], args: argparse.Namespace) -> dict
     """Where a reward's time goes: one pass of a worker's scorer in this process (the stages one by one,
     from cold caches, no query threads, no guard: for measuring only, never how the library runs queries),
     beside the limit: each distinct statement once with plain ``sqlite3``, one connection per database.
-    Milliseconds per completion, best of ``--repeat``; the counts say how much is done once."""
+    CPU seconds of this process (the load of other work disturbs them least), best of ``--repeat``, and
+    milliseconds per completion; the counts say how much is done once."""
     from rose_sql.engines.workers import Watch
     from rose_sql.reward.extract import completion_text, extract_sql
     from rose_sql.reward.worker import Worker
@@ -203,40 +204,40 @@ def stage_profile(rollouts: Sequence[Rollout], args: argparse.Namespace) -> dict
         config = RewardConfig(max_steps=steps_for(args.timeout), processes=1)
         w = Worker(config, Watch())
         seen: dict[str, float] = {}
-        t = time.perf_counter()
+        t = time.process_time()
         jobs = list(dict.fromkeys((completion_text(i.completion), i.gold_sql, i.db) for i in items))
         keys = list(dict.fromkeys((extract_sql(text), gold, db) for text, gold, db in jobs))
-        seen["extraction"] = time.perf_counter() - t
-        t = time.perf_counter()
+        seen["extraction"] = time.process_time() - t
+        t = time.process_time()
         golds = list(dict.fromkeys((db, gold) for _, gold, db in keys))
         gold_runs = dict(zip(golds, [w._run_gold(k) for k in golds], strict=True))
-        seen["gold executions"] = time.perf_counter() - t
-        t = time.perf_counter()
+        seen["gold executions"] = time.process_time() - t
+        t = time.process_time()
         wanted = list(dict.fromkeys((db, sql) for sql, gold, db in keys if sql and gold_runs[db, gold].ok))
         pred_runs = dict(zip(wanted, [w._run_pred(k) for k in wanted], strict=True))
-        seen["prediction executions"] = time.perf_counter() - t
-        t = time.perf_counter()
+        seen["prediction executions"] = time.process_time() - t
+        t = time.process_time()
         compared: dict[Any, Any] = {}
         for sql, gold, db in keys:
             run = pred_runs.get((db, sql or ""))
             if sql and run is not None and gold_runs[db, gold].ok:
                 w._compare(run, gold_runs[db, gold], gold, db, compared)
-        seen["comparison"] = time.perf_counter() - t
-        t = time.perf_counter()
+        seen["comparison"] = time.process_time() - t
+        t = time.process_time()
         for sql, gold, _ in keys:
             if sql:
                 w._syntax(sql, gold)
-        seen["syntax (parse, trees, distance)"] = time.perf_counter() - t
+        seen["syntax (parse, trees, distance)"] = time.process_time() - t
         w.close()
         statements = list(dict.fromkeys([*golds, *wanted]))
         conns: dict[str, sqlite3.Connection] = {}
-        t = time.perf_counter()
+        t = time.process_time()
         for db, sql in statements:
             if db.target not in conns:
                 conns[db.target] = sqlite3.connect(f"file:{db.target}?mode=ro&immutable=1", uri=True)
             with contextlib.suppress(sqlite3.Error):  # a failing statement costs what it cost
                 conns[db.target].execute(sql).fetchall()
-        seen["the limit: each distinct statement once, plain sqlite3"] = time.perf_counter() - t
+        seen["the limit: each distinct statement once, plain sqlite3"] = time.process_time() - t
         for c in conns.values():
             c.close()
         for k, v in seen.items():
@@ -245,10 +246,10 @@ def stage_profile(rollouts: Sequence[Rollout], args: argparse.Namespace) -> dict
     print(
         f"\nwhere the time goes ({n} completions: {len(jobs)} distinct texts, {len(keys)} distinct (SQL, gold, "
         f"database), {len(golds)} golds and {len(wanted)} predictions to run, {len(statements)} distinct statements; "
-        f"in this process, best of {args.repeat}):"
+        f"CPU of this process, best of {args.repeat}):"
     )
     for k, v in best.items():
-        print(f"  {k:58} {v:6.3f} s {1000 * v / n:7.3f} ms per completion")
+        print(f"  {k:58} {v:6.3f} CPU s {1000 * v / n:7.3f} ms per completion")
     return best
 
 
