@@ -194,12 +194,16 @@ def stage_profile(rollouts: Sequence[Rollout], args: argparse.Namespace) -> dict
     beside the limit: each distinct statement once with plain ``sqlite3``, one connection per database.
     CPU seconds of this process (the load of other work disturbs them least), best of ``--repeat``, and
     milliseconds per completion; the counts say how much is done once."""
-    from rose_sql.engines.workers import Watch
+    import gc
+
+    from rose_sql.engines.workers import GC_YOUNG, Watch
     from rose_sql.reward.extract import completion_text, extract_sql
     from rose_sql.reward.worker import Worker
 
     items = rose_items(rollouts, 0)
     best: dict[str, float] = {}
+    threshold = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG, *threshold[1:])  # the collector as a worker sets it (sqlglot's trees are cyclic)
     for _ in range(args.repeat):
         config = RewardConfig(max_steps=steps_for(args.timeout), processes=1)
         w = Worker(config, Watch())
@@ -242,6 +246,7 @@ def stage_profile(rollouts: Sequence[Rollout], args: argparse.Namespace) -> dict
             c.close()
         for k, v in seen.items():
             best[k] = min(best.get(k, v), v)
+    gc.set_threshold(*threshold)
     n = len(rollouts)
     print(
         f"\nwhere the time goes ({n} completions: {len(jobs)} distinct texts, {len(keys)} distinct (SQL, gold, "
