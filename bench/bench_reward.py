@@ -20,9 +20,9 @@ method starting cold (no cache from an earlier method), with the same per-query 
   syntax in its main thread) and ``processes`` (``RewardConfig(processes=cores)``: a batch's distinct
   completions go in balanced chunks, a question's together, to one worker process per core, each
   with its own caches; their start-up is included), to see whether processes help;
-  and ``processes, started``: the same with the workers started before the clock starts (on a
-  throw-away database, so the workload's caches stay cold), as in a training run that keeps its
-  scorer for hours.
+  and ``1 process, started`` and ``processes, started``: the same with the workers started before the
+  clock starts (on a throw-away database, so the workload's caches stay cold), as in a training run that
+  keeps its scorer for hours.
 - ``ROSE-SQL execution reward``: the same with ``RewardConfig(syntax=False)``: the execution reward
   alone, the same work the two baselines do (and more: our comparator, partial credit, the sandbox).
 - ``SQL-R1-style``: the loop SQL-R1's reward runs, written here in a few lines: sequential; per
@@ -55,12 +55,15 @@ where ``../nl2sqlev-venv`` was made with ``python3.12 -m venv ../nl2sqlev-venv &
 Options: ``--shared`` (default ``../shared/data``), ``--batch`` (256), ``--timeout`` (2 s),
 ``--repeat`` (best of N runs per method, default 1), ``--limit`` (first N completions),
 ``--requests`` (3000), ``--clients`` (16), ``--per-request`` (4), ``--load-seconds`` (120),
-``--skip`` (methods to leave out), ``--json`` (write the figures).
+``--skip`` (methods to leave out), ``--json`` (write the figures), ``--stages`` (first, where the time
+goes: each stage of a worker's scorer alone, in this process, beside the limit of plain ``sqlite3``
+running each distinct statement once).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -180,6 +183,79 @@ def rose_method(
     processes: int, syntax: bool, warm: bool = False
 ) -> Callable[[Sequence[Rollout], argparse.Namespace], tuple[float, int]]:
     return lambda rollouts, args: run_rose(rollouts, args, processes, syntax, warm)
+
+
+# --------------------------------------------------------------------------- where the time goes
+
+
+def stage_profile(rollouts: Sequence[Rollout], args: argparse.Namespace) -> dict[str, float]:
+    """Where a reward's time goes: one pass of a worker's scorer in this process (the stages one by one,
+    from cold caches, no query threads, no guard: for measuring only, never how the library runs queries),
+    beside the limit: each distinct statement once with plain ``sqlite3``, one connection per database.
+    CPU seconds of this process (the load of other work disturbs them least), best of ``--repeat``, and
+    milliseconds per completion; the counts say how much is done once."""
+    import gc
+
+    from rose_sql.engines.workers import GC_YOUNG, Watch
+    from rose_sql.reward.extract import completion_text, extract_sql
+    from rose_sql.reward.worker import Worker
+
+    items = rose_items(rollouts, 0)
+    best: dict[str, float] = {}
+    threshold = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG, *threshold[1:])  # the collector as a worker sets it (sqlglot's trees are cyclic)
+    for _ in range(args.repeat):
+        config = RewardConfig(max_steps=steps_for(args.timeout), processes=1)
+        w = Worker(config, Watch())
+        seen: dict[str, float] = {}
+        t = time.process_time()
+        jobs = list(dict.fromkeys((completion_text(i.completion), i.gold_sql, i.db) for i in items))
+        keys = list(dict.fromkeys((extract_sql(text), gold, db) for text, gold, db in jobs))
+        seen["extraction"] = time.process_time() - t
+        t = time.process_time()
+        golds = list(dict.fromkeys((db, gold) for _, gold, db in keys))
+        gold_runs = dict(zip(golds, [w._run_gold(k) for k in golds], strict=True))
+        seen["gold executions"] = time.process_time() - t
+        t = time.process_time()
+        wanted = list(dict.fromkeys((db, sql) for sql, gold, db in keys if sql and gold_runs[db, gold].ok))
+        pred_runs = dict(zip(wanted, [w._run_pred(k) for k in wanted], strict=True))
+        seen["prediction executions"] = time.process_time() - t
+        t = time.process_time()
+        compared: dict[Any, Any] = {}
+        for sql, gold, db in keys:
+            run = pred_runs.get((db, sql or ""))
+            if sql and run is not None and gold_runs[db, gold].ok:
+                w._compare(run, gold_runs[db, gold], gold, db, compared)
+        seen["comparison"] = time.process_time() - t
+        t = time.process_time()
+        for sql, gold, _ in keys:
+            if sql:
+                w._syntax(sql, gold)
+        seen["syntax (parse, trees, distance)"] = time.process_time() - t
+        w.close()
+        statements = list(dict.fromkeys([*golds, *wanted]))
+        conns: dict[str, sqlite3.Connection] = {}
+        t = time.process_time()
+        for db, sql in statements:
+            if db.target not in conns:
+                conns[db.target] = sqlite3.connect(f"file:{db.target}?mode=ro&immutable=1", uri=True)
+            with contextlib.suppress(sqlite3.Error):  # a failing statement costs what it cost
+                conns[db.target].execute(sql).fetchall()
+        seen["the limit: each distinct statement once, plain sqlite3"] = time.process_time() - t
+        for c in conns.values():
+            c.close()
+        for k, v in seen.items():
+            best[k] = min(best.get(k, v), v)
+    gc.set_threshold(*threshold)
+    n = len(rollouts)
+    print(
+        f"\nwhere the time goes ({n} completions: {len(jobs)} distinct texts, {len(keys)} distinct (SQL, gold, "
+        f"database), {len(golds)} golds and {len(wanted)} predictions to run, {len(statements)} distinct statements; "
+        f"CPU of this process, best of {args.repeat}):"
+    )
+    for k, v in best.items():
+        print(f"  {k:58} {v:6.3f} CPU s {1000 * v / n:7.3f} ms per completion")
+    return best
 
 
 # --------------------------------------------------------------------------- the SQL-R1-style baseline
@@ -438,6 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a GRPO-shaped workload instead: PROMPTS questions x PER_PROMPT completions, one batch (256 8)",
     )
     p.add_argument("--skip", nargs="*", default=[], choices=["processes", "sql-r1", "nl2sql", "server"])
+    p.add_argument("--stages", action="store_true", help="first, where the time goes, stage by stage")
     p.add_argument("--json", type=Path, help="write the figures here")
     args = p.parse_args(argv)
     if not args.shared.is_dir():
@@ -458,10 +535,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"load average {_load()} (other processes share these cores: compare CPU s too)"
     )
     _warm_page_cache(rollouts)
+    stages = stage_profile(rollouts, args) if args.stages else None
 
     methods: list[tuple[str, Callable[[Sequence[Rollout], argparse.Namespace], tuple[float, int]]]] = []
     for label, syntax in (("full reward", True), ("execution reward", False)):
         methods.append((f"ROSE-SQL {label}, 1 process", rose_method(1, syntax)))
+        methods.append((f"ROSE-SQL {label}, 1 process, started", rose_method(1, syntax, True)))
         if "processes" not in args.skip:
             methods.append((f"ROSE-SQL {label}, {cores} processes", rose_method(cores, syntax)))
             methods.append((f"ROSE-SQL {label}, {cores} processes, started", rose_method(cores, syntax, True)))
@@ -520,7 +599,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for f in load["failures"]:
             print(f"  failure: {f}")
     if args.json:
-        args.json.write_text(json.dumps({"results": results, "ratios": ratios, "server": load}, indent=2))
+        figures = {"results": results, "ratios": ratios, "server": load, "stages": stages}
+        args.json.write_text(json.dumps(figures, indent=2))
     return 1 if load and load["failed"] else 0
 
 

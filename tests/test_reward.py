@@ -10,6 +10,7 @@ import inspect
 import itertools
 import json
 import math
+import pickle
 import random
 import threading
 import time
@@ -53,6 +54,7 @@ from rose_sql.reward import (
 from rose_sql.reward import worker as worker_module
 from rose_sql.reward.lanes import balanced, run_in_lanes
 from rose_sql.reward.schedule import finish
+from rose_sql.reward.syntax import UNPARSED
 from rose_sql.reward.worker import Worker
 
 HANG_GUARD_S = 15.0  # only catches a hang; not a performance assertion
@@ -403,6 +405,22 @@ def test_process_chunks_keep_questions_whole_and_balance() -> None:
     assert all(any(set(g) <= set(chunk) for chunk in chunks) for g in groups)
     assert [len(c) for c in chunks] == [5, 5, 4]
     assert balanced([[0]], 8) == [[0]]
+
+
+def test_what_crosses_to_and_from_a_worker_comes_back_equal() -> None:
+    # a chunk is sent packed (each gold and database once) and its outcomes come back as tuples of fields
+    a, b = Database.file("/x/a.sqlite"), Database.file("/x/b.sqlite")
+    jobs = [("t1", "SELECT 1", a), ("t2", "SELECT 2", b), ("t3", "SELECT 1", Database.file("/x/a.sqlite"))]
+    rows, golds, dbs = worker_module.pack(jobs)
+    assert (golds, dbs) == (["SELECT 1", "SELECT 2"], [a, b]) and [r[1:] for r in rows] == [(0, 0), (1, 1), (0, 0)]
+    assert worker_module.unpack(pickle.loads(pickle.dumps((rows, golds, dbs)))) == jobs
+    structure = SyntaxScore(True, 0.5, 0.25, (("select", 1.0), ("where", 0.0)))
+    outcomes = [
+        worker_module.Outcome("partial", "order", "SELECT 1", structure, None),
+        worker_module.Outcome("match", "", None, UNPARSED, 1.5),
+    ]
+    back = pickle.loads(pickle.dumps(outcomes))
+    assert back == outcomes and [type(o.structure) for o in back] == [SyntaxScore, SyntaxScore]
 
 
 # --------------------------------------------------------------------------- extraction

@@ -17,7 +17,7 @@ from rose_sql.reward.extract import Completion, completion_text
 from rose_sql.reward.lanes import CHUNKS_PER_PROCESS, FairQueue, balanced
 from rose_sql.reward.schedule import Reward, finish
 from rose_sql.reward.syntax import UNPARSED
-from rose_sql.reward.worker import LATE, Job, Outcome, Worker, score_chunk, start_worker
+from rose_sql.reward.worker import LATE, Job, Outcome, Packed, Worker, pack, score_chunk, start_worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +47,11 @@ class _Unit:
     """Nor more than this after the unit is sent: half its batch's time, so that it holds its worker
     for at most that long, and a batch that comes later waits for a worker at most that long."""
 
-    def sent(self) -> tuple[list[Job], float | None]:
-        """What the worker is sent: the jobs and when to stop starting queries."""
+    def sent(self) -> tuple[Packed, float | None]:
+        """What the worker is sent: the jobs (packed) and when to stop starting queries."""
         if self.deadline is None or self.budget_s is None:
-            return self.jobs, self.deadline
-        return self.jobs, min(self.deadline, time.monotonic() + self.budget_s)
+            return pack(self.jobs), self.deadline
+        return pack(self.jobs), min(self.deadline, time.monotonic() + self.budget_s)
 
 
 class RewardScorer:

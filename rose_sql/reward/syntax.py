@@ -24,6 +24,10 @@ class SyntaxScore:
     clauses: tuple[tuple[str, float], ...] = ()
     """Similarity of each clause present in either query (0 when present in one only)."""
 
+    def __reduce__(self) -> tuple[type[SyntaxScore], tuple[object, ...]]:
+        # pickled with every outcome a worker sends back: as a plain tuple of fields (see ``Outcome``)
+        return SyntaxScore, (self.parsed, self.tree, self.clause, self.clauses)
+
     def value(self, mix: float) -> float:
         """The syntax reward: ``(1 - mix) * tree + mix * clause``."""
         return (1.0 - mix) * self.tree + mix * self.clause

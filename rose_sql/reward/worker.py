@@ -36,6 +36,9 @@ V = TypeVar("V")
 
 Job = tuple[str, str, Database]
 """What a worker is sent for one distinct completion: (completion text, gold SQL, database)."""
+Packed = tuple[list[tuple[str, int, int]], list[str], list[Database]]
+"""A chunk's jobs as they are sent (:func:`pack`): (completion text, gold index, database index), the golds,
+the databases."""
 _Key = tuple[str | None, str, Database]
 """What a completion's outcome depends on: (extracted SQL, gold SQL, database)."""
 _Compared = dict[tuple[Database, str, int, bool, tuple[Row, ...]], tuple[tuple[Row, ...], tuple[RewardStatus, str]]]
@@ -65,6 +68,11 @@ class Outcome:
     """Its syntax score against the gold."""
     value: float | None = None
     """A preset's reward (:mod:`rose_sql.reward.presets`); unused by the default reward."""
+
+    def __reduce__(self) -> tuple[type[Outcome], tuple[object, ...]]:
+        # sent back from the worker by the thousand: as a plain tuple of fields (a slotted dataclass's
+        # default pickling costs about six times as much)
+        return Outcome, (self.status, self.detail, self.sql, self.structure, self.value)
 
 
 class _LRU(Generic[K, V]):
@@ -254,9 +262,25 @@ def start_worker(config: RewardConfig, watch: Watch) -> Worker:
     return Worker(config, watch)
 
 
-def score_chunk(worker: Worker, chunk: tuple[list[Job], float | None]) -> list[Outcome]:
-    """Score a chunk of distinct jobs (with its deadline) in a worker process."""
-    jobs, deadline = chunk
+def pack(jobs: Sequence[Job]) -> Packed:
+    """A chunk's jobs as a worker is sent them: each distinct gold and database once, named by index in the
+    jobs (a database pickled with every job cost ten times as much)."""
+    golds: dict[str, int] = {}
+    dbs: dict[Database, int] = {}
+    rows = [(text, golds.setdefault(gold, len(golds)), dbs.setdefault(db, len(dbs))) for text, gold, db in jobs]
+    return rows, list(golds), list(dbs)
+
+
+def unpack(packed: Packed) -> list[Job]:
+    """The jobs :func:`pack` packed, equal and in order."""
+    rows, golds, dbs = packed
+    return [(text, golds[g], dbs[d]) for text, g, d in rows]
+
+
+def score_chunk(worker: Worker, chunk: tuple[Packed, float | None]) -> list[Outcome]:
+    """Score a chunk of distinct jobs (packed, with its deadline) in a worker process."""
+    packed, deadline = chunk
+    jobs = unpack(packed)
     if deadline is not None and time.monotonic() >= deadline:
         return [Outcome("wall_guard", f"the query was {LATE}", None, UNPARSED) for _ in jobs]
     return worker.score(jobs, deadline)
