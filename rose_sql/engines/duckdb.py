@@ -28,6 +28,7 @@ scalar and aggregate functions without side effects (``duckdb_functions()``'s
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import threading
 import time
@@ -159,10 +160,10 @@ class DuckDB(Pooled[_Conn]):
     def quote(self, name: str) -> str:
         return quote(name)
 
-    def _statement(self, conn: _Conn, sql: str) -> tuple[ResultSet, int, str | None]:
+    def _statement(self, conn: _Conn, sql: str, until: float = math.inf) -> tuple[ResultSet, int, str | None]:
         c = conn.conn
         c.execute("BEGIN TRANSACTION READ ONLY")
-        self._watchdog.arm(conn, self.limits.engine_timeout_s)
+        self._watchdog.arm(conn, min(self.limits.engine_timeout_s, until - time.monotonic()))
         try:
             result, nbytes = fetch(c, sql, self.limits)
             return result, nbytes, None

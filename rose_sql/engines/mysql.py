@@ -39,6 +39,7 @@ MySQL 8's TempTable engine (server-wide settings only).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from functools import partial
@@ -213,7 +214,7 @@ class MySQL(Pooled[_Conn]):
         info = conn.conn.get_server_info()
         return f"MariaDB {info.split('-MariaDB')[0]}" if conn.mariadb else f"MySQL {info}"
 
-    def _statement(self, conn: _Conn, sql: str) -> tuple[ResultSet, int, str | None]:
+    def _statement(self, conn: _Conn, sql: str, until: float = math.inf) -> tuple[ResultSet, int, str | None]:
         if EXECUTABLE_COMMENT.search(sql):
             raise _Refused("a MySQL executable comment (/*! ... */) runs what it holds")
         c = conn.conn

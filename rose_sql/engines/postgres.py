@@ -39,6 +39,7 @@ limit's outcome.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -380,10 +381,11 @@ class PostgreSQL(Pooled[_Conn]):
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
 
-    def _statement(self, conn: _Conn, sql: str) -> tuple[ResultSet, int, str | None]:
+    def _statement(self, conn: _Conn, sql: str, until: float = math.inf) -> tuple[ResultSet, int, str | None]:
         c = conn.conn
         limits = self.limits
-        deadline = time.monotonic() + limits.engine_timeout_s  # statement_timeout bounds each FETCH; this, all
+        # statement_timeout bounds each FETCH; this, all of them (and the timed pass's bound)
+        deadline = min(time.monotonic() + limits.engine_timeout_s, until)
         # one round trip; the extended protocol takes exactly one statement each
         first = _pipelined(
             c,
