@@ -23,6 +23,10 @@ scalar and aggregate functions without side effects (``duckdb_functions()``'s
 ``has_side_effects``), plus :data:`ALLOWED`; table functions only from :data:`TABLES`; never
 :data:`DENIED` (``query()`` runs SQL text, ``setseed`` changes the session, sequences advance), nor
 :data:`SECRET_FUNCTIONS` and :data:`SECRET_VIEWS` (the settings and the logs, behind built-in views).
+
+BIRD's timed efficiency pass (``rose run --efficiency time``) runs each statement as above, on a
+connection opened for each execution before its clock starts and closed within it
+(:meth:`Pooled.timed <rose_sql.engines.base.Pooled.timed>`).
 """
 
 from __future__ import annotations

@@ -35,6 +35,10 @@ expose the server's files, settings, credentials or other sessions (:data:`SECRE
 than read is refused by ``rose run`` (:meth:`PostgreSQL.privileges`, :data:`PRIVILEGED_ROLES`); ``rose db
 reader`` bounds its role's temporary files with ``temp_file_limit``, whose error (53400) is the memory
 limit's outcome.
+
+BIRD's timed efficiency pass (``rose run --efficiency time``) runs each statement as above, on a
+connection opened for each execution before its clock starts and closed within it
+(:meth:`Pooled.timed <rose_sql.engines.base.Pooled.timed>`).
 """
 
 from __future__ import annotations
