@@ -23,6 +23,22 @@ Output: ``<out>/bird-minidev-<dialect>/<prediction file>.json``, ``{"source", "s
         --data ../shared/data --out tests/data/official \\
         --postgresql "dbname=rose_bird user=postgres host=127.0.0.1 port=5432" \\
         --mysql "mysql://root@127.0.0.1:3306/rose_bird"
+
+``--ves N`` runs, instead, the official ``evaluation/evaluation_ves.py`` as published, N times per dialect
+and model, against the same databases: its own entry point (its ``__main__``, run by ``runpy`` in a
+process of its own per run), with its pool of ``--num-cpus`` processes (2, as ``run_evaluation.sh``
+sets), 100 iterations and ``--meta_time_out`` 30, on the inputs cut to the items of the ``--db-id``
+databases as ``bench/official_subset.py`` cuts them (written to ``<out>/ves-<dialect>/``); only its
+``connect_postgresql`` / ``connect_mysql`` are pointed at our databases, and the pool is started by
+``fork`` so that its workers inherit that. Each run's R-VES per difficulty is printed as the script prints
+it (and appended to ``<out>/ves-<dialect>/ves_<model>.txt``, its ``--output_log_path``). ``--limit K``
+keeps the first K of those items of each difficulty, to check the setup (the official script divides by
+each difficulty's count, so it fails on a cut without one; the figures are then over those items)::
+
+    $OFFICIAL/venv/bin/python bench/official_engines.py --mini-dev $OFFICIAL/mini_dev --data $D \\
+        --out runs/official-engines --db-id superhero --db-id student_club --db-id toxicology --ves 3 \\
+        --postgresql "dbname=bird user=rose_reader host=127.0.0.1 port=5432" \\
+        --mysql mysql://rose_reader@127.0.0.1:3306/bird
 """
 
 from __future__ import annotations
@@ -31,6 +47,7 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -48,15 +65,19 @@ def _point(evaluation_utils: Any, postgresql: str | None, mysql: str | None) -> 
     if postgresql:
         evaluation_utils.connect_postgresql = lambda: psycopg2.connect(postgresql)
     if mysql:
-        parts = urlsplit(mysql)
-        kw = {
-            "host": parts.hostname,
-            "port": parts.port or 3306,
-            "user": unquote(parts.username or "root"),
-            "password": unquote(parts.password or ""),
-            "database": unquote(parts.path.lstrip("/")),
-        }
+        kw = _mysql_args(mysql)
         evaluation_utils.connect_mysql = lambda: pymysql.connect(**kw)
+
+
+def _mysql_args(url: str) -> dict[str, Any]:
+    parts = urlsplit(url)
+    return {
+        "host": parts.hostname,
+        "port": parts.port or 3306,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+        "database": unquote(parts.path.lstrip("/")),
+    }
 
 
 def _server(dialect: str, evaluation_utils: Any) -> str:
@@ -79,7 +100,13 @@ def main() -> int:
     ap.add_argument("--db-id", action="append", help="a db_id whose items are run (repeat; default superhero)")
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--mini-dev-commit", default="unknown", help="the checkout's commit, when it is not a git clone")
+    ap.add_argument("--ves", type=int, default=0, metavar="N", help="run evaluation_ves.py N times instead")
+    ap.add_argument("--num-cpus", type=int, default=2, help="evaluation_ves.py's --num_cpus (its pool)")
+    ap.add_argument("--model", action="append", choices=MODELS, help="a system (repeat; default both)")
+    ap.add_argument("--limit", type=int, help="with --ves: the first K items of each difficulty (a check)")
     args = ap.parse_args()
+    if args.ves:
+        return _ves_runs(args)
 
     sys.path.insert(0, str(args.mini_dev.resolve() / "evaluation"))
     import evaluation_ex  # the official modules
@@ -133,6 +160,98 @@ def main() -> int:
     return 0
 
 
+def _ves_runs(args: argparse.Namespace) -> int:
+    """The official ``evaluation_ves.py`` run as published, ``args.ves`` times per dialect and model."""
+    db_ids = set(args.db_id or ["superhero"])
+    evaluation = args.mini_dev.resolve() / "evaluation"
+    for dialect, official_name in DIALECTS.items():
+        url = getattr(args, dialect)
+        if not url:
+            continue
+        folder = (args.out / f"ves-{dialect}").resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        gold = (args.data / "bird" / f"mini_dev_{dialect}_gold.sql").read_text(encoding="utf-8").splitlines()
+        questions = json.loads((args.data / "bird" / f"mini_dev_{dialect}.json").read_text(encoding="utf-8"))
+        kept = [i for i, line in enumerate(gold) if line.strip().split("\t")[-1] in db_ids]
+        if args.limit is not None:  # the first K of each difficulty: the official script divides by each one's count
+            kept = _first_of_each(kept, [q["difficulty"] for q in questions], args.limit)
+        (folder / "gold.sql").write_text("".join(gold[i] + "\n" for i in kept), encoding="utf-8")
+        diff = "".join(json.dumps(questions[i]) + "\n" for i in kept)
+        (folder / "diff.jsonl").write_text(diff, encoding="utf-8")
+        for model in args.model or MODELS:
+            name = f"predict_mini_dev_{model}_{dialect}.json"
+            published = args.data / "preds" / "bird-minidev-official" / name
+            values = list(json.loads(published.read_text(encoding="utf-8")).values())
+            pred = folder / f"pred_{model}.json"
+            pred.write_text(json.dumps({str(j): values[i] for j, i in enumerate(kept)}, indent=1), encoding="utf-8")
+            argv = [
+                str(evaluation / "evaluation_ves.py"),
+                *("--predicted_sql_path", str(pred), "--ground_truth_path", str(folder / "gold.sql")),
+                *("--db_root_path", str(folder) + "/", "--diff_json_path", str(folder / "diff.jsonl")),
+                *("--num_cpus", str(args.num_cpus), "--meta_time_out", "30.0", "--sql_dialect", official_name),
+                *("--output_log_path", str(folder / f"ves_{model}.txt")),
+            ]
+            child = {"evaluation": str(evaluation), "dialect": dialect, "url": url, "argv": argv}
+            for run in range(1, args.ves + 1):
+                started = time.monotonic()
+                done = subprocess.run(
+                    [sys.executable, __file__, CHILD, json.dumps(child)], capture_output=True, text=True, check=False
+                )
+                seconds = time.monotonic() - started
+                figures = _printed_r_ves(done.stdout)
+                if done.returncode != 0 or figures is None:
+                    print(done.stdout + done.stderr, file=sys.stderr)
+                    print(f"{dialect} {model} run {run}: evaluation_ves.py failed (exit {done.returncode})")
+                    return 1
+                cells = ", ".join(f"{level} {value} ({count})" for level, (value, count) in figures.items())
+                print(f"{dialect} {model} run {run} of {args.ves}: R-VES {cells}; {seconds:.0f} s, {len(kept)} items")
+    return 0
+
+
+def _first_of_each(kept: list[int], difficulty: list[str], k: int) -> list[int]:
+    """The first ``k`` of ``kept`` of each difficulty, in their order."""
+    seen: dict[str, int] = {}
+    out = []
+    for i in kept:
+        seen[difficulty[i]] = seen.get(difficulty[i], 0) + 1
+        if seen[difficulty[i]] <= k:
+            out.append(i)
+    return out
+
+
+CHILD = "--official-ves-child"
+"""The argument that runs one official ``evaluation_ves.py`` in this script's child process."""
+LEVELS = ("simple", "moderate", "challenging", "total")
+
+
+def _ves_child(spec: dict[str, Any]) -> None:
+    """One run of the official ``evaluation_ves.py``'s own ``__main__``, its connection pointed at ours."""
+    import multiprocessing
+    import runpy
+
+    multiprocessing.set_start_method("fork")  # the pool's workers inherit the pointed connection
+    sys.path.insert(0, spec["evaluation"])
+    import evaluation_utils  # the official module
+
+    _point(evaluation_utils, *((spec["url"], None) if spec["dialect"] == "postgresql" else (None, spec["url"])))
+    sys.argv = spec["argv"]
+    runpy.run_path(spec["argv"][0], run_name="__main__")
+
+
+def _printed_r_ves(stdout: str) -> dict[str, tuple[str, str]] | None:
+    """Each difficulty's R-VES and count, as the official ``print_data`` printed them."""
+    counts = values = None
+    for line in stdout.splitlines():
+        words = line.split()
+        if words[:1] == ["count"]:
+            counts = words[1:]
+        elif words[:1] == ["R-VES"] and len(words) == 5:
+            values = words[1:]
+    if counts is None or values is None:
+        return None
+    return {level: (v, c) for level, v, c in zip(LEVELS, values, counts, strict=True)}
+
+
 def _question_ids(path: Path) -> list[Any]:
     return [q["question_id"] for q in json.loads(path.read_text(encoding="utf-8"))]
 
@@ -162,4 +281,7 @@ def _environment() -> dict[str, str]:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == [CHILD]:
+        _ves_child(json.loads(sys.argv[2]))
+        sys.exit(0)
     sys.exit(main())

@@ -685,9 +685,9 @@ class Config:
         score=True,
         flags="--efficiency",
         help=(
-            "BIRD's VES and R-VES on SQLite, for items whose BIRD EX is defined: steps (exact VM steps, the same "
-            "on any machine), time (the published 100-iteration wall-time ratio: depends on the machine and its "
-            "load, decides nothing), or both."
+            "BIRD's VES and R-VES, for items whose BIRD EX is defined: steps (exact SQLite VM steps, the same "
+            "on any machine; SQLite only), time (the published 100-iteration wall-time ratio, on SQLite and the "
+            "servers: depends on the machine and its load, decides nothing), or both."
         ),
     )
     """BIRD's efficiency readings (:mod:`rose_sql.readings.efficiency`): ``steps`` records each item's VM-step ratio

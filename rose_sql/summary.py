@@ -107,7 +107,10 @@ def _efficiency_brief(r: Record) -> tuple[float | str, float | str | None]:
     steps = (e.steps_ratio if e.steps_ratio is not None else missing) if e.base in ("steps", "both") else "not_asked"
     time: float | str | None = None
     if e.base in ("time", "both"):
-        time = e.time_ratio if e.time_ratio is not None else missing
+        # a pass that ran says why it gave no ratio; an engine that does not time (or a record made before
+        # the servers were timed) has no pass and no reason
+        untimed = "no_count" if e.time_reason is not None or r.dialect is None else "not_timed"
+        time = e.time_ratio if e.time_ratio is not None else untimed
     return steps, time
 
 
@@ -227,8 +230,10 @@ class Summary:
     """BIRD's efficiency readings (``rose run --efficiency``), per base (``steps``, ``time``) and per
     difficulty label and ``all``: ``r_ves`` (mini-dev's R-VES) and ``ves`` (BIRD dev's VES) in percent over
     ``n`` items (those with BIRD EX defined and a ratio: an incorrect prediction counts 0), of the
-    group's ``of`` items, ``left_out`` by reason (the BIRD EX gap, ``not_sqlite``, ``no_count``). None
-    when not asked. The ``time`` base depends on the machine and its load and decides nothing."""
+    group's ``of`` items, ``left_out`` by reason (the BIRD EX gap, ``not_sqlite`` for the step base off
+    SQLite, ``not_timed`` for the time base on an engine that does not time, ``no_count``). None when not
+    asked. The ``time`` base, measured on SQLite and the servers alike, depends on the machine, the server
+    and their load, and decides nothing."""
     subset: SubsetInfo | None = None
     """For a run of a subset (``rose run --limit``, ``--ids``): which items of the input, how many of how
     many; every figure is over the subset only. None for a run of the whole input."""
@@ -440,7 +445,7 @@ def efficiency_table(briefs: Iterable[Brief]) -> dict[str, dict[str, EfficiencyF
     bases = [
         base
         for base, values in (("steps", [b.steps for b in briefs]), ("time", [b.time for b in briefs]))
-        if any(isinstance(v, float) or v in ("not_sqlite", "no_count") for v in values)
+        if any(isinstance(v, float) or v in ("not_sqlite", "not_timed", "no_count") for v in values)
     ]
     if not bases:
         return None

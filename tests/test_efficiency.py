@@ -222,11 +222,13 @@ def test_run_time_base_is_exempt_and_decides_nothing(tmp_path: Path) -> None:
     assert set(st["efficiency"]) == {"time"}
 
 
-def test_off_sqlite_the_ratios_are_null(tmp_path: Path) -> None:
-    """Off SQLite (plan costs depend on sampled statistics) the record says so with null ratios, and the
-    summary leaves the item out as not_sqlite."""
+def test_off_sqlite_the_step_ratio_is_null_and_the_time_base_says_why(tmp_path: Path) -> None:
+    """Off SQLite (plan costs depend on sampled statistics) the step ratio is null and the summary leaves
+    the item out as not_sqlite on that base; the time base is measured on every engine that times
+    (tests/test_efficiency_servers.py), and a record without its pass (made before the servers were timed,
+    or on an engine that does not time) is left out as not_timed, never not_sqlite."""
     _db(tmp_path / "t.sqlite", 10)
-    cfg = Config(efficiency="both", workers=1)
+    cfg = Config(efficiency="steps", workers=1)
 
     class _Server:
         config = cfg
@@ -234,7 +236,7 @@ def test_off_sqlite_the_ratios_are_null(tmp_path: Path) -> None:
     item = Item("1", "t", "SELECT 1", "SELECT 1")
     db = Database("duckdb", str(tmp_path / "t.duckdb"), "t")
     eff = _efficiency(item, db, Readings(bird_ex=1), _Server())  # type: ignore[arg-type]
-    assert eff == Efficiency(None, base="both")
+    assert eff == Efficiency(None, base="steps")  # no pass run: the fake executor has none
     assert _efficiency(item, Database.file(tmp_path / "t.sqlite"), Readings(), _Server()) is None  # type: ignore[arg-type]
     assert measure(_Server(), db, "SELECT 1", "SELECT 1", True, "steps") == Efficiency(None, base="steps")  # type: ignore[arg-type]
     record = make_record(
@@ -245,7 +247,21 @@ def test_off_sqlite_the_ratios_are_null(tmp_path: Path) -> None:
     table = efficiency_table([Brief.of(record)])
     assert table is not None
     assert table["steps"]["all"] == {"r_ves": None, "ves": None, "n": 0, "of": 1, "left_out": {"not_sqlite": 1}}
-    assert table["time"]["simple"]["left_out"] == {"not_sqlite": 1}
+    assert table["time"]["simple"]["left_out"] == {"not_timed": 1}
+    on_server = {"db_id": "t", "score": None, "readings": {"bird_ex": 1}, "dialect": "postgres", "server": "PG 15"}
+    timed = make_record(
+        {"id": 2, **on_server, "efficiency": {"steps_ratio": None, "base": "both", "time_ratio": 2.5, "time_kept": 99}}
+    )
+    stopped = make_record(
+        {"id": 3, **on_server, "efficiency": {"steps_ratio": None, "base": "both", "time_reason": "unreadable"}}
+    )
+    table = efficiency_table([Brief.of(timed), Brief.of(stopped)])
+    assert table is not None
+    assert table["steps"]["all"]["left_out"] == {"not_sqlite": 2}
+    assert table["time"]["all"] == {
+        "r_ves": pytest.approx(100 * math.sqrt(1.25)), "ves": pytest.approx(100 * math.sqrt(2.5)), "n": 1, "of": 2,
+        "left_out": {"no_count": 1},
+    }  # fmt: skip
 
 
 def test_resume_refuses_another_efficiency(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -413,13 +414,27 @@ class Timed:
     """How the execution that stopped it ended (``timeout`` for the pass's own bound), when one did."""
 
 
-class Scripted(Engine, Protocol):
+class TimedEngine(Engine, Protocol):
+    """An engine that times one execution as BIRD's ``evaluation_ves.py`` times it (:attr:`KindInfo.timed
+    <rose_sql.engines.kinds.KindInfo.timed>`): what the wall-time efficiency pass runs
+    (:meth:`rose_sql.engines.execute.Executor.time_pass`, under the worker's wall-time guard)."""
+
+    def timed(self, db: Database, sql: str, until: float) -> Timing:
+        """One execution of ``sql`` timed as BIRD's ``evaluation_ves.py`` times it: a connection opened
+        before the clock starts; running it, fetching its rows and closing the connection timed. The
+        connection is the sandbox's own (read-only, the engine's limits, the row and byte caps, the wall
+        clock of one statement, and ``until``: a ``time.monotonic()`` past which it is stopped)."""
+        ...
+
+
+class Scripted(TimedEngine, Protocol):
     """What the official scripts do with a database besides running a statement, offered by the engines
     they read through Python's ``sqlite3`` (:attr:`KindInfo.python_sqlite3
     <rose_sql.engines.kinds.KindInfo.python_sqlite3>`): Spider's reading of the schema, and BIRD's
-    efficiency passes. Each is bounded as any statement is (a step budget, the wall clock of
-    ``Limits.timeout_s``, a read-only connection), and :class:`rose_sql.engines.execute.Executor` runs it
-    under the worker's wall-time guard."""
+    efficiency passes (the step count here; the timed pass, which every :class:`TimedEngine` offers).
+    Each is bounded as any statement is (a step budget, the wall clock of ``Limits.timeout_s``, a
+    read-only connection), and :class:`rose_sql.engines.execute.Executor` runs it under the worker's
+    wall-time guard."""
 
     def catalogue(self, db: Database) -> Catalogue | None:
         """Every table of the catalogue (its own too: SQLite's ``sqlite_sequence``), in the catalogue's
@@ -431,13 +446,6 @@ class Scripted(Engine, Protocol):
         """The virtual-machine steps executing ``sql`` and stepping through every row take, counted one by
         one on a connection of its own (opened afresh, as the count includes reading the schema), within
         the step budget and the wall clock of one statement; no row is kept."""
-        ...
-
-    def timed(self, db: Database, sql: str, until: float) -> Timing:
-        """One execution of ``sql`` timed as BIRD's ``evaluation_ves.py`` times it: a connection opened
-        before the clock starts; running it, fetching its rows and closing the connection timed. The
-        connection is the sandbox's own (read-only, the authorizer, the step budget, the row and byte caps,
-        the wall clock of one statement, and ``until``: a ``time.monotonic()`` past which it is stopped)."""
         ...
 
 
@@ -714,9 +722,10 @@ class Pooled(Generic[C]):
     def _connect(self, db: Database) -> C:
         raise NotImplementedError
 
-    def _statement(self, conn: C, sql: str) -> tuple[ResultSet, int, str | None]:
+    def _statement(self, conn: C, sql: str, until: float = math.inf) -> tuple[ResultSet, int, str | None]:
         """Run ``sql`` (already gated and checked) in a read-only transaction and fetch it capped: the
-        result, its bytes, and a note when a documented engine difference applied."""
+        result, its bytes, and a note when a documented engine difference applied. ``until``: a
+        ``time.monotonic()`` past which no more rows are fetched (the timed pass's bound)."""
         raise NotImplementedError
 
     def _end(self, conn: C) -> None:
@@ -879,6 +888,62 @@ class Pooled(Generic[C]):
                 )
         return outcome, nbytes, False
 
+    def timed(self, db: Database, sql: str, until: float) -> Timing:
+        """One execution timed as BIRD's ``evaluation_ves.py`` times it (:meth:`TimedEngine.timed`), on the
+        server engines: a connection of the engine's own opened for it (:meth:`_connect`: the URL's
+        read-only role, the session's read-only default and time limit) and the statement checked (the
+        gate, the server's lexer, the function policy), both before the clock starts, as the published
+        script connects before its clock starts; then the statement run in its read-only transaction and
+        every row fetched against the caps (:meth:`_statement`, as every statement runs) and the
+        connection closed, timed with ``time.perf_counter``. Nothing is reset: the closed connection takes
+        its transaction and session with it. Past ``until`` the statement is stopped as the engine stops
+        one from another thread (:meth:`_interrupt`) and no more rows are fetched: a wall-clock failure."""
+        start = time.monotonic()
+        limits = self.limits
+
+        def failure(kind: Classified) -> Timing:
+            return Timing(0.0, failed(kind, time.monotonic() - start, self.name, limits))
+
+        reason = gate(sql, max_chars=limits.max_sql_chars, dialect=self.dialect)
+        if reason is not None:
+            return Timing(0.0, Execution("rejected", 0.0, error=reason))
+        try:
+            c = self._connect(db)
+        except Exception as e:
+            return failure(self._classify(e))
+        try:
+            why = self._check(c, sql)
+        except Exception as e:  # the catalogue could not be read: the database's fault, not the statement's
+            self._close_quietly(c)
+            return failure(self._classify(e))
+        if why is not None:
+            self._close_quietly(c)
+            return failure(Classified("rejected", why))
+        stop = _Stop(self, c, until)
+        me = threading.get_ident()
+        with self._lock:
+            self._running[me] = c
+        clock = time.perf_counter()
+        try:
+            self._statement(c, sql, until)
+            self._close_conn(c)
+            seconds = time.perf_counter() - clock
+        except Exception as e:
+            self._close_quietly(c)
+            kind = self._classify(e)
+            if stop.fired:  # the pass's bound, whatever the driver made of the interruption
+                kind = Classified("wall", kind.message)
+            return failure(kind)
+        finally:
+            stop.cancel()
+            with self._lock:
+                self._running.pop(me, None)
+        return Timing(seconds)
+
+    def _close_quietly(self, conn: C) -> None:
+        with contextlib.suppress(Exception):  # a broken connection may fail to close: it is gone either way
+            self._close_conn(conn)
+
     def cancel(self) -> None:
         with self._lock:
             running = list(self._running.values())
@@ -894,3 +959,27 @@ class Pooled(Generic[C]):
             with contextlib.suppress(Exception):
                 self._close_conn(c)
         self._local = threading.local()
+
+
+class _Stop:
+    """Stops the statement running on ``conn`` at ``until`` (a ``time.monotonic()``), when that comes before
+    the engine's own time limit would (otherwise the engine's limit stops it first, and no thread is started)."""
+
+    def __init__(self, engine: Pooled[Any], conn: Any, until: float) -> None:
+        self.fired = False
+        self._timer: threading.Timer | None = None
+        left = until - time.monotonic()
+        if left < engine.limits.engine_timeout_s:
+            self._engine, self._conn = engine, conn
+            self._timer = threading.Timer(max(0.0, left), self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        with contextlib.suppress(Exception):  # best effort: the Python-side deadline and the engine's limit hold
+            self._engine._interrupt(self._conn)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()

@@ -23,11 +23,16 @@ scalar and aggregate functions without side effects (``duckdb_functions()``'s
 ``has_side_effects``), plus :data:`ALLOWED`; table functions only from :data:`TABLES`; never
 :data:`DENIED` (``query()`` runs SQL text, ``setseed`` changes the session, sequences advance), nor
 :data:`SECRET_FUNCTIONS` and :data:`SECRET_VIEWS` (the settings and the logs, behind built-in views).
+
+BIRD's timed efficiency pass (``rose run --efficiency time``) runs each statement as above, on a
+connection opened for each execution before its clock starts and closed within it
+(:meth:`Pooled.timed <rose_sql.engines.base.Pooled.timed>`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import threading
 import time
@@ -159,10 +164,10 @@ class DuckDB(Pooled[_Conn]):
     def quote(self, name: str) -> str:
         return quote(name)
 
-    def _statement(self, conn: _Conn, sql: str) -> tuple[ResultSet, int, str | None]:
+    def _statement(self, conn: _Conn, sql: str, until: float = math.inf) -> tuple[ResultSet, int, str | None]:
         c = conn.conn
         c.execute("BEGIN TRANSACTION READ ONLY")
-        self._watchdog.arm(conn, self.limits.engine_timeout_s)
+        self._watchdog.arm(conn, min(self.limits.engine_timeout_s, until - time.monotonic()))
         try:
             result, nbytes = fetch(c, sql, self.limits)
             return result, nbytes, None

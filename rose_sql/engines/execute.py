@@ -21,13 +21,13 @@ is stopped with its worker and answered ``guard``. The catalogue's reads for the
 :func:`run_query` runs one statement in a fresh sandbox, guarded alike.
 
 What the official scripts do with an item's database besides running a statement runs here too, in the
-worker, under the same guard, on the engines that offer it (:class:`~rose_sql.engines.base.Scripted`:
-those the scripts read through Python's ``sqlite3``): Spider's reading of the schema
-(:meth:`Executor.catalogue`), and BIRD's efficiency passes, the exact count of a statement's steps
-(:meth:`~Executor.count_steps`) and the published timed pass (:meth:`~Executor.time_pass`), whose
-executions are each bounded as any statement is and whose whole is bounded by
-:meth:`~rose_sql.config.Config.time_pass_s`. No statement of an item runs on a connection opened anywhere
-else.
+worker, under the same guard, on the engines that offer it: Spider's reading of the schema
+(:meth:`Executor.catalogue`) and the exact count of a statement's steps (:meth:`~Executor.count_steps`)
+on those the scripts read through Python's ``sqlite3`` (:class:`~rose_sql.engines.base.Scripted`), and
+BIRD's published timed pass (:meth:`~Executor.time_pass`) on every engine that times an execution
+(:class:`~rose_sql.engines.base.TimedEngine`), whose executions are each bounded as any statement is and
+whose whole is bounded by :meth:`~rose_sql.config.Config.time_pass_s`. No statement of an item runs on a
+connection opened anywhere else.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from rose_sql.engines.base import (
     Fingerprint,
     Scripted,
     Timed,
+    TimedEngine,
 )
 from rose_sql.engines.workers import Pool, Watch, limit_memory, statement_key
 from rose_sql.results import Execution
@@ -230,8 +231,9 @@ class Executor:
 
     def time_pass(self, db: Database, statements: Sequence[str], iterations: int) -> Timed:
         """BIRD's timed pass (``evaluation_ves.py``): ``iterations`` times, each statement in turn, each
-        execution timed on a connection of its own (:meth:`Scripted.timed
-        <rose_sql.engines.base.Scripted.timed>`), in the worker.
+        execution timed on a connection of its own (:meth:`TimedEngine.timed
+        <rose_sql.engines.base.TimedEngine.timed>`: on every engine whose :attr:`KindInfo.timed
+        <rose_sql.engines.kinds.KindInfo.timed>` is set), in the worker.
 
         Each execution is bounded as any statement is (the step budget, the row and byte caps, the wall
         clock of ``--timeout``, the worker's guard armed for it), and the pass as a whole by
@@ -241,7 +243,7 @@ class Executor:
         stopped is answered with why when its unit is sent again, never run twice."""
         if self.guarded:
             return cast("Timed", self._in_worker("time_pass", db, tuple(statements), iterations))
-        engine = self._scripted(db)
+        engine = self._timing(db)
         try:
             dbk = engine.identity(db)
         except OSError as e:
@@ -345,6 +347,13 @@ class Executor:
         if not db.info.python_sqlite3:
             raise ValueError(f"{db.info.name} offers no reading of the official SQLite scripts")
         return cast("Scripted", self.engine(db.kind))
+
+    def _timing(self, db: Database) -> TimedEngine:
+        """The engine of ``db``, which must be one that times an execution as BIRD's ``evaluation_ves.py``
+        does (:attr:`KindInfo.timed <rose_sql.engines.kinds.KindInfo.timed>`)."""
+        if not db.info.timed:
+            raise ValueError(f"{db.info.name} offers no timed execution")
+        return cast("TimedEngine", self.engine(db.kind))
 
     def _execute(self, engine: Engine, db: Database, dbk: DbKey, sql: str, role: str) -> tuple[Execution, int]:
         key = statement_key(dbk[0], sql)

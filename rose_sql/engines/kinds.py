@@ -57,7 +57,11 @@ class KindInfo:
     """The official scripts run it through Python's ``sqlite3`` (Spider's test suite, BIRD's SQLite script):
     their readings and quirks apply (an empty statement returns no rows, text that is not UTF-8 fails), and
     its engine does what those scripts do besides running a statement (:class:`~rose_sql.engines.base.Scripted`:
-    Spider's reading of the schema, BIRD's efficiency passes, in the sandbox like any statement)."""
+    Spider's reading of the schema, BIRD's step count, in the sandbox like any statement)."""
+    timed: bool = False
+    """Its engine times one execution as BIRD's ``evaluation_ves.py`` times it
+    (:class:`~rose_sql.engines.base.TimedEngine`): the wall-time efficiency pass (``rose run --efficiency
+    time``) runs on it. False: the pass is not run, and the summary leaves its items out as ``not_timed``."""
 
     @property
     def files(self) -> bool:
@@ -74,6 +78,7 @@ KINDS: dict[Kind, KindInfo] = {
         ("sqlite",),
         suffix=".sqlite",
         python_sqlite3=True,
+        timed=True,
     ),
     "postgresql": KindInfo(
         "PostgreSQL",
@@ -84,6 +89,7 @@ KINDS: dict[Kind, KindInfo] = {
         driver="psycopg",
         package="psycopg",
         extra="postgres",
+        timed=True,
     ),
     "mysql": KindInfo(
         "MySQL/MariaDB",
@@ -94,6 +100,7 @@ KINDS: dict[Kind, KindInfo] = {
         driver="pymysql",
         package="PyMySQL",
         extra="mysql",
+        timed=True,
     ),
     "duckdb": KindInfo(
         "DuckDB",
@@ -105,6 +112,7 @@ KINDS: dict[Kind, KindInfo] = {
         package="duckdb",
         extra="duckdb",
         suffix=".duckdb",
+        timed=True,
     ),
 }
 """The list of engines."""

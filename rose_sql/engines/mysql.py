@@ -35,10 +35,15 @@ other sessions' queries) and no ``@@variable``, whatever the role. A login with 
 ``tmp_disk_table_size`` (``Limits.temp_bytes``): an on-disk temporary table past it fails (1114) with the
 memory limit's outcome; filesort's merge files have no per-session bound before MariaDB 11.5, nor does
 MySQL 8's TempTable engine (server-wide settings only).
+
+BIRD's timed efficiency pass (``rose run --efficiency time``) runs each statement as above, on a
+connection opened for each execution before its clock starts and closed within it
+(:meth:`Pooled.timed <rose_sql.engines.base.Pooled.timed>`).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from functools import partial
@@ -213,7 +218,7 @@ class MySQL(Pooled[_Conn]):
         info = conn.conn.get_server_info()
         return f"MariaDB {info.split('-MariaDB')[0]}" if conn.mariadb else f"MySQL {info}"
 
-    def _statement(self, conn: _Conn, sql: str) -> tuple[ResultSet, int, str | None]:
+    def _statement(self, conn: _Conn, sql: str, until: float = math.inf) -> tuple[ResultSet, int, str | None]:
         if EXECUTABLE_COMMENT.search(sql):
             raise _Refused("a MySQL executable comment (/*! ... */) runs what it holds")
         c = conn.conn

@@ -35,10 +35,15 @@ expose the server's files, settings, credentials or other sessions (:data:`SECRE
 than read is refused by ``rose run`` (:meth:`PostgreSQL.privileges`, :data:`PRIVILEGED_ROLES`); ``rose db
 reader`` bounds its role's temporary files with ``temp_file_limit``, whose error (53400) is the memory
 limit's outcome.
+
+BIRD's timed efficiency pass (``rose run --efficiency time``) runs each statement as above, on a
+connection opened for each execution before its clock starts and closed within it
+(:meth:`Pooled.timed <rose_sql.engines.base.Pooled.timed>`).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -380,10 +385,11 @@ class PostgreSQL(Pooled[_Conn]):
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
 
-    def _statement(self, conn: _Conn, sql: str) -> tuple[ResultSet, int, str | None]:
+    def _statement(self, conn: _Conn, sql: str, until: float = math.inf) -> tuple[ResultSet, int, str | None]:
         c = conn.conn
         limits = self.limits
-        deadline = time.monotonic() + limits.engine_timeout_s  # statement_timeout bounds each FETCH; this, all
+        # statement_timeout bounds each FETCH; this, all of them (and the timed pass's bound)
+        deadline = min(time.monotonic() + limits.engine_timeout_s, until)
         # one round trip; the extended protocol takes exactly one statement each
         first = _pipelined(
             c,

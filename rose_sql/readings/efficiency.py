@@ -10,7 +10,10 @@ counts 0, and every item is in the denominator:
   0 for an incorrect item.
 
 The published ratio is a mean of wall-time ratios over 100 iterations with the values beyond 3 sigma
-removed (:func:`clean_abnormal`): it depends on the machine and its load, so it decides nothing here.
+removed (:func:`clean_abnormal`): it depends on the machine and its load (and a server's), so it decides
+nothing here. It is measured on every engine that times an execution (:attr:`KindInfo.timed
+<rose_sql.engines.kinds.KindInfo.timed>`), SQLite and the servers alike, as mini-dev's script times it on
+SQLite, PostgreSQL and MySQL.
 The deterministic ratio is the SQLite virtual machine's steps (the progress handler called on every
 instruction, grain 1, in a pass of its own), gold steps / predicted steps: the same on any machine. It is
 defined on SQLite only: elsewhere plan costs depend on sampled statistics.
@@ -28,6 +31,13 @@ What the sandbox changes in the published timing: each execution opens the sandb
 pragmas and the authorizer set, untimed, as the published script opens its own before its clock starts),
 and what is timed (running, fetching every row, closing) includes the progress handler's call every 1,000
 steps and the fetch one row at a time against the caps, where the published script calls ``fetchall()``.
+On a server (:meth:`Pooled.timed <rose_sql.engines.base.Pooled.timed>`) the connection is the engine's own,
+opened untimed with the URL's role and the session's read-only default and time limit, and the statement
+is checked (the server's lexer, the function policy) before the clock starts; what is timed is the
+statement as the engine always runs it: PostgreSQL's read-only transaction and server-side cursor, fetched
+in batches against the caps (the published script: psycopg2's implicit transaction and one fetch of the
+whole result), MySQL's and MariaDB's read-only transaction and a streaming cursor (the published script:
+PyMySQL's buffered cursor), DuckDB's read-only transaction and window; then the connection closed.
 
 A pass that does not run to its end is read as the published script reads it: ``evaluation_ves.py``
 gives an item whose pass raised or ran past its bound a ratio of 0 (reward 0, in the denominator). So a
@@ -78,7 +88,9 @@ script does (a runaway: 0); only a database that cannot be read leaves it out.""
 class Efficiency:
     """One item's efficiency ratios (``record.efficiency``), for an item whose BIRD EX is defined.
 
-    Off SQLite every ratio is None (plan costs there depend on sampled statistics)."""
+    Off SQLite the step ratio is None (plan costs there depend on sampled statistics); the wall-time ratio
+    is measured on every engine that times an execution (:attr:`KindInfo.timed
+    <rose_sql.engines.kinds.KindInfo.timed>`: SQLite, PostgreSQL, MySQL/MariaDB, DuckDB)."""
 
     steps_ratio: float | None
     """Gold VM steps / predicted VM steps for a correct prediction (BIRD EX 1), 0 for an incorrect one and
@@ -94,8 +106,10 @@ class Efficiency:
     """What was asked (``--efficiency``): ``steps``, ``time`` or ``both``."""
     time_ratio: float | None = None
     """The published ratio: the mean of :data:`TIME_ITERATIONS` wall-time ratios gold / predicted, values
-    beyond 3 sigma removed (0 for an incorrect prediction); None when not asked or off SQLite. Depends on
-    the machine and its load: in ``record.EXEMPT``, decides nothing."""
+    beyond 3 sigma removed (0 for an incorrect prediction); None when not asked, on an engine that does not
+    time an execution, or when the pass was stopped by what is not the statement's (``time_reason`` says
+    what). Depends on the machine, the server and their load, on every engine: in ``record.EXEMPT``,
+    decides nothing."""
     time_kept: int | None = None
     """Of the iterations, those the 3-sigma rule kept (None where ``time_ratio`` is)."""
     steps_reason: str | None = None
@@ -162,12 +176,14 @@ def measure(
     executor: Executor, db: Database, gold: str, pred: str | None, correct: bool, base: Base
 ) -> Efficiency | None:
     """One item's :class:`Efficiency` under ``base`` (None when ``off``), its passes run by ``executor``
-    on engines that offer them (:attr:`KindInfo.python_sqlite3 <rose_sql.engines.kinds.KindInfo.python_sqlite3>`;
-    elsewhere every ratio is None)."""
+    on engines that offer them: the step count where steps are counted (:attr:`KindInfo.python_sqlite3
+    <rose_sql.engines.kinds.KindInfo.python_sqlite3>`), the timed pass on every engine that times an
+    execution (:attr:`KindInfo.timed <rose_sql.engines.kinds.KindInfo.timed>`); elsewhere that ratio is None."""
     if base == "off":
         return None
-    timed, counted = base in ("time", "both"), base in ("steps", "both")
-    if not db.info.python_sqlite3:
+    timed = base in ("time", "both") and db.info.timed
+    counted = base in ("steps", "both") and db.info.python_sqlite3
+    if not timed and not counted:
         return Efficiency(None, base=base)
     if not correct or pred is None:
         zero = 0.0 if timed else None
