@@ -131,3 +131,62 @@ def test_rose_run_shows_wall_time_r_ves_on_the_server(
     assert table["time"]["moderate"]["r_ves"] == 0.0
     assert table["steps"]["all"]["left_out"] == {"not_sqlite": 2}
     assert "R-VES (mini-dev) by wall time x100, machine- and load-dependent: all " in out.output
+
+
+@pytest.mark.parametrize("kind", ENGINES)
+def test_the_timed_execution_runs_what_the_published_script_times(
+    kind: str, hostile_on: Callable[[str], tuple[str, str, Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its transaction is opened as the published script's driver opens one: before the clock starts where
+    its statement opens none (PyMySQL, DuckDB), after it in a round trip of its own where the driver sends
+    BEGIN first (psycopg2); and a result the statement returned before is fetched in one batch (the
+    published script reads it in one round trip), with the same rows as any run of it."""
+    import rose_sql.engines.base as base
+
+    db = _db(kind, hostile_on)
+    sql = "SELECT a, b FROM t ORDER BY a"
+    events: list[object] = []
+    with Executor(Config(), watch=Watch()) as ex:
+        engine = ex.engine(db.kind)
+        before = ex.run(db, sql)
+        real_begin, real_statement, real_clock = engine._begin, engine._statement, time.perf_counter  # type: ignore[attr-defined]
+
+        def begin(c: object) -> None:
+            events.append("begin")
+            real_begin(c)
+
+        def statement(c: object, text: str, until: float, **options: object) -> object:
+            got = real_statement(c, text, until, **options)
+            events.append((options, got[0].rows))
+            return got
+
+        def clock() -> float:
+            events.append("clock")
+            return real_clock()
+
+        monkeypatch.setattr(engine, "_begin", begin)
+        monkeypatch.setattr(engine, "_statement", statement)
+        monkeypatch.setattr(base.time, "perf_counter", clock)
+        timed = ex.time_pass(db, (sql,), 1)
+        monkeypatch.undo()
+    assert before.result is not None and len(before.result.rows) == 3
+    assert timed.error is None and len(timed.times) == 1
+    rows = len(before.result.rows) + 1  # one more than it held: the batch ends the result
+    opened = ["clock", "begin"] if engine.begin_timed else ["begin", "clock"]  # PostgreSQL: as psycopg2 does
+    assert events == [*opened, ({"begun": True, "rows": rows}, before.result.rows), "clock"]
+    assert engine.begin_timed == (kind == "postgresql")
+
+
+def test_a_known_result_is_fetched_at_once_within_the_batch_bound() -> None:
+    from rose_sql.engines.base import known_batch
+    from rose_sql.results import ResultSet
+
+    limits = Config().limits
+    small = ResultSet(("a",), ((1,), (2,), (3,)), 3)
+    assert known_batch(small, limits) == 4
+    assert known_batch(None, limits) is None
+    assert known_batch(ResultSet(("a",), ((1,),), 5, truncated=True), limits) is None
+    wide = ResultSet(("a",), tuple(("x" * (limits.max_bytes // 16),) for _ in range(3)), 3)
+    assert known_batch(wide, limits) == 3  # a quarter of the byte cap at the widest row: not the 4 asked
+    many = ResultSet(("a",), tuple((i,) for i in range(9_000)), 9_000)
+    assert known_batch(many, limits) == 5_000

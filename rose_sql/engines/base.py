@@ -419,11 +419,14 @@ class TimedEngine(Engine, Protocol):
     <rose_sql.engines.kinds.KindInfo.timed>`): what the wall-time efficiency pass runs
     (:meth:`rose_sql.engines.execute.Executor.time_pass`, under the worker's wall-time guard)."""
 
-    def timed(self, db: Database, sql: str, until: float) -> Timing:
+    def timed(self, db: Database, sql: str, until: float, rows: int | None = None) -> Timing:
         """One execution of ``sql`` timed as BIRD's ``evaluation_ves.py`` times it: a connection opened
         before the clock starts; running it, fetching its rows and closing the connection timed. The
         connection is the sandbox's own (read-only, the engine's limits, the row and byte caps, the wall
-        clock of one statement, and ``until``: a ``time.monotonic()`` past which it is stopped)."""
+        clock of one statement, and ``until``: a ``time.monotonic()`` past which it is stopped).
+        ``rows``: how many rows the engine may fetch at once, from what the statement returned when it
+        ran before (:func:`known_batch`; None: not known), so that a result the published script reads in
+        one round trip is read in one here too."""
         ...
 
 
@@ -584,6 +587,16 @@ def batches(
         batch = fetchmany(size)
 
 
+def known_batch(result: ResultSet | None, limits: Limits) -> int | None:
+    """How many rows a timed execution may fetch at once, from ``result`` (the statement's result when it
+    ran before, untruncated; None: not known): one more than it held, so the batch ends the result as the
+    published script's single read does, within the bound :func:`batches` puts on a batch."""
+    if result is None or result.truncated:
+        return None
+    widest = max((row_bytes(r) for r in result.rows), default=1)
+    return max(1, min(len(result.rows) + 1, 5000, limits.max_bytes // (4 * max(1, widest))))
+
+
 def collect(batched: Iterable[Sequence[Sequence[Any]]], limits: Limits) -> Collected:
     """Rows from the driver's batches (:func:`batches`), up to the row and byte caps; past them, the distinct
     rows of the batch that passed (:class:`Distinct`, fed the rest of the result by the caller)."""
@@ -704,6 +717,9 @@ class Pooled(Generic[C]):
     dialect: str
     name: str
     """How people call the engine (in its messages)."""
+    begin_timed = False
+    """Whether a timed execution (:meth:`timed`) opens its transaction after the clock starts, in a round
+    trip of its own: where the published script's driver sends one before each statement."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
@@ -722,10 +738,19 @@ class Pooled(Generic[C]):
     def _connect(self, db: Database) -> C:
         raise NotImplementedError
 
-    def _statement(self, conn: C, sql: str, until: float = math.inf) -> tuple[ResultSet, int, str | None]:
+    def _statement(
+        self, conn: C, sql: str, until: float = math.inf, *, begun: bool = False, rows: int | None = None
+    ) -> tuple[ResultSet, int, str | None]:
         """Run ``sql`` (already gated and checked) in a read-only transaction and fetch it capped: the
         result, its bytes, and a note when a documented engine difference applied. ``until``: a
-        ``time.monotonic()`` past which no more rows are fetched (the timed pass's bound)."""
+        ``time.monotonic()`` past which no more rows are fetched (the timed pass's bound); ``begun``: the
+        timed pass's call, its transaction opened already (:meth:`_begin`), no note asked; ``rows``: the
+        first batch's size where the engine fetches in batches from the server (:meth:`TimedEngine.timed`)."""
+        raise NotImplementedError
+
+    def _begin(self, conn: C) -> None:
+        """Open the read-only transaction :meth:`_statement` runs in, for the timed pass (:meth:`timed`),
+        with what else the statement's limits need set, so that what the clock times is the statement."""
         raise NotImplementedError
 
     def _end(self, conn: C) -> None:
@@ -888,16 +913,19 @@ class Pooled(Generic[C]):
                 )
         return outcome, nbytes, False
 
-    def timed(self, db: Database, sql: str, until: float) -> Timing:
+    def timed(self, db: Database, sql: str, until: float, rows: int | None = None) -> Timing:
         """One execution timed as BIRD's ``evaluation_ves.py`` times it (:meth:`TimedEngine.timed`), on the
         server engines: a connection of the engine's own opened for it (:meth:`_connect`: the URL's
-        read-only role, the session's read-only default and time limit) and the statement checked (the
-        gate, the server's lexer, the function policy), both before the clock starts, as the published
-        script connects before its clock starts; then the statement run in its read-only transaction and
-        every row fetched against the caps (:meth:`_statement`, as every statement runs) and the
-        connection closed, timed with ``time.perf_counter``. Nothing is reset: the closed connection takes
-        its transaction and session with it. Past ``until`` the statement is stopped as the engine stops
-        one from another thread (:meth:`_interrupt`) and no more rows are fetched: a wall-clock failure."""
+        read-only role, the session's read-only default and time limit), the statement checked (the
+        gate, the server's lexer, the function policy) and its read-only transaction opened
+        (:meth:`_begin`), all before the clock starts, as the published script connects before its clock
+        starts (the transaction after it, in a round trip of its own, where :attr:`begin_timed` says the
+        published script's driver sends one before each statement); then the statement run and every row
+        fetched against the caps (:meth:`_statement`, as every statement runs; ``rows`` at once where the
+        engine fetches in batches) and the connection closed, timed with ``time.perf_counter``. Nothing
+        is reset: the closed connection takes its transaction and session with it. Past ``until`` the
+        statement is stopped as the engine stops one from another thread (:meth:`_interrupt`) and no more
+        rows are fetched: a wall-clock failure."""
         start = time.monotonic()
         limits = self.limits
 
@@ -919,13 +947,21 @@ class Pooled(Generic[C]):
         if why is not None:
             self._close_quietly(c)
             return failure(Classified("rejected", why))
+        if not self.begin_timed:
+            try:
+                self._begin(c)
+            except Exception as e:
+                self._close_quietly(c)
+                return failure(self._classify(e))
         stop = _Stop(self, c, until)
         me = threading.get_ident()
         with self._lock:
             self._running[me] = c
         clock = time.perf_counter()
         try:
-            self._statement(c, sql, until)
+            if self.begin_timed:
+                self._begin(c)
+            self._statement(c, sql, until, begun=True, rows=rows)
             self._close_conn(c)
             seconds = time.perf_counter() - clock
         except Exception as e:

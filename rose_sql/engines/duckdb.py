@@ -164,9 +164,15 @@ class DuckDB(Pooled[_Conn]):
     def quote(self, name: str) -> str:
         return quote(name)
 
-    def _statement(self, conn: _Conn, sql: str, until: float = math.inf) -> tuple[ResultSet, int, str | None]:
+    def _begin(self, conn: _Conn) -> None:
+        conn.conn.execute("BEGIN TRANSACTION READ ONLY")
+
+    def _statement(
+        self, conn: _Conn, sql: str, until: float = math.inf, *, begun: bool = False, rows: int | None = None
+    ) -> tuple[ResultSet, int, str | None]:
         c = conn.conn
-        c.execute("BEGIN TRANSACTION READ ONLY")
+        if not begun:
+            self._begin(conn)
         self._watchdog.arm(conn, min(self.limits.engine_timeout_s, until - time.monotonic()))
         try:
             result, nbytes = fetch(c, sql, self.limits)

@@ -57,9 +57,10 @@ from rose_sql.engines.base import (
     Scripted,
     Timed,
     TimedEngine,
+    known_batch,
 )
 from rose_sql.engines.workers import Pool, Watch, limit_memory, statement_key
-from rose_sql.results import Execution
+from rose_sql.results import Execution, ResultSet
 
 _CATALOGUES = 256
 """Catalogues an executor keeps (by the database's identity), least recently read dropped beyond it."""
@@ -251,6 +252,7 @@ class Executor:
         key = statement_key("time", dbk[0], *statements)
         if key in self.watch.poisoned:
             return Timed((), GUARD_STOPPED, status="guard")
+        known = [known_batch(self._cached_result(dbk, sql), self.limits) for sql in statements]
         budget = self.config.time_pass_s(iterations)
         deadline = time.monotonic() + budget
         past = f"the timed pass ran past its bound of {budget:g} s"
@@ -263,7 +265,7 @@ class Executor:
                     if left <= 0:
                         return Timed(tuple(times), past, (i, j), "timeout")
                     self.watch.arm(key, min(engine.guard_s, left) + self.config.guard_margin_s)
-                    timing = engine.timed(db, sql, deadline)
+                    timing = engine.timed(db, sql, deadline, known[j])
                     failure = timing.failure
                     if failure is not None:
                         bound = failure.limit == "wall" and time.monotonic() >= deadline  # the pass's, not its own
@@ -274,6 +276,12 @@ class Executor:
         finally:
             self.watch.disarm()
         return Timed(tuple(times))
+
+    def _cached_result(self, dbk: DbKey, sql: str) -> ResultSet | None:
+        """``sql``'s result on the database of ``dbk`` when the execution cache holds it (None otherwise)."""
+        with self._lock:
+            hit = self._cache.get((dbk, sql))
+        return hit[0].result if hit is not None else None
 
     def engine(self, kind: Kind) -> Engine:
         """This executor's engine of ``kind`` (made on first use, with this executor's limits)."""

@@ -218,17 +218,25 @@ class MySQL(Pooled[_Conn]):
         info = conn.conn.get_server_info()
         return f"MariaDB {info.split('-MariaDB')[0]}" if conn.mariadb else f"MySQL {info}"
 
-    def _statement(self, conn: _Conn, sql: str, until: float = math.inf) -> tuple[ResultSet, int, str | None]:
+    def _begin(self, conn: _Conn) -> None:
+        """The timed pass's: on MariaDB the statement's limits set for the session (its connection closes
+        after the one statement), so the statement runs as written, as the published script sends it."""
+        if conn.mariadb:
+            conn.conn.query(self._limits_sql("SET SESSION"))
+        conn.conn.query("START TRANSACTION READ ONLY")
+
+    def _limits_sql(self, scope: str) -> str:
+        return f"{scope} max_statement_time = {self.seconds:.3f}, tmp_disk_table_size = {self.limits.temp_bytes}"
+
+    def _statement(
+        self, conn: _Conn, sql: str, until: float = math.inf, *, begun: bool = False, rows: int | None = None
+    ) -> tuple[ResultSet, int, str | None]:
         if EXECUTABLE_COMMENT.search(sql):
             raise _Refused("a MySQL executable comment (/*! ... */) runs what it holds")
         c = conn.conn
-        c.query("START TRANSACTION READ ONLY")
-        text = (
-            f"SET STATEMENT max_statement_time = {self.seconds:.3f}, tmp_disk_table_size = {self.limits.temp_bytes} "
-            f"FOR {sql}"
-            if conn.mariadb
-            else sql
-        )
+        if not begun:
+            c.query("START TRANSACTION READ ONLY")
+        text = f"{self._limits_sql('SET STATEMENT')} FOR {sql}" if conn.mariadb and not begun else sql
         cur = c.cursor(pymysql.cursors.SSCursor)
         try:
             cur.execute(text)
@@ -246,7 +254,8 @@ class MySQL(Pooled[_Conn]):
             warnings = cur.warning_count  # known once every row is read
         finally:
             cur.close()
-        return got.result(columns, rest), got.nbytes, self._note(conn, sql, warnings)
+        # the timed pass (begun) keeps no note: asking for the warnings would be timed too
+        return got.result(columns, rest), got.nbytes, None if begun else self._note(conn, sql, warnings)
 
     def _note(self, conn: _Conn, sql: str, warnings: int) -> str | None:
         """How MySQL or MariaDB differed from SQLite for this statement, when it did (see the module docstring)."""

@@ -385,17 +385,25 @@ class PostgreSQL(Pooled[_Conn]):
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
 
-    def _statement(self, conn: _Conn, sql: str, until: float = math.inf) -> tuple[ResultSet, int, str | None]:
+    begin_timed = True  # psycopg2, the published script's driver, sends BEGIN before a statement, alone
+
+    def _begin(self, conn: _Conn) -> None:
+        conn.conn.execute("BEGIN READ ONLY")
+
+    def _statement(
+        self, conn: _Conn, sql: str, until: float = math.inf, *, begun: bool = False, rows: int | None = None
+    ) -> tuple[ResultSet, int, str | None]:
         c = conn.conn
         limits = self.limits
         # statement_timeout bounds each FETCH; this, all of them (and the timed pass's bound)
         deadline = min(time.monotonic() + limits.engine_timeout_s, until)
+        size = rows or FIRST_FETCH
         # one round trip; the extended protocol takes exactly one statement each
         first = _pipelined(
             c,
-            "BEGIN READ ONLY",
+            *(() if begun else ("BEGIN READ ONLY",)),
             f"DECLARE {CURSOR} NO SCROLL CURSOR FOR " + sql,
-            f"FETCH FORWARD {FIRST_FETCH} FROM {CURSOR}",
+            f"FETCH FORWARD {int(size)} FROM {CURSOR}",
         )
         columns = tuple(d.name for d in first.description or ())
 
@@ -404,7 +412,7 @@ class PostgreSQL(Pooled[_Conn]):
                 raise TimeoutError("the statement's rows took longer than the time limit to fetch")
             return c.execute(f"FETCH FORWARD {int(n)} FROM {CURSOR}").fetchall()
 
-        got = collect(batches(fetch, limits, first=first.fetchall(), size=FIRST_FETCH), limits)
+        got = collect(batches(fetch, limits, first=first.fetchall(), size=size), limits)
         rest: int | None = 0
         if got.truncated:  # the rows past the cap stream by for their distinct rows, the rest counted on the server
             distinct = got.distinct

@@ -439,7 +439,9 @@ class SQLite(Pooled[_Conn]):
 
     # ------------------------------------------------------------------ a statement
 
-    def _statement(self, conn: _Conn, sql: str, until: float = math.inf) -> tuple[ResultSet, int, str | None]:
+    def _statement(
+        self, conn: _Conn, sql: str, until: float = math.inf, *, begun: bool = False, rows: int | None = None
+    ) -> tuple[ResultSet, int, str | None]:
         deadline = min(time.monotonic() + self.limits.timeout_s, until)
         try:
             try:
@@ -617,7 +619,7 @@ class SQLite(Pooled[_Conn]):
             c.close()
         return Counted(count, random=bool(drawn))
 
-    def timed(self, db: Database, sql: str, until: float) -> Timing:
+    def timed(self, db: Database, sql: str, until: float, rows: int | None = None) -> Timing:
         """On a sandbox connection opened for it (untimed, as the published script opens its own before
         its clock starts); the statement run and its rows fetched as every statement's are (one at a time
         against the row and byte caps, with the progress handler every :data:`STEP_GRAIN` steps), then
