@@ -190,3 +190,20 @@ def test_a_known_result_is_fetched_at_once_within_the_batch_bound() -> None:
     assert known_batch(wide, limits) == 3  # a quarter of the byte cap at the widest row: not the 4 asked
     many = ResultSet(("a",), tuple((i,) for i in range(9_000)), 9_000)
     assert known_batch(many, limits) == 5_000
+
+
+def test_mysql_times_on_a_connection_opened_with_the_drivers_own_tls_default(
+    hostile_on: Callable[[str], tuple[str, str, Path]],
+) -> None:
+    """The published script connects with PyMySQL's defaults (TLS preferred: a context prepared, used where
+    the server offers TLS); the timed pass's connection is opened so too, every other one without TLS
+    unless the URL asks for it (preparing a context costs tens of milliseconds)."""
+    db = _db("mysql", hostile_on)
+    with Executor(Config(), watch=Watch()) as ex:
+        engine = ex.engine(db.kind)
+        timed, plain = engine._connect_timed(db), engine._connect(db)  # type: ignore[attr-defined]
+        try:
+            assert timed.conn.ssl is True and plain.conn.ssl is False
+        finally:
+            timed.conn.close()
+            plain.conn.close()

@@ -738,6 +738,11 @@ class Pooled(Generic[C]):
     def _connect(self, db: Database) -> C:
         raise NotImplementedError
 
+    def _connect_timed(self, db: Database) -> C:
+        """The timed pass's connection (:meth:`timed`): the engine's own, opened as the published script's
+        driver opens one where that changes what its clock then times."""
+        return self._connect(db)
+
     def _statement(
         self, conn: C, sql: str, until: float = math.inf, *, begun: bool = False, rows: int | None = None
     ) -> tuple[ResultSet, int, str | None]:
@@ -936,7 +941,7 @@ class Pooled(Generic[C]):
         if reason is not None:
             return Timing(0.0, Execution("rejected", 0.0, error=reason))
         try:
-            c = self._connect(db)
+            c = self._connect_timed(db)
         except Exception as e:
             return failure(self._classify(e))
         try:
