@@ -33,11 +33,14 @@ and what is timed (running, fetching every row, closing) includes the progress h
 steps and the fetch one row at a time against the caps, where the published script calls ``fetchall()``.
 On a server (:meth:`Pooled.timed <rose_sql.engines.base.Pooled.timed>`) the connection is the engine's own,
 opened untimed with the URL's role and the session's read-only default and time limit, and the statement
-is checked (the server's lexer, the function policy) before the clock starts; what is timed is the
-statement as the engine always runs it: PostgreSQL's read-only transaction and server-side cursor, fetched
-in batches against the caps (the published script: psycopg2's implicit transaction and one fetch of the
-whole result), MySQL's and MariaDB's read-only transaction and a streaming cursor (the published script:
-PyMySQL's buffered cursor), DuckDB's read-only transaction and window; then the connection closed.
+is checked (the server's lexer, the function policy) before the clock starts. The round trips timed are
+the published script's: the read-only transaction is opened before the clock on MySQL/MariaDB (with
+MariaDB's statement limits set for the session, so the statement is sent as written, on a connection
+opened with PyMySQL's own TLS default, as the published script opens its own) and DuckDB, and after it,
+alone, on PostgreSQL (psycopg2 sends ``BEGIN`` before each statement); then the statement as the engine
+runs it (PostgreSQL's server-side cursor, MySQL's streaming cursor), a result seen before fetched in one
+batch (:func:`rose_sql.engines.base.known_batch`), every row against the caps; then the connection
+closed.
 
 A pass that does not run to its end is read as the published script reads it: ``evaluation_ves.py``
 gives an item whose pass raised or ran past its bound a ratio of 0 (reward 0, in the denominator). So a
