@@ -533,15 +533,18 @@ class Workspace:
                 self._made += pending
 
     def _end_savepoint(self) -> None:
-        """Undo the candidate's changes made so far (never interrupted), foreign keys on again."""
+        """Undo the candidate's changes made so far (never interrupted), foreign keys on again. Where a
+        change was stopped mid-way, SQLite has undone the whole transaction, the savepoint with it: nothing
+        is left to undo."""
         if self._savepoint:
             self._savepoint = False
-            self._free = True
-            try:
-                self.conn.execute("ROLLBACK TO candidate")
-                self.conn.execute("RELEASE candidate")
-            finally:
-                self._free = False
+            if self.conn.in_transaction:
+                self._free = True
+                try:
+                    self.conn.execute("ROLLBACK TO candidate")
+                    self.conn.execute("RELEASE candidate")
+                finally:
+                    self._free = False
         if self._fk_off:
             self._fk_off = False
             self._pragma("PRAGMA foreign_keys = ON")
