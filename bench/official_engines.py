@@ -48,6 +48,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -100,10 +101,12 @@ def main() -> int:
     ap.add_argument("--db-id", action="append", help="a db_id whose items are run (repeat; default superhero)")
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--mini-dev-commit", default="unknown", help="the checkout's commit, when it is not a git clone")
-    ap.add_argument("--ves", type=int, default=0, metavar="N", help="run evaluation_ves.py N times instead")
+    ap.add_argument("--ves", type=_at_least(0), default=0, metavar="N", help="run evaluation_ves.py N times instead")
     ap.add_argument("--num-cpus", type=int, default=2, help="evaluation_ves.py's --num_cpus (its pool)")
     ap.add_argument("--model", action="append", choices=MODELS, help="a system (repeat; default both)")
-    ap.add_argument("--limit", type=int, help="with --ves: the first K items of each difficulty (a check)")
+    ap.add_argument(
+        "--limit", type=_at_least(1), help="with --ves: the first K items of each difficulty (a check; at least 1)"
+    )
     args = ap.parse_args()
     if args.ves:
         return _ves_runs(args)
@@ -206,6 +209,18 @@ def _ves_runs(args: argparse.Namespace) -> int:
                 cells = ", ".join(f"{level} {value} ({count})" for level, (value, count) in figures.items())
                 print(f"{dialect} {model} run {run} of {args.ves}: R-VES {cells}; {seconds:.0f} s, {len(kept)} items")
     return 0
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``low`` (the official script divides by each difficulty's count)."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text} is less than {low}")
+        return value
+
+    return parse
 
 
 def _first_of_each(kept: list[int], difficulty: list[str], k: int) -> list[int]:

@@ -22,6 +22,11 @@ wall-time guard that stopped its worker process (the last two decide a score onl
 Row = tuple[Any, ...]
 
 
+ONE_TYPE = frozenset({int, str, bytes, type(None)})
+"""Value types no value of another of them equals (``True == 1 == 1.0``; ``1 != '1'``): values of them
+compare as their type and value, so a tuple of them is its own key."""
+
+
 @dataclass(frozen=True, slots=True)
 class ResultSet:
     """The rows a query returned, as Python values (int, float, str, bytes, None; Decimal, dates and

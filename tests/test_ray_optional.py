@@ -57,7 +57,7 @@ def test_an_actor_with_nothing_left_waits_for_the_batches_in_flight_and_redoes_a
         assert out is not None and out.db_id == "a"
         own = await placement.next(1)
         assert own is not None and own.db_id == "b"
-        await placement.finished(own)
+        await placement.finished()
         done.append(own.db_id)
         waiting = asyncio.create_task(placement.next(1))  # nothing queued, one batch out: actor 1 waits
         await asyncio.sleep(0)
@@ -65,7 +65,7 @@ def test_an_actor_with_nothing_left_waits_for_the_batches_in_flight_and_redoes_a
         await placement.redo(out)  # actor 0 died: its batch comes back, and actor 0 gets no more work
         again = await waiting
         assert again is out and placement.stats.redone == 1
-        await placement.finished(again)
+        await placement.finished()
         done.append(again.db_id)
         assert await placement.next(1) is None and placement.left() == 0  # nothing out, nothing queued: done
         return done

@@ -24,7 +24,7 @@ from operator import itemgetter
 from typing import Any, Literal
 
 from rose_sql.comparison.columns import Budget, column_maps
-from rose_sql.results import ResultSet, Row
+from rose_sql.results import ONE_TYPE, ResultSet, Row
 
 Reason = Literal[
     "same",  # equal, possibly up to tolerated representation differences (see notes)
@@ -219,17 +219,15 @@ def _equal_up_to_columns(
     return (first, False) if first is not None else None
 
 
-_ONE_TYPE = frozenset({int, str, bytes, type(None)})
-"""Value types no value of another of them equals (``True == 1 == 1.0``; ``1 != '1'``)."""
 _NULL_TYPE = frozenset({type(None)})
 
 
 def _types_agree(a: Sequence[Row], b: Sequence[Row]) -> bool:
     """Whether equal rows of ``a`` and ``b`` (as Python compares them) hold values of the same types: in
-    every column, the values of both sides are of one type besides NULL, or of :data:`_ONE_TYPE`."""
+    every column, the values of both sides are of one type besides NULL, or of :data:`ONE_TYPE`."""
     for col_a, col_b in zip(zip(*a, strict=True), zip(*b, strict=True), strict=True):
         types = set(map(type, col_a)) | set(map(type, col_b))
-        if not types <= _ONE_TYPE and len(types - _NULL_TYPE) > 1:
+        if not types <= ONE_TYPE and len(types - _NULL_TYPE) > 1:
             return False
     return True
 

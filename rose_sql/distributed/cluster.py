@@ -111,7 +111,7 @@ class Placement:
         self.stats = stats or Stats()
         self.out = 0
         """Batches handed out and not yet finished or sent back."""
-        self._changed: asyncio.Condition | None = None  # made in the running loop, on first use
+        self.changed = asyncio.Condition()  # a batch finished or came back
         by_db: dict[str, list[_Batch]] = {}
         for b in batches:
             by_db.setdefault(b.db_id, []).append(b)
@@ -134,12 +134,6 @@ class Placement:
             return self.queues[victim].pop()  # from the tail: the victim keeps the databases it works on
         return None
 
-    @property
-    def changed(self) -> asyncio.Condition:
-        if self._changed is None:
-            self._changed = asyncio.Condition()
-        return self._changed
-
     async def next(self, actor: int) -> _Batch | None:
         """The next batch for ``actor`` (:meth:`take`), waiting while none is queued but some are out;
         None once every batch is done."""
@@ -150,8 +144,8 @@ class Placement:
                 self.out += 1
             return batch
 
-    async def finished(self, batch: _Batch) -> None:
-        """``batch`` came back with its records (or was recorded as failed)."""
+    async def finished(self) -> None:
+        """A batch handed out came back with its records (or was recorded as failed)."""
         async with self.changed:
             self.out -= 1
             self.changed.notify_all()
@@ -391,7 +385,7 @@ class RayBackend:
                 if batch.deaths > 1:
                     self.stats.lost += 1
                     _fail(batch, Lost("the Ray worker evaluating it died, twice on the same work"), write, flush)
-                    await placement.finished(batch)
+                    await placement.finished()
                 else:
                     await placement.redo(batch)
                 if not await self._restarted(actor):  # no more work for it: the others take its batches
@@ -399,12 +393,12 @@ class RayBackend:
                 continue
             except RayTaskError as e:  # a bug of ours in the actor: its items say so, the run goes on
                 _fail(batch, e.cause if isinstance(e.cause, Exception) else e, write, flush)
-                await placement.finished(batch)
+                await placement.finished()
                 continue
             except BaseException:
-                await placement.finished(batch)
+                await placement.finished()
                 raise
-            await placement.finished(batch)
+            await placement.finished()
             if tag == "mismatch":
                 raise UsageError(value)
             if tag == "unreachable":

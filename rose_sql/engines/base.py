@@ -583,8 +583,14 @@ def batches(
         if len(batch) < size:
             return
         widest = max(widest, max(row_bytes(r) for r in batch))
-        size = max(1, min(5000, limits.max_bytes // (4 * widest)))
+        size = _batch_rows(widest, limits)
         batch = fetchmany(size)
+
+
+def _batch_rows(widest: int, limits: Limits) -> int:
+    """The most rows a batch asks for when its widest row takes ``widest`` bytes: at most a quarter of the
+    byte cap, at most 5,000."""
+    return max(1, min(5000, limits.max_bytes // (4 * max(1, widest))))
 
 
 def known_batch(result: ResultSet | None, limits: Limits) -> int | None:
@@ -594,7 +600,7 @@ def known_batch(result: ResultSet | None, limits: Limits) -> int | None:
     if result is None or result.truncated:
         return None
     widest = max((row_bytes(r) for r in result.rows), default=1)
-    return max(1, min(len(result.rows) + 1, 5000, limits.max_bytes // (4 * max(1, widest))))
+    return min(len(result.rows) + 1, _batch_rows(widest, limits))
 
 
 def collect(batched: Iterable[Sequence[Sequence[Any]]], limits: Limits) -> Collected:

@@ -173,7 +173,7 @@ class DuckDB(Pooled[_Conn]):
         c = conn.conn
         if not begun:
             self._begin(conn)
-        self._watchdog.arm(conn, min(self.limits.engine_timeout_s, until - time.monotonic()))
+        self._watchdog.arm(conn, self.limits.engine_timeout_s)  # the timed pass's bound: Pooled.timed's stop
         try:
             result, nbytes = fetch(c, sql, self.limits)
             return result, nbytes, None

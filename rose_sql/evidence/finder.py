@@ -127,7 +127,7 @@ class Finder:
         if isinstance(copy, str):
             return Evidence(None, diff, smells, None, 0.0, skipped=f"on {db.kind}: no witness search: {copy}")
         values = _result_values(g)
-        key = self._search_key(copy, db, gold_sql, pred_sql, g, p, feats, ordered, values, distinct)
+        key = self._search_key(copy, db, gold_sql, pred_sql, p, feats, ordered, values, distinct)
         names = (g.columns, p.columns if p is not None else ())
         kept = self._searches().get(key) if key is not None else None
         # the columns' names are the texts' own: they show only in a witness's results
@@ -163,7 +163,6 @@ class Finder:
         db: Database,
         gold_sql: str,
         pred_sql: str,
-        g: ResultSet,
         p: ResultSet | None,
         feats: Features,
         ordered: bool,

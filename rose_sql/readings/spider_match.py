@@ -877,8 +877,9 @@ def _gold_side(g: Sql, schema: Schema, fk: Mapping[str, str]) -> tuple[str, Sql 
         normal = None
     if len(_GOLD_SIDES) >= 4096:
         _GOLD_SIDES.clear()
-    _GOLD_SIDES[id(g)] = (g, fk, hardness(g), normal)
-    return _GOLD_SIDES[id(g)][2], normal
+    level = hardness(g)
+    _GOLD_SIDES[id(g)] = (g, fk, level, normal)
+    return level, normal
 
 
 # --------------------------------------------------------------------------- where the run finds it

@@ -49,9 +49,10 @@ class _Unit:
 
     def sent(self) -> tuple[Packed, float | None]:
         """What the worker is sent: the jobs (packed) and when to stop starting queries."""
-        if self.deadline is None or self.budget_s is None:
-            return pack(self.jobs), self.deadline
-        return pack(self.jobs), min(self.deadline, time.monotonic() + self.budget_s)
+        deadline = self.deadline
+        if deadline is not None and self.budget_s is not None:
+            deadline = min(deadline, time.monotonic() + self.budget_s)
+        return pack(self.jobs), deadline
 
 
 class RewardScorer:

@@ -42,10 +42,12 @@ from rose_sql.config import (
     MAX_PATTERN_BYTES,
     Config,
 )
+from rose_sql.engines.base import CELL_BYTES
+from rose_sql.engines.execute import CELL_OBJECT_BYTES, ROW_OBJECT_BYTES
 from rose_sql.engines.kinds import Database
 from rose_sql.engines.spaces import Change, Column, Copy, Table
 from rose_sql.engines.sqlite import NOT_UTF8, STEP_GRAIN, Authorizer, connect_read_only
-from rose_sql.results import ResultSet
+from rose_sql.results import ONE_TYPE, ResultSet
 from rose_sql.sql import quote_identifier as _q
 
 
@@ -67,8 +69,6 @@ MEMO_BYTES = INTERPRETER_BYTES // 8
 """The most memory the statement memos of one process hold (all its workspaces together, reckoned as
 :data:`rose_sql.engines.execute.ROW_OBJECT_BYTES` and ``CELL_OBJECT_BYTES`` reckon it): the least recently
 used workspace's memo is dropped past it, which changes only how fast the search goes, never what it finds."""
-ROW_BYTES = 48
-CELL_BYTES = 56
 NONDETERMINISTIC = frozenset(
     {
         "random",
@@ -145,25 +145,21 @@ MEMOS = _Memos(MEMO_BYTES)
 def _size(rows: Any) -> int:
     """What a memo entry holds, reckoned as the execution cache reckons results."""
     if not isinstance(rows, list | tuple):
-        return ROW_BYTES
-    size = ROW_BYTES * (len(rows) + 1)
+        return ROW_OBJECT_BYTES
+    size = ROW_OBJECT_BYTES * (len(rows) + 1)
     for row in rows:
         if isinstance(row, tuple):
-            size += CELL_BYTES * len(row)
+            size += CELL_OBJECT_BYTES * len(row)
             for v in row:
                 if type(v) is str or type(v) is bytes:
                     size += len(v)
     return size
 
 
-_PLAIN_KEYS = frozenset({int, str, bytes, type(None)})
-"""Parameter types that no value of another of them equals: a tuple of them is its own key."""
-
-
 def _params_key(params: tuple[Any, ...]) -> tuple[Any, ...]:
     """Parameters as a key that keeps apart what SQLite binds apart (``1``, ``1.0`` and ``True`` are equal
     in Python; a float is keyed by its exact text)."""
-    if set(map(type, params)) <= _PLAIN_KEYS:
+    if set(map(type, params)) <= ONE_TYPE:  # a tuple of them is its own key
         return params
     return ("typed", *((v.__class__, repr(v) if v.__class__ is float else v) for v in params))
 
@@ -697,8 +693,6 @@ class Workspace:
 
     # ------------------------------------------------------------------ schema
 
-    # ------------------------------------------------------------------ schema
-
     def _read_schema(self) -> dict[str, Table]:
         tables: dict[str, Table] = {}
         names = [
@@ -811,25 +805,26 @@ class Workspace:
                     max_rows, max_bytes = self.max_rows, self.max_bytes
                     # rows fetched in chunks that cannot reach a cap (each value is at most max_value_bytes),
                     # so they step the statement exactly as far as fetching row by row does
-                    widest = 16 * len(names) + len(names) * self.max_value_bytes
+                    widest = CELL_BYTES * len(names) + len(names) * self.max_value_bytes
                     while (chunk := min(CHUNK, max_rows - len(rows), (max_bytes - nbytes) // max(widest, 1))) > 0:
                         fetched = cur.fetchmany(chunk)
                         if not fetched:
                             break
                         cells = tuple(chain.from_iterable(fetched))
                         texts = compress(cells, map(TEXT.__contains__, map(type, cells)))
-                        nbytes += 16 * len(cells) + sum(map(len, texts))
+                        nbytes += CELL_BYTES * len(cells) + sum(map(len, texts))
                         rows += fetched
                     else:  # near a cap: row by row, to stop where it is passed
                         for row in cur:
-                            nbytes += 16 * len(row)
+                            nbytes += CELL_BYTES * len(row)
                             for v in row:
                                 if type(v) is str or type(v) is bytes:
                                     nbytes += len(v)
                             if len(rows) >= max_rows or nbytes > max_bytes:
                                 return None  # too large to compare soundly here
                             rows.append(row)
-                    size = ROW_BYTES * (len(rows) + 1) + (CELL_BYTES - 16) * len(names) * len(rows) + nbytes
+                    objects = (CELL_OBJECT_BYTES - CELL_BYTES) * len(names) * len(rows)
+                    size = ROW_OBJECT_BYTES * (len(rows) + 1) + objects + nbytes
                     got = tuple(rows)
                     same = self._same(got, nbytes)
                     self._size_hint = size if same is got else 0  # an equal result is held already
