@@ -11,13 +11,15 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import rose, write_items
-from servers import ENGINES, hostile_fixture  # noqa: F401  (the hostile_on fixture)
+from conftest import build_db, rose, write_items
+from servers import ENGINES, HOSTILE_DB, hostile_fixture  # noqa: F401  (the hostile_on fixture)
 
 from rose_sql.config import Config
 from rose_sql.engines import Database, Source
+from rose_sql.engines.base import known_batch
 from rose_sql.engines.execute import Executor
 from rose_sql.engines.workers import Watch
 from rose_sql.readings.efficiency import TIME_ITERATIONS, measure, timed_ratios
@@ -137,11 +139,16 @@ def test_rose_run_shows_wall_time_r_ves_on_the_server(
 def test_the_timed_execution_runs_what_the_published_script_times(
     kind: str, hostile_on: Callable[[str], tuple[str, str, Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Its transaction is opened as the published script's driver opens one: before the clock starts where
-    its statement opens none (PyMySQL, DuckDB), after it in a round trip of its own where the driver sends
-    BEGIN first (psycopg2); and a result the statement returned before is fetched in one batch (the
-    published script reads it in one round trip), with the same rows as any run of it."""
+    """What the clock holds is what the published script's driver sends and reads: on PostgreSQL nothing
+    before the clock, then ``BEGIN`` with the cursor's declaration in one round trip and every row in the
+    next (psycopg2's ``BEGIN`` and statement); on MySQL/MariaDB and DuckDB the transaction opened before
+    the clock (PyMySQL sends none). A result seen before is read in one batch (one row more than it held,
+    so the batch ends it, as the published script's one read does) and kept nowhere."""
+    import psycopg
+    import pymysql.cursors
+
     import rose_sql.engines.base as base
+    import rose_sql.engines.postgres as postgres
 
     db = _db(kind, hostile_on)
     sql = "SELECT a, b FROM t ORDER BY a"
@@ -149,11 +156,27 @@ def test_the_timed_execution_runs_what_the_published_script_times(
     with Executor(Config(), watch=Watch()) as ex:
         engine = ex.engine(db.kind)
         before = ex.run(db, sql)
-        real_begin, real_statement, real_clock = engine._begin, engine._statement, time.perf_counter  # type: ignore[attr-defined]
+        real_begin, real_clock = engine._begin, time.perf_counter  # type: ignore[attr-defined]
+        real_pipelined, real_stream = postgres._pipelined, psycopg.Cursor.stream
+        real_fetchmany, real_statement = pymysql.cursors.SSCursor.fetchmany, engine._statement  # type: ignore[attr-defined]
 
         def begin(c: object) -> None:
             events.append("begin")
             real_begin(c)
+
+        def pipelined(c: object, *statements: str) -> object:
+            events.append(statements)
+            return real_pipelined(c, *statements)  # type: ignore[arg-type]
+
+        def stream(self: object, query: str, *args: object, size: int = 1, **kw: object) -> object:
+            rows = list(real_stream(self, query, *args, size=size, **kw))  # type: ignore[arg-type]
+            events.append(("stream", query, size, rows))
+            return iter(rows)
+
+        def fetchmany(self: object, size: int | None = None) -> object:
+            rows = real_fetchmany(self, size)  # type: ignore[arg-type]
+            events.append(("fetchmany", size, tuple(rows)))
+            return rows
 
         def statement(c: object, text: str, until: float, **options: object) -> object:
             got = real_statement(c, text, until, **options)
@@ -166,26 +189,91 @@ def test_the_timed_execution_runs_what_the_published_script_times(
 
         monkeypatch.setattr(engine, "_begin", begin)
         monkeypatch.setattr(engine, "_statement", statement)
+        monkeypatch.setattr(postgres, "_pipelined", pipelined)
+        monkeypatch.setattr(psycopg.Cursor, "stream", stream)
+        monkeypatch.setattr(pymysql.cursors.SSCursor, "fetchmany", fetchmany)
         monkeypatch.setattr(base.time, "perf_counter", clock)
         timed = ex.time_pass(db, (sql,), 1)
         monkeypatch.undo()
     assert before.result is not None and len(before.result.rows) == 3
     assert timed.error is None and len(timed.times) == 1
     rows = len(before.result.rows) + 1  # one more than it held: the batch ends the result
-    opened = ["clock", "begin"] if engine.begin_timed else ["begin", "clock"]  # PostgreSQL: as psycopg2 does
-    assert events == [*opened, ({"begun": True, "rows": rows}, before.result.rows), "clock"]
-    assert engine.begin_timed == (kind == "postgresql")
+    read = {
+        "postgresql": [
+            ("BEGIN READ ONLY", f"DECLARE {postgres.CURSOR} NO SCROLL CURSOR FOR {sql}"),
+            ("stream", f"FETCH FORWARD ALL FROM {postgres.CURSOR}", rows, [(1, "x"), (2, "y"), (3, "z")]),
+        ],
+        "mysql": [("fetchmany", rows, ((1, "x"), (2, "y"), (3, "z")))],
+        "duckdb": [({"begun": True, "rows": rows}, before.result.rows)],
+    }[kind]
+    assert events == ["begin", "clock", *read, "clock"]
+
+
+@pytest.mark.parametrize("kind", ("postgresql", "mysql", "sqlite"))
+def test_the_timed_execution_reads_a_result_past_the_caps_to_its_end(
+    kind: str,
+    hostile_on: Callable[[str], tuple[str, str, Path]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The row cap bounds what a reading keeps, not what the timed pass reads: the published script reads a
+    result of any size, so a prediction past the cap is timed over every row, read in batches no larger
+    than the batch bound at its widest kept row and kept nowhere (the rows counted here as the driver
+    hands them over)."""
+    import psycopg
+    import pymysql.cursors
+
+    if kind == "sqlite":
+        db = Source.parse(str(build_db(tmp_path / "h" / "h.sqlite", HOSTILE_DB).parent.parent)).locate("h")
+    else:
+        db = _db(kind, hostile_on)
+    big = "SELECT x.a, y.b FROM t x, t y, t z, t w"  # 81 rows
+    handed: list[int] = []
+    with Executor(Config(max_rows=5), watch=Watch()) as ex:
+        engine = ex.engine(db.kind)
+        before = ex.run(db, big)
+        assert before.result is not None and before.result.truncated and before.result.row_count == 81
+        real_stream, real_fetchmany = psycopg.Cursor.stream, pymysql.cursors.SSCursor.fetchmany
+        real_drain = engine._drain  # type: ignore[attr-defined]
+
+        def stream(self: object, query: str, *args: object, size: int = 1, **kw: object) -> object:
+            for row in real_stream(self, query, *args, size=size, **kw):  # type: ignore[arg-type]
+                handed.append(size)
+                yield row
+
+        def fetchmany(self: object, size: int | None = None) -> object:
+            rows = real_fetchmany(self, size)  # type: ignore[arg-type]
+            handed.extend([size or 0] * len(rows))
+            return rows
+
+        def drain(c: Any, sql: str, until: float, rows: int | None) -> None:
+            def counted(_cursor: object, row: tuple[object, ...]) -> tuple[object, ...]:
+                handed.append(rows or 0)
+                return row
+
+            if kind == "sqlite":  # the C cursor's fetchmany cannot be wrapped: its row factory can
+                c.conn.row_factory = counted
+            real_drain(c, sql, until, rows)
+
+        monkeypatch.setattr(psycopg.Cursor, "stream", stream)
+        monkeypatch.setattr(pymysql.cursors.SSCursor, "fetchmany", fetchmany)
+        monkeypatch.setattr(engine, "_drain", drain)
+        timed = ex.time_pass(db, (big,), 3)
+        monkeypatch.undo()
+    assert timed.error is None and len(timed.times) == 3
+    assert len(handed) == 3 * 81  # every row, three times
+    assert set(handed) == {known_batch(before.result, Config().limits)} and 81 < handed[0] <= 5_000
 
 
 def test_a_known_result_is_fetched_at_once_within_the_batch_bound() -> None:
-    from rose_sql.engines.base import known_batch
     from rose_sql.results import ResultSet
 
     limits = Config().limits
     small = ResultSet(("a",), ((1,), (2,), (3,)), 3)
     assert known_batch(small, limits) == 4
     assert known_batch(None, limits) is None
-    assert known_batch(ResultSet(("a",), ((1,),), 5, truncated=True), limits) is None
+    past = ResultSet(("a",), ((1,),), 5, truncated=True)
+    assert known_batch(past, limits) == 5_000  # past the caps: the batch bound at the widest row kept
     wide = ResultSet(("a",), tuple(("x" * (limits.max_bytes // 16),) for _ in range(3)), 3)
     assert known_batch(wide, limits) == 3  # a quarter of the byte cap at the widest row: not the 4 asked
     many = ResultSet(("a",), tuple((i,) for i in range(9_000)), 9_000)

@@ -593,14 +593,21 @@ def _batch_rows(widest: int, limits: Limits) -> int:
     return max(1, min(5000, limits.max_bytes // (4 * max(1, widest))))
 
 
+DRAIN_ROWS = 100
+"""Rows a timed execution reads at once when the statement's result was not seen before."""
+
+
 def known_batch(result: ResultSet | None, limits: Limits) -> int | None:
-    """How many rows a timed execution may fetch at once, from ``result`` (the statement's result when it
-    ran before, untruncated; None: not known): one more than it held, so the batch ends the result as the
-    published script's single read does, within the bound :func:`batches` puts on a batch."""
-    if result is None or result.truncated:
+    """How many rows a timed execution reads at once, from ``result`` (the statement's result when it ran
+    before; None: not known): one more than it held, so the batch ends the result as the published
+    script's single read does, within the bound :func:`batches` puts on a batch at its widest row (a
+    result past the caps: that bound, at the widest row kept). The worker's memory limit holds whatever
+    a batch takes."""
+    if result is None:
         return None
     widest = max((row_bytes(r) for r in result.rows), default=1)
-    return min(len(result.rows) + 1, _batch_rows(widest, limits))
+    bound = _batch_rows(widest, limits)
+    return bound if result.truncated else min(len(result.rows) + 1, bound)
 
 
 def collect(batched: Iterable[Sequence[Sequence[Any]]], limits: Limits) -> Collected:
@@ -723,9 +730,6 @@ class Pooled(Generic[C]):
     dialect: str
     name: str
     """How people call the engine (in its messages)."""
-    begin_timed = False
-    """Whether a timed execution (:meth:`timed`) opens its transaction after the clock starts, in a round
-    trip of its own: where the published script's driver sends one before each statement."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
@@ -760,9 +764,19 @@ class Pooled(Generic[C]):
         raise NotImplementedError
 
     def _begin(self, conn: C) -> None:
-        """Open the read-only transaction :meth:`_statement` runs in, for the timed pass (:meth:`timed`),
-        with what else the statement's limits need set, so that what the clock times is the statement."""
+        """Before the timed pass's clock starts (:meth:`timed`): open the read-only transaction
+        :meth:`_drain` runs in, with what else the statement's limits need set, so that what the clock
+        times is the statement (where the published script's driver sends its own ``BEGIN`` with each
+        statement, :meth:`_drain` sends it, and this sets nothing)."""
         raise NotImplementedError
+
+    def _drain(self, conn: C, sql: str, until: float, rows: int | None) -> None:
+        """The timed pass's statement (:meth:`timed`, on the clock): run ``sql`` (already gated and checked)
+        in the transaction :meth:`_begin` opened and read its result to the end, ``rows`` at a time
+        (:func:`known_batch`), keeping none of it: the result was read and compared before, and the
+        published script's ``fetchall()`` reads it all in the driver. By default as every statement runs
+        (:meth:`_statement`: its rows against the caps)."""
+        self._statement(conn, sql, until, begun=True, rows=rows)
 
     def _end(self, conn: C) -> None:
         """Roll back and reset the session after a statement (raises when the connection is broken)."""
@@ -929,11 +943,10 @@ class Pooled(Generic[C]):
         server engines: a connection of the engine's own opened for it (:meth:`_connect`: the URL's
         read-only role, the session's read-only default and time limit), the statement checked (the
         gate, the server's lexer, the function policy) and its read-only transaction opened
-        (:meth:`_begin`), all before the clock starts, as the published script connects before its clock
-        starts (the transaction after it, in a round trip of its own, where :attr:`begin_timed` says the
-        published script's driver sends one before each statement); then the statement run and every row
-        fetched against the caps (:meth:`_statement`, as every statement runs; ``rows`` at once where the
-        engine fetches in batches) and the connection closed, timed with ``time.perf_counter``. Nothing
+        (:meth:`_begin`, where the published script's driver does not send it with the statement), all
+        before the clock starts, as the published script connects before its clock starts; then the
+        statement run and its result read to the end, ``rows`` at a time and none of it kept
+        (:meth:`_drain`), and the connection closed, timed with ``time.perf_counter``. Nothing
         is reset: the closed connection takes its transaction and session with it. Past ``until`` the
         statement is stopped as the engine stops one from another thread (:meth:`_interrupt`) and no more
         rows are fetched: a wall-clock failure."""
@@ -958,21 +971,18 @@ class Pooled(Generic[C]):
         if why is not None:
             self._close_quietly(c)
             return failure(Classified("rejected", why))
-        if not self.begin_timed:
-            try:
-                self._begin(c)
-            except Exception as e:
-                self._close_quietly(c)
-                return failure(self._classify(e))
+        try:
+            self._begin(c)
+        except Exception as e:
+            self._close_quietly(c)
+            return failure(self._classify(e))
         stop = _Stop(self, c, until)
         me = threading.get_ident()
         with self._lock:
             self._running[me] = c
         clock = time.perf_counter()
         try:
-            if self.begin_timed:
-                self._begin(c)
-            self._statement(c, sql, until, begun=True, rows=rows)
+            self._drain(c, sql, until, rows)
             self._close_conn(c)
             seconds = time.perf_counter() - clock
         except Exception as e:

@@ -54,7 +54,7 @@ import pymysql.cursors
 from sqlglot import exp
 
 from rose_sql.engines import lexical
-from rose_sql.engines.base import Classified, ColumnInfo, Pooled, TableInfo, batches, collect, examples
+from rose_sql.engines.base import DRAIN_ROWS, Classified, ColumnInfo, Pooled, TableInfo, batches, collect, examples
 from rose_sql.engines.kinds import Database, Kind
 from rose_sql.engines.lexical import Span
 from rose_sql.results import Limits, ResultSet
@@ -233,6 +233,21 @@ class MySQL(Pooled[_Conn]):
         if conn.mariadb:
             conn.conn.query(self._limits_sql("SET SESSION"))
         conn.conn.query("START TRANSACTION READ ONLY")
+
+    def _drain(self, conn: _Conn, sql: str, until: float, rows: int | None) -> None:
+        """The statement as written (its limits set for the session, :meth:`_begin`), its rows read ``rows``
+        at a time from PyMySQL's streaming cursor and dropped (the published script's buffered cursor
+        reads them all, in Python too)."""
+        if EXECUTABLE_COMMENT.search(sql):
+            raise _Refused("a MySQL executable comment (/*! ... */) runs what it holds")
+        size = rows or DRAIN_ROWS
+        cur = conn.conn.cursor(pymysql.cursors.SSCursor)
+        try:
+            cur.execute(sql)
+            while len(cur.fetchmany(size)) == size:
+                pass
+        finally:
+            cur.close()
 
     def _limits_sql(self, scope: str) -> str:
         return f"{scope} max_statement_time = {self.seconds:.3f}, tmp_disk_table_size = {self.limits.temp_bytes}"

@@ -55,7 +55,17 @@ import psycopg
 from psycopg import sql as pgsql
 
 from rose_sql.engines import lexical
-from rose_sql.engines.base import SECRETS, Classified, ColumnInfo, Pooled, TableInfo, batches, collect, examples
+from rose_sql.engines.base import (
+    DRAIN_ROWS,
+    SECRETS,
+    Classified,
+    ColumnInfo,
+    Pooled,
+    TableInfo,
+    batches,
+    collect,
+    examples,
+)
 from rose_sql.engines.kinds import Database, Kind
 from rose_sql.engines.lexical import Span
 from rose_sql.results import Limits, ResultSet
@@ -158,6 +168,8 @@ FIRST_FETCH = 2
 """Rows in the first FETCH, sent with the statement (a result of one row ends there); later batches are
 sized by the widest row seen."""
 CURSOR = "rose_query"
+_CHUNKED_LIBPQ = 170000
+"""The libpq version from which a result streams in chunks of many rows (``Cursor.stream(size=...)``)."""
 _QUERY_CANCELED = "57014"
 _DISK_STATES = ("53100", "53400")
 _MISSING = ("42P01", "3F000", "3D000")
@@ -385,10 +397,25 @@ class PostgreSQL(Pooled[_Conn]):
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
 
-    begin_timed = True  # psycopg2, the published script's driver, sends BEGIN before a statement, alone
-
     def _begin(self, conn: _Conn) -> None:
-        conn.conn.execute("BEGIN READ ONLY")
+        """Nothing before the clock: psycopg2, the published script's driver, sends ``BEGIN`` with each
+        statement, in a round trip of its own (:meth:`_drain` sends it, with the cursor's declaration)."""
+
+    def _drain(self, conn: _Conn, sql: str, until: float, rows: int | None) -> None:
+        """As psycopg2 runs the published script's statement, in two round trips: ``BEGIN`` (with the
+        cursor declared, planned as the plain query: ``cursor_tuple_fraction=1``), then every row of it
+        at once, read as it arrives in chunks of ``rows`` (libpq 17's chunked rows; before it, ``FETCH``
+        in batches) and dropped. ``statement_timeout`` bounds the statement; ``until``, :meth:`timed`'s
+        stop, cancels it."""
+        c = conn.conn
+        _pipelined(c, "BEGIN READ ONLY", f"DECLARE {CURSOR} NO SCROLL CURSOR FOR " + sql)
+        size = rows or DRAIN_ROWS
+        if psycopg.pq.version() >= _CHUNKED_LIBPQ:
+            for _ in c.cursor().stream(f"FETCH FORWARD ALL FROM {CURSOR}", size=size):
+                pass
+        else:
+            while len(c.execute(f"FETCH FORWARD {int(size)} FROM {CURSOR}").fetchall()) == size:
+                pass
 
     def _statement(
         self, conn: _Conn, sql: str, until: float = math.inf, *, begun: bool = False, rows: int | None = None

@@ -56,6 +56,7 @@ from sqlglot import exp
 
 from rose_sql.engines.base import (
     CELL_BYTES,
+    DRAIN_ROWS,
     UNBOUNDED,
     Catalogue,
     Classified,
@@ -498,6 +499,26 @@ class SQLite(Pooled[_Conn]):
         finally:
             cur.close()
 
+    def _drain(self, c: _Conn, sql: str, until: float, rows: int | None) -> None:
+        """The timed pass's statement: run within the step budget and the wall clock (the progress
+        handler; ``until`` the pass's bound), its rows read ``rows`` at a time and dropped, as the
+        published script's ``fetchall()`` reads them in C (its result was read and compared before). Text
+        that is not UTF-8 fails, as it fails there."""
+        c.limit(self.limits.max_steps, min(time.monotonic() + self.limits.timeout_s, until))
+        c.auth.begin()
+        size = rows or DRAIN_ROWS
+        try:
+            cur = c.conn.execute(sql)
+            try:
+                while len(cur.fetchmany(size)) == size:
+                    pass
+            finally:
+                cur.close()
+        except sqlite3.OperationalError as e:
+            if str(e) == "interrupted" and c.stopped in ("steps", "wall"):
+                raise _Stopped(Classified("steps" if c.stopped == "steps" else "wall", "interrupted")) from None
+            raise
+
     def _count_rest(self, c: _Conn, cur: sqlite3.Cursor, counted: int, distinct: Distinct) -> tuple[int, bool]:
         """Step through the rows past the cap without keeping them, within a step budget of their own, their
         distinct rows into ``distinct`` while it holds them (text decoded as Python's ``sqlite3`` decodes it;
@@ -621,9 +642,9 @@ class SQLite(Pooled[_Conn]):
 
     def timed(self, db: Database, sql: str, until: float, rows: int | None = None) -> Timing:
         """On a sandbox connection opened for it (untimed, as the published script opens its own before
-        its clock starts); the statement run and its rows fetched as every statement's are (one at a time
-        against the row and byte caps, with the progress handler every :data:`STEP_GRAIN` steps), then
-        the connection closed, all three timed with ``time.perf_counter``."""
+        its clock starts); the statement run within the step budget and the wall clock (the progress
+        handler every :data:`STEP_GRAIN` steps) and its rows read ``rows`` at a time and dropped
+        (:meth:`_drain`), then the connection closed, all three timed with ``time.perf_counter``."""
         start = time.monotonic()
         why = refused(sql, self.limits)
         if why is not None:
@@ -634,7 +655,7 @@ class SQLite(Pooled[_Conn]):
             return Timing(0.0, failed(self._classify(e), time.monotonic() - start, self.name, self.limits))
         clock = time.perf_counter()
         try:
-            self._statement(c, sql, until)
+            self._drain(c, sql, until, rows)
         except Exception as e:
             c.close()
             return Timing(0.0, failed(self._classify(e), time.monotonic() - start, self.name, self.limits))
