@@ -1,56 +1,191 @@
 #!/usr/bin/env python3
-"""BIRD mini-dev's official R-VES, item by item, from one process (no pool).
+"""BIRD mini-dev's official R-VES item by item (each item's time ratio and reward), beside a run's records.
 
 Our own code; it contains none of the official code. It imports ``evaluation/evaluation_ves.py`` from a
-local checkout and calls its ``execute_model`` (100 timed iterations of the prediction and the gold,
-``func_timeout`` of 30 s x 100) for one item after another, on the inputs ``bench/official_subset.py``
-wrote, then prints the R-VES over them and writes each item's reward (by question_id) to
-``<subset>/ves_items_<model>.json``, to be set beside a run's ``efficiency.time_ratio``. The official
-script's own entry point runs the items from a pool of ``--num_cpus`` processes; this one runs them
-alone::
+local checkout and runs the items of a folder cut as the official scripts take them (``gold.sql``,
+``diff.jsonl``, ``pred_<model>.json``: ``bench/official_subset.py`` writes it for SQLite,
+``bench/official_engines.py --ves`` writes ``<out>/ves-<dialect>/`` for the servers) as the published entry
+point runs them: its own ``run_sqls_parallel``, a pool of ``--num-cpus`` processes (2 here, as the
+official runs in docs/benchmarks.md), 100 iterations, ``meta_time_out`` 30; ``--num-cpus 0`` calls its
+``execute_model`` for one item after another in this process instead. On a server the official
+``connect_postgresql`` / ``connect_mysql`` are pointed at ``--postgresql`` / ``--mysql`` as
+``bench/official_engines.py`` points them. Two official functions are wrapped, neither changed:
+``clean_abnormal``, so that the mean it leads to is kept beside the reward (the published
+``execute_model`` returns only the reward), and ``execute_model``, to return it.
+
+Each of ``--runs`` runs (a process of its own) writes ``<subset>/ves_items_<model>_<k>.json``
+(``{question_id: {"reward", "ratio"}}``) and prints its R-VES. With ``--records`` (a ``rose run``'s
+``records.jsonl`` over the same items) it then sets the run's wall-time ratios beside them: where its R-VES
+lies against the official runs' lowest and highest, the items whose bucket no official run gave, and the
+mean over the items that every run timed of log(ours / the official runs' geometric mean), with its
+standard error, beside the same for the first official run against the others: a bias in what is timed
+shows there before it shows in a figure that moves by a bucket at a time::
 
     $OFFICIAL/venv/bin/python bench/official_ves_items.py --mini-dev $OFFICIAL/mini_dev \\
-        --subset runs/official-subset --db-root $D/bird --model gpt-4
+        --subset runs/official-engines/ves-postgresql --dialect postgresql --model gpt-35-turbo --runs 3 \\
+        --postgresql "dbname=bird user=rose_reader host=127.0.0.1 port=5432" \\
+        --records runs/official-ves/predict_mini_dev_gpt-35-turbo_postgresql/records.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import multiprocessing
+import statistics
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-SEPARATOR = "\t----- bird -----\t"
+from official_engines import _point
+
+DIALECTS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mysql": "MySQL"}
+CHILD = "--official-ves-items-child"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mini-dev", required=True, type=Path)
-    ap.add_argument("--subset", required=True, type=Path, help="the folder bench/official_subset.py wrote")
-    ap.add_argument("--db-root", required=True, type=Path, help="folder holding <db_id>/<db_id>.sqlite")
+    ap.add_argument("--subset", required=True, type=Path, help="folder with gold.sql, diff.jsonl, pred_<model>.json")
+    ap.add_argument("--dialect", choices=DIALECTS, default="sqlite")
+    ap.add_argument("--db-root", type=Path, help="SQLite: folder holding <db_id>/<db_id>.sqlite")
+    ap.add_argument("--postgresql", help="libpq connection string of the database holding the db_ids")
+    ap.add_argument("--mysql", help="mysql://user[:password]@host:port/database holding the db_ids")
     ap.add_argument("--model", default="gpt-4")
+    ap.add_argument("--runs", type=int, default=1, help="official runs, each in a process of its own")
+    ap.add_argument("--num-cpus", type=int, default=2, help="the pool's processes; 0: one item after another")
+    ap.add_argument("--records", type=Path, help="a rose run's records.jsonl over the same items, to compare")
     args = ap.parse_args()
-
-    sys.path.insert(0, str(args.mini_dev.resolve() / "evaluation"))
-    import evaluation_ves  # the official module
-
-    gold = [line.strip().split("\t") for line in (args.subset / "gold.sql").read_text("utf-8").splitlines()]
-    questions = [json.loads(line) for line in (args.subset / "diff.jsonl").read_text("utf-8").splitlines()]
-    preds = json.loads((args.subset / f"pred_{args.model}.json").read_text("utf-8"))
-    rewards: dict[str, float] = {}
-    for i, value in enumerate(preds.values()):
-        sql = value.split(SEPARATOR)[0] if isinstance(value, str) and SEPARATOR in value else " "
-        gold_sql, db_id = gold[i]
-        db = str(args.db_root / db_id / f"{db_id}.sqlite")
-        rewards[str(questions[i]["question_id"])] = evaluation_ves.execute_model(
-            sql, gold_sql, db, i, 100, 30.0, "SQLite"
-        )["reward"]
-    out = args.subset / f"ves_items_{args.model}.json"
-    out.write_text(json.dumps(rewards, indent=1), encoding="utf-8")
-    r_ves = 100 * sum(r**0.5 for r in rewards.values()) / max(1, len(rewards))
-    print(f"{out}: R-VES {r_ves:.2f} over {len(rewards)} items")
+    if args.runs < 0 or args.num_cpus < 0:
+        ap.error("--runs and --num-cpus take 0 or more")
+    if args.dialect == "sqlite" and args.db_root is None:
+        ap.error("--dialect sqlite needs --db-root")
+    if args.dialect != "sqlite" and getattr(args, args.dialect) is None:
+        ap.error(f"--dialect {args.dialect} needs --{args.dialect}")
+    spec = {
+        "evaluation": str(args.mini_dev.resolve() / "evaluation"),
+        "subset": str(args.subset.resolve()),
+        "dialect": args.dialect,
+        "db_root": str(args.db_root.resolve()) + "/" if args.db_root else str(args.subset.resolve()) + "/",
+        "url": getattr(args, args.dialect, None),
+        "model": args.model,
+        "num_cpus": args.num_cpus,
+    }
+    outputs = []
+    for run in range(1, args.runs + 1):
+        out = args.subset / f"ves_items_{args.model}_{run}.json"
+        done = subprocess.run([sys.executable, __file__, CHILD, json.dumps({**spec, "out": str(out)})], check=False)
+        if done.returncode != 0:
+            print(f"run {run}: the official code failed (exit {done.returncode})")
+            return 1
+        outputs.append(out)
+    if args.records:  # this call's runs, or with --runs 0 those an earlier call wrote
+        sources = outputs or sorted(args.subset.glob(f"ves_items_{args.model}_*.json"))
+        if not sources:
+            print(f"no official runs of {args.model} in {args.subset}: run with --runs 1 or more")
+            return 1
+        compare(args.records, [json.loads(p.read_text("utf-8")) for p in sources])
     return 0
 
 
+def _child(spec: dict[str, Any]) -> None:
+    """One official run: the published pool (or one item after another), each item's ratio kept."""
+    multiprocessing.set_start_method("fork")  # the pool's workers inherit the pointed connection and the wrappers
+    sys.path.insert(0, spec["evaluation"])
+    import evaluation_utils  # the official modules
+    import evaluation_ves
+
+    if spec["dialect"] != "sqlite":
+        _point(evaluation_utils, *((spec["url"], None) if spec["dialect"] == "postgresql" else (None, spec["url"])))
+    published_clean, published_model = evaluation_ves.clean_abnormal, evaluation_ves.execute_model
+    seen: dict[str, float] = {}
+
+    def clean_abnormal(values: Any) -> Any:
+        kept = published_clean(values)
+        seen["ratio"] = sum(kept) / len(kept) if len(kept) else 0.0
+        return kept
+
+    def execute_model(*a: Any) -> dict[str, Any]:
+        seen.clear()
+        result: dict[str, Any] = published_model(*a)
+        result["ratio"] = seen.get("ratio", 0.0)  # none: the pass raised or was incorrect (ratio 0)
+        return result
+
+    execute_model.__module__, execute_model.__qualname__ = "evaluation_ves", "execute_model"  # pickled by name
+    evaluation_ves.clean_abnormal, evaluation_ves.execute_model = clean_abnormal, execute_model
+    evaluation_ves.exec_result = []  # what the published callback appends to (its __main__ makes it)
+
+    subset = Path(spec["subset"])
+    pred, _ = evaluation_ves.package_sqls(str(subset / f"pred_{spec['model']}.json"), spec["db_root"], mode="pred")
+    gold, places = evaluation_ves.package_sqls(str(subset / "gold.sql"), spec["db_root"], mode="gt")
+    dialect = DIALECTS[spec["dialect"]]
+    if spec["num_cpus"]:
+        evaluation_ves.run_sqls_parallel(
+            list(zip(pred, gold, strict=True)), places, spec["num_cpus"], 100, 30.0, dialect
+        )
+        results = evaluation_ves.sort_results(evaluation_ves.exec_result)
+    else:
+        pairs = enumerate(zip(pred, gold, strict=True))
+        results = [execute_model(p, g, places[i], i, 100, 30.0, dialect) for i, (p, g) in pairs]
+    ids = [json.loads(line)["question_id"] for line in (subset / "diff.jsonl").read_text("utf-8").splitlines()]
+    items = {str(ids[r["sql_idx"]]): {"reward": r["reward"], "ratio": r["ratio"]} for r in results}
+    Path(spec["out"]).write_text(json.dumps(items, indent=1), encoding="utf-8")
+    print(f"{spec['out']}: R-VES {r_ves(r['reward'] for r in items.values()):.2f} over {len(items)} items")
+
+
+def r_ves(rewards: Any) -> float:
+    values = list(rewards)
+    return 100 * sum(math.sqrt(r) for r in values) / max(1, len(values))
+
+
+def bucket(ratio: float) -> float:
+    """mini-dev's reward of a ratio (as rose_sql.readings.efficiency.reward gives it)."""
+    if ratio == 0:
+        return 0.0
+    return 1.25 if ratio >= 2 else 1.0 if ratio >= 1 else 0.75 if ratio >= 0.5 else 0.5 if ratio >= 0.25 else 0.25
+
+
+def compare(records: Path, runs: list[dict[str, dict[str, float]]]) -> None:
+    ours: dict[str, float] = {}
+    for line in records.read_text("utf-8").splitlines():
+        record = json.loads(line)
+        ratio = (record.get("efficiency") or {}).get("time_ratio")
+        if str(record["id"]) in runs[0] and ratio is not None:
+            ours[str(record["id"])] = ratio
+    ids = [i for i in runs[0] if i in ours]
+    # at the precision the official script prints (two decimals)
+    figures = [round(r_ves(run[i]["reward"] for i in ids), 2) for run in runs]
+    mine = round(r_ves(bucket(ours[i]) for i in ids), 2)
+    low, high = min(figures), max(figures)
+    where = "within" if low <= mine <= high else f"{low - mine:.2f} below" if mine < low else f"{mine - high:.2f} above"
+    listed = ", ".join(f"{f:.2f}" for f in figures)
+    print(f"R-VES over {len(ids)} items: official runs {listed}; ours {mine:.2f} ({where})")
+    other = [i for i in ids if bucket(ours[i]) not in {run[i]["reward"] for run in runs}]
+    for i in other:
+        theirs = " ".join(f"{run[i]['ratio']:.3f}" for run in runs)
+        print(f"  question {i}: ours {ours[i]:.3f} (bucket {bucket(ours[i])}), official {theirs}")
+    print(f"{len(other)} items in a bucket no official run gave")
+    timed = [i for i in ids if ours[i] > 0 and all(run[i]["ratio"] > 0 for run in runs)]
+    if len(timed) < 2:
+        return
+    gap = [math.log(ours[i]) - statistics.fmean(math.log(run[i]["ratio"]) for run in runs) for i in timed]
+    print(f"mean log(ours / official) over {len(timed)} timed items: {_mean_se(gap)}")
+    if len(runs) > 1:
+        first = [
+            math.log(runs[0][i]["ratio"]) - statistics.fmean(math.log(run[i]["ratio"]) for run in runs[1:])
+            for i in timed
+        ]
+        print(f"the same, official run 1 against the others: {_mean_se(first)}")
+
+
+def _mean_se(values: list[float]) -> str:
+    return f"{statistics.fmean(values):+.4f} (standard error {statistics.stdev(values) / math.sqrt(len(values)):.4f})"
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == [CHILD]:
+        _child(json.loads(sys.argv[2]))
+        sys.exit(0)
     sys.exit(main())
