@@ -29,18 +29,20 @@ ratio, and the record says why (``steps_reason``, ``time_reason``); the item's o
 
 What the sandbox changes in the published timing: each execution opens the sandbox's connection (the
 pragmas and the authorizer set, untimed, as the published script opens its own before its clock starts),
-and what is timed (running, fetching every row, closing) includes the progress handler's call every 1,000
-steps and the fetch one row at a time against the caps, where the published script calls ``fetchall()``.
-On a server (:meth:`Pooled.timed <rose_sql.engines.base.Pooled.timed>`) the connection is the engine's own,
-opened untimed with the URL's role and the session's read-only default and time limit, and the statement
-is checked (the server's lexer, the function policy) before the clock starts. The round trips timed are
-the published script's: the read-only transaction is opened before the clock on MySQL/MariaDB (with
-MariaDB's statement limits set for the session, so the statement is sent as written, on a connection
-opened with PyMySQL's own TLS default, as the published script opens its own) and DuckDB, and after it,
-alone, on PostgreSQL (psycopg2 sends ``BEGIN`` before each statement); then the statement as the engine
-runs it (PostgreSQL's server-side cursor, MySQL's streaming cursor), a result seen before fetched in one
-batch (:func:`rose_sql.engines.base.known_batch`), every row against the caps; then the connection
-closed.
+and what is timed (running, reading every row, closing) includes the progress handler's call every 1,000
+steps. The result is read as the published script's ``fetchall()`` reads it, to its end in the driver,
+but in batches, none kept (:meth:`Pooled._drain <rose_sql.engines.base.Pooled._drain>`): the rows were read
+and compared before, so the row and byte caps bound what a reading keeps, not what the pass reads, and a
+batch is the known result's size plus one (:func:`rose_sql.engines.base.known_batch`), so a result read in
+one round trip there is read in one here. On a server (:meth:`Pooled.timed
+<rose_sql.engines.base.Pooled.timed>`) the connection is the engine's own, opened untimed with the URL's
+role and the session's read-only default and time limit, and the statement is checked (the server's
+lexer, the function policy) before the clock starts. The round trips timed are the published script's:
+the read-only transaction is opened before the clock on MySQL/MariaDB (with MariaDB's statement limits set
+for the session, so the statement is sent as written, on a connection opened with PyMySQL's own TLS
+default, as the published script opens its own) and DuckDB; on PostgreSQL ``BEGIN`` goes with the cursor's
+declaration (planned as the plain query) in one round trip, as psycopg2 sends ``BEGIN`` before each
+statement, and every row comes in the next (libpq's chunked rows); then the connection closed.
 
 A pass that does not run to its end is read as the published script reads it: ``evaluation_ves.py``
 gives an item whose pass raised or ran past its bound a ratio of 0 (reward 0, in the denominator). So a
