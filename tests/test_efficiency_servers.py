@@ -265,6 +265,43 @@ def test_the_timed_execution_reads_a_result_past_the_caps_to_its_end(
     assert set(handed) == {known_batch(before.result, Config().limits)} and 81 < handed[0] <= 5_000
 
 
+def test_before_libpq_17_the_timed_execution_fetches_the_result_in_batches_to_its_end(
+    hostile_on: Callable[[str], tuple[str, str, Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A libpq without chunked rows (before 17; psycopg's binary wheel brings 18) reads the declared cursor
+    with ``FETCH`` in batches of the same size, to the end, keeping none."""
+    import psycopg
+
+    db = _db("postgresql", hostile_on)
+    big = "SELECT x.a, y.b FROM t x, t y, t z, t w"  # 81 rows
+    fetched: list[tuple[str, int]] = []
+    with Executor(Config(max_rows=5), watch=Watch()) as ex:
+        before = ex.run(db, big)
+        assert before.result is not None and before.result.truncated
+        real_execute, real_fetchall = psycopg.Connection.execute, psycopg.Cursor.fetchall
+        sent: list[str] = []
+
+        def execute(self: Any, query: Any, *args: Any, **kw: Any) -> Any:
+            sent.append(query if isinstance(query, str) else "")
+            return real_execute(self, query, *args, **kw)
+
+        def fetchall(self: Any) -> Any:
+            rows = real_fetchall(self)
+            if sent and sent[-1].startswith("FETCH"):
+                fetched.append((sent[-1], len(rows)))
+            return rows
+
+        monkeypatch.setattr(psycopg.pq, "version", lambda: 160000)
+        monkeypatch.setattr(psycopg.Connection, "execute", execute)
+        monkeypatch.setattr(psycopg.Cursor, "fetchall", fetchall)
+        monkeypatch.setattr(psycopg.Cursor, "stream", None)  # not reached before libpq 17
+        timed = ex.time_pass(db, (big,), 2)
+        monkeypatch.undo()
+    size = known_batch(before.result, Config().limits)
+    assert timed.error is None and len(timed.times) == 2
+    assert fetched == [(f"FETCH FORWARD {size} FROM rose_query", 81)] * 2
+
+
 def test_a_known_result_is_fetched_at_once_within_the_batch_bound() -> None:
     from rose_sql.results import ResultSet
 
