@@ -60,6 +60,13 @@ def main() -> int:
     args = ap.parse_args()
     if args.runs < 0 or args.num_cpus < 0:
         ap.error("--runs and --num-cpus take 0 or more")
+    if not (args.mini_dev / "evaluation" / "evaluation_ves.py").is_file():
+        ap.error(f"{args.mini_dev}: no evaluation/evaluation_ves.py (a checkout of bird-bench/mini_dev)")
+    wanted = [args.subset / name for name in ("gold.sql", "diff.jsonl", f"pred_{args.model}.json")]
+    if missing := [str(path) for path in wanted if not path.is_file()]:
+        ap.error(f"missing {', '.join(missing)}: bench/official_subset.py or official_engines.py --ves writes them")
+    if args.records is not None and not args.records.is_file():
+        ap.error(f"--records {args.records}: no such file (a rose run's records.jsonl)")
     if args.dialect == "sqlite" and args.db_root is None:
         ap.error("--dialect sqlite needs --db-root")
     if args.dialect != "sqlite" and getattr(args, args.dialect) is None:
