@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -753,14 +752,9 @@ class Pooled(Generic[C]):
         driver opens one where that changes what its clock then times."""
         return self._connect(db)
 
-    def _statement(
-        self, conn: C, sql: str, until: float = math.inf, *, begun: bool = False, rows: int | None = None
-    ) -> tuple[ResultSet, int, str | None]:
+    def _statement(self, conn: C, sql: str) -> tuple[ResultSet, int, str | None]:
         """Run ``sql`` (already gated and checked) in a read-only transaction and fetch it capped: the
-        result, its bytes, and a note when a documented engine difference applied. ``until``: a
-        ``time.monotonic()`` past which no more rows are fetched (the timed pass's bound); ``begun``: the
-        timed pass's call, its transaction opened already (:meth:`_begin`), no note asked; ``rows``: the
-        first batch's size where the engine fetches in batches from the server (:meth:`TimedEngine.timed`)."""
+        result, its bytes, and a note when a documented engine difference applied."""
         raise NotImplementedError
 
     def _begin(self, conn: C) -> None:
@@ -774,9 +768,8 @@ class Pooled(Generic[C]):
         """The timed pass's statement (:meth:`timed`, on the clock): run ``sql`` (already gated and checked)
         in the transaction :meth:`_begin` opened and read its result to the end, ``rows`` at a time
         (:func:`known_batch`), keeping none of it: the result was read and compared before, and the
-        published script's ``fetchall()`` reads it all in the driver. By default as every statement runs
-        (:meth:`_statement`: its rows against the caps)."""
-        self._statement(conn, sql, until, begun=True, rows=rows)
+        published script's ``fetchall()`` reads it all in the driver."""
+        raise NotImplementedError
 
     def _end(self, conn: C) -> None:
         """Roll back and reset the session after a statement (raises when the connection is broken)."""

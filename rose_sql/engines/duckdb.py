@@ -167,6 +167,11 @@ class DuckDB(Pooled[_Conn]):
     def _begin(self, conn: _Conn) -> None:
         conn.conn.execute("BEGIN TRANSACTION READ ONLY")
 
+    def _drain(self, conn: _Conn, sql: str, until: float, rows: int | None) -> None:
+        """As every statement runs (:meth:`_statement`: fetched against the caps; the published script does
+        not run on DuckDB), in the transaction :meth:`_begin` opened before the clock."""
+        self._statement(conn, sql, until, begun=True, rows=rows)
+
     def _statement(
         self, conn: _Conn, sql: str, until: float = math.inf, *, begun: bool = False, rows: int | None = None
     ) -> tuple[ResultSet, int, str | None]:

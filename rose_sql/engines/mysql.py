@@ -43,7 +43,6 @@ connection opened for each execution before its clock starts and closed within i
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from functools import partial
@@ -252,15 +251,12 @@ class MySQL(Pooled[_Conn]):
     def _limits_sql(self, scope: str) -> str:
         return f"{scope} max_statement_time = {self.seconds:.3f}, tmp_disk_table_size = {self.limits.temp_bytes}"
 
-    def _statement(
-        self, conn: _Conn, sql: str, until: float = math.inf, *, begun: bool = False, rows: int | None = None
-    ) -> tuple[ResultSet, int, str | None]:
+    def _statement(self, conn: _Conn, sql: str) -> tuple[ResultSet, int, str | None]:
         if EXECUTABLE_COMMENT.search(sql):
             raise _Refused("a MySQL executable comment (/*! ... */) runs what it holds")
         c = conn.conn
-        if not begun:
-            c.query("START TRANSACTION READ ONLY")
-        text = f"{self._limits_sql('SET STATEMENT')} FOR {sql}" if conn.mariadb and not begun else sql
+        c.query("START TRANSACTION READ ONLY")
+        text = f"{self._limits_sql('SET STATEMENT')} FOR {sql}" if conn.mariadb else sql
         cur = c.cursor(pymysql.cursors.SSCursor)
         try:
             cur.execute(text)
@@ -278,8 +274,7 @@ class MySQL(Pooled[_Conn]):
             warnings = cur.warning_count  # known once every row is read
         finally:
             cur.close()
-        # the timed pass (begun) keeps no note: asking for the warnings would be timed too
-        return got.result(columns, rest), got.nbytes, None if begun else self._note(conn, sql, warnings)
+        return got.result(columns, rest), got.nbytes, self._note(conn, sql, warnings)
 
     def _note(self, conn: _Conn, sql: str, warnings: int) -> str | None:
         """How MySQL or MariaDB differed from SQLite for this statement, when it did (see the module docstring)."""

@@ -43,7 +43,6 @@ connection opened for each execution before its clock starts and closed within i
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -417,18 +416,16 @@ class PostgreSQL(Pooled[_Conn]):
             while len(c.execute(f"FETCH FORWARD {int(size)} FROM {CURSOR}").fetchall()) == size:
                 pass
 
-    def _statement(
-        self, conn: _Conn, sql: str, until: float = math.inf, *, begun: bool = False, rows: int | None = None
-    ) -> tuple[ResultSet, int, str | None]:
+    def _statement(self, conn: _Conn, sql: str) -> tuple[ResultSet, int, str | None]:
         c = conn.conn
         limits = self.limits
-        # statement_timeout bounds each FETCH; this, all of them (and the timed pass's bound)
-        deadline = min(time.monotonic() + limits.engine_timeout_s, until)
-        size = rows or FIRST_FETCH
+        # statement_timeout bounds each FETCH; this, all of them
+        deadline = time.monotonic() + limits.engine_timeout_s
+        size = FIRST_FETCH
         # one round trip; the extended protocol takes exactly one statement each
         first = _pipelined(
             c,
-            *(() if begun else ("BEGIN READ ONLY",)),
+            "BEGIN READ ONLY",
             f"DECLARE {CURSOR} NO SCROLL CURSOR FOR " + sql,
             f"FETCH FORWARD {int(size)} FROM {CURSOR}",
         )

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import atexit
 import csv
-import math
 import os
 import random
 import re
@@ -440,10 +439,8 @@ class SQLite(Pooled[_Conn]):
 
     # ------------------------------------------------------------------ a statement
 
-    def _statement(
-        self, conn: _Conn, sql: str, until: float = math.inf, *, begun: bool = False, rows: int | None = None
-    ) -> tuple[ResultSet, int, str | None]:
-        deadline = min(time.monotonic() + self.limits.timeout_s, until)
+    def _statement(self, conn: _Conn, sql: str) -> tuple[ResultSet, int, str | None]:
+        deadline = time.monotonic() + self.limits.timeout_s
         try:
             try:
                 result, nbytes = self._fetch(conn, sql, deadline)
