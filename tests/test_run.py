@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from rose_sql.config import Config
+from rose_sql.config import Config, JudgeConfig
 from rose_sql.engines import Source
 from rose_sql.engines import workers as workers_module
 from rose_sql.items.load import Item, load_items
 from rose_sql.record import dumps
 from rose_sql.run.evaluate import evaluate_items, record_data_for, record_for
-from rose_sql.run.runner import BATCH, _batches, plan, run
+from rose_sql.run.runner import BATCH, BATCH_FINAL, Evaluator, _batches, plan, run, task_size
 
 GOLDS = ["SELECT count(*) FROM t", "SELECT a FROM t ORDER BY a", "SELECT DISTINCT b FROM t"]
 PREDS = [
@@ -52,6 +52,34 @@ def test_batches_hold_every_item_once_and_keep_a_question_together() -> None:
 def test_a_question_asked_more_often_than_a_batch_is_split() -> None:
     batches = _batches([item(i) for i in range(5 * BATCH + 3)])
     assert [len(b) for b in batches] == [BATCH] * 5 + [3]
+
+
+def test_a_timed_run_hands_its_workers_one_item_at_a_time_as_the_published_pool_does(
+    two_systems: tuple[list[Path], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every worker times until the last item, as each process of the published pool does, so that no
+    item's wall time is measured on a machine left idle by a worker done with a 64-item task."""
+    assert task_size(Config(efficiency="time")) == task_size(Config(efficiency="both")) == 1
+    assert task_size(Config(efficiency="steps")) == task_size(Config()) == BATCH_FINAL
+    assert task_size(Config(judge=JudgeConfig(model="m"))) == BATCH
+    sizes: dict[str, list[int]] = {"time": [], "steps": []}
+    batch = Evaluator.batch
+    base = "time"
+
+    async def noted(self: Evaluator, entries: list[tuple[str, Item]], *args: Any) -> None:
+        sizes[base].append(len(entries))
+        await batch(self, entries, *args)
+
+    monkeypatch.setattr(Evaluator, "batch", noted)
+    files, db_root = two_systems
+    for base in ("time", "steps"):
+        config = Config(workers=2, evidence=False, efficiency=base)
+        systems = plan([load_items(f) for f in files], tmp_path / base, db_root=Source.folder(db_root), config=config)
+        summaries = run(systems, Source.folder(db_root), config)
+        assert [s.n for s in summaries] == [40, 40]
+    assert sizes["time"] == [1] * 80  # the two systems' 80 items, each a task of its own
+    steps = sizes["steps"]  # without a clock: two tasks of whole questions, each within BATCH_FINAL
+    assert len(steps) == 2 and sum(steps) == 80 and max(steps) <= BATCH_FINAL
 
 
 @pytest.fixture
