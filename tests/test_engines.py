@@ -216,6 +216,21 @@ def test_a_database_that_does_not_exist_is_missing(superhero_on: Callable[[str],
     assert record.unscored_reason == "db_missing"
 
 
+def test_a_server_error_quotes_the_statement_as_given_not_the_cursor_around_it(
+    superhero_on: Callable[[str], tuple[str, str]],
+) -> None:
+    _, reader = superhero_on("postgresql")
+    pred = "SELECT nosuch FROM superhero"
+    gold = "SELECT colours FROM colour"
+    with Executor(Config(workers=1)) as ex:
+        record = evaluate_item(Item(1, "superhero", pred, gold), Source.parse(reader), ex)
+    assert record.pred.error == 'UndefinedColumn: column "nosuch" does not exist (at character 8 of the statement)'
+    assert pred[7:].startswith("nosuch")  # the server's character 8, counted from 1
+    assert record.gold.error is not None and "rose_query" not in record.gold.error
+    assert record.gold.error.startswith('UndefinedColumn: column "colours" does not exist (at character 8')
+    assert '\nHINT: Perhaps you meant to reference the column "colour.colour".' in record.gold.error  # kept
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_judges_see_the_engine_and_its_schema(kind: str, superhero_on: Callable[[str], tuple[str, str]]) -> None:
     from rose_sql.judges.context import Schemas

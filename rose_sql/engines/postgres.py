@@ -167,6 +167,8 @@ FIRST_FETCH = 2
 """Rows in the first FETCH, sent with the statement (a result of one row ends there); later batches are
 sized by the widest row seen."""
 CURSOR = "rose_query"
+_DECLARED = f"DECLARE {CURSOR} NO SCROLL CURSOR FOR "
+"""What a statement is sent inside: a cursor's declaration (its rows then fetched in batches)."""
 _CHUNKED_LIBPQ = 170000
 """The libpq version from which a result streams in chunks of many rows (``Cursor.stream(size=...)``)."""
 _QUERY_CANCELED = "57014"
@@ -355,6 +357,23 @@ def _pipelined(c: psycopg.Connection[Any], *statements: str) -> psycopg.Cursor[A
     return cursor
 
 
+def _server_message(e: BaseException) -> str:
+    """What the server said, without libpq's excerpt of the text sent, which quotes the cursor's
+    declaration around the statement (``LINE 1: DECLARE rose_query ...``): the message, its detail and
+    hint, and the character of the statement it points at, counted in the statement as given."""
+    diag = e.diag if isinstance(e, psycopg.Error) else None
+    if diag is None or not diag.message_primary:
+        return str(e).strip()
+    text = diag.message_primary
+    at = int(diag.statement_position or 0) - len(_DECLARED)
+    if at > 0:
+        text += f" (at character {at} of the statement)"
+    for label, extra in (("DETAIL", diag.message_detail), ("HINT", diag.message_hint)):
+        if extra:
+            text += f"\n{label}: {extra}"
+    return text
+
+
 class PostgreSQL(Pooled[_Conn]):
     """The PostgreSQL engine (see the module docstring)."""
 
@@ -407,7 +426,7 @@ class PostgreSQL(Pooled[_Conn]):
         in batches) and dropped. ``statement_timeout`` bounds the statement; ``until``, :meth:`timed`'s
         stop, cancels it."""
         c = conn.conn
-        _pipelined(c, "BEGIN READ ONLY", f"DECLARE {CURSOR} NO SCROLL CURSOR FOR " + sql)
+        _pipelined(c, "BEGIN READ ONLY", _DECLARED + sql)
         size = rows or DRAIN_ROWS
         if psycopg.pq.version() >= _CHUNKED_LIBPQ:
             for _ in c.cursor().stream(f"FETCH FORWARD ALL FROM {CURSOR}", size=size):
@@ -426,7 +445,7 @@ class PostgreSQL(Pooled[_Conn]):
         first = _pipelined(
             c,
             "BEGIN READ ONLY",
-            f"DECLARE {CURSOR} NO SCROLL CURSOR FOR " + sql,
+            _DECLARED + sql,
             f"FETCH FORWARD {int(size)} FROM {CURSOR}",
         )
         columns = tuple(d.name for d in first.description or ())
@@ -466,7 +485,7 @@ class PostgreSQL(Pooled[_Conn]):
             # failed, e.g. the time limit: the statement's own error decides; the connection is not reused
             found = self._classify(inner)
             return Classified(found.failure, found.message, broken=True)
-        message = f"{type(e).__name__}: {str(e).strip()}"
+        message = f"{type(e).__name__}: {_server_message(e)}"
         if state == _QUERY_CANCELED or isinstance(e, TimeoutError):
             return Classified("wall", message)
         if state in _MISSING or (state is None and _NO_DATABASE.search(str(e))):
