@@ -598,7 +598,8 @@ class Config:
     """Longer SQL is rejected before it reaches a parser."""
     engine_memory_bytes: int = 2 * 2**30
     """The memory an engine may take in each worker process: SQLite's hard heap limit (``PRAGMA
-    hard_heap_limit``: sorts and temporary tables live in memory under it, never on disk) and DuckDB's
+    hard_heap_limit``: sorts and temporary tables live in memory under it, never on disk, but in the timed
+    pass, as ``engine_temp_bytes`` says) and DuckDB's
     ``memory_limit``, at most ``worker_memory_bytes`` less :data:`INTERPRETER_BYTES`. A query that needs
     more is stopped as a ``timeout`` whose error names the limit (a prediction scores 0, a gold is
     ``gold_error``)."""
@@ -607,7 +608,9 @@ class Config:
     ``tmp_disk_table_size`` (on-disk temporary tables, set with each statement) and the PostgreSQL
     ``temp_file_limit`` that ``rose db reader`` sets on its role (``rose run`` warns when the role has
     none). A query that needs more is stopped as the memory limit is (a ``timeout``, ``limit: memory``).
-    SQLite and DuckDB never spill (temporary storage in memory, no temporary directory)."""
+    and each temporary file of SQLite's timed pass (``RLIMIT_FSIZE`` while it runs: the published script's
+    connection keeps SQLite's temporary files, and a sort in memory is timed otherwise). Elsewhere SQLite
+    and DuckDB never spill (temporary storage in memory, no temporary directory)."""
     worker_memory_bytes: int = 5 * 2**29
     """The resident memory of each worker process, everything included (2.5 GiB): the engine's heap
     (``engine_memory_bytes``, at most this less :data:`INTERPRETER_BYTES`) and the interpreter, held by

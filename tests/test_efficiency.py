@@ -416,6 +416,38 @@ def test_the_passes_use_the_sandbox_connection(tmp_path: Path) -> None:
     assert sqlite3.connect(db.path).execute("SELECT count(*) FROM t").fetchone() == (10,)
 
 
+SPILLING_SORT = (
+    "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c LIMIT 60000) "
+    "SELECT printf('%0100d', n * 7919 % 60001) AS v FROM c ORDER BY v"
+)
+"""A 6 MB sort: past SQLite's default page cache (2 MB), so it writes its runs to a temporary file."""
+
+
+def test_the_timed_pass_sorts_as_sqlite_does_by_default_its_temporary_files_held_to_the_disk_bound(
+    tmp_path: Path,
+) -> None:
+    """The published script's connection keeps SQLite's temporary storage (files; in memory SQLite sorts
+    another way, and a sort-heavy statement is timed longer). The timed pass does too, each temporary file
+    held to ``engine_temp_bytes``: past it the statement stops as one past the memory limit, by the bound's
+    proof, and the process's file-size limit is as it was after. Untimed, the statement sorts in memory."""
+    import resource
+    import signal
+
+    db = Database.file(_db(tmp_path / "t.sqlite", 10))
+    before = resource.getrlimit(resource.RLIMIT_FSIZE)
+    with Executor(Config(engine_temp_bytes=2**20), watch=Watch()) as ex:
+        assert ex.run(db, SPILLING_SORT).status == "ok"  # untimed: in memory, under the heap limit
+        bounded = ex.time_pass(db, (SPILLING_SORT, "SELECT 1"), 3)
+    assert (bounded.times, bounded.at, bounded.status) == ((), (1, 0), "timeout")
+    assert bounded.error is not None and "disk I/O error" in bounded.error
+    assert "a temporary file passed the bound on temporary disk (1,048,576 bytes" in bounded.error
+    assert resource.getrlimit(resource.RLIMIT_FSIZE) == before
+    assert signal.SIGXFSZ not in signal.sigpending()
+    (tmp_path / "big").write_bytes(bytes(2 * 2**20))  # the bound is gone with the pass
+    with Executor(Config(), watch=Watch()) as ex:  # 2 GiB by default: the sort runs, timed
+        assert len(ex.time_pass(db, (SPILLING_SORT, "SELECT 1"), 3).times) == 3
+
+
 RANDOM_PRED = (
     "SELECT v FROM t WHERE id = 3 AND (WITH RECURSIVE c(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM c "
     "WHERE abs(random()) % 500 <> 0) SELECT count(*) FROM c) >= 0"

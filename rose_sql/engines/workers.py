@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -191,6 +191,37 @@ def limit_memory(limit: int) -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (data if hard < 0 else min(data, hard), hard))
     except (ImportError, ValueError, OSError):  # not on this platform, or not allowed: SQLite's heap limit holds
         pass
+
+
+def can_bound_files() -> bool:
+    """Whether :func:`bounded_files` can hold files to a size here (a platform with ``RLIMIT_FSIZE``)."""
+    try:
+        import resource
+    except ImportError:
+        return False
+    return hasattr(resource, "RLIMIT_FSIZE") and hasattr(signal, "SIGXFSZ") and hasattr(signal, "pthread_sigmask")
+
+
+@contextlib.contextmanager
+def bounded_files(limit: int) -> Iterator[Callable[[], bool]]:
+    """Within: no file this process writes grows past ``limit`` bytes (``RLIMIT_FSIZE``, the process's own,
+    so it is for a worker that does nothing else meanwhile: a timed pass). A write past it fails (``EFBIG``:
+    SQLite's ``disk I/O error``) instead of the kernel's ``SIGXFSZ`` ending the process: the signal is
+    blocked in this thread and left pending, so the function yielded says, by that signal, whether a write
+    met the bound (proof that the failure was the bound's, not the disk's). On leaving, the limit before
+    is back and a pending signal taken. Requires :func:`can_bound_files`."""
+    import resource
+
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGXFSZ})
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    try:
+        yield lambda: signal.SIGXFSZ in signal.sigpending()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        if signal.SIGXFSZ in signal.sigpending():
+            signal.sigwait({signal.SIGXFSZ})
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def can_fork() -> bool:
