@@ -671,9 +671,10 @@ class SQLite(Pooled[_Conn]):
                     if reached is not None and reached():
                         e = _Stopped(Classified("memory", f"{e}: {_past_temp(self.limits)}"))
                     return Timing(0.0, failed(self._classify(e), time.monotonic() - start, self.name, self.limits))
+                c.close()  # timed, as the published script closes its connection before its clock stops
                 return Timing(time.perf_counter() - clock)
         finally:
-            c.close()
+            c.close()  # a second close does nothing
 
     # ------------------------------------------------------------------ the catalogue
 
