@@ -71,3 +71,18 @@ def test_an_actor_with_nothing_left_waits_for_the_batches_in_flight_and_redoes_a
         return done
 
     assert asyncio.run(scenario()) == ["b", "a"]
+
+
+def test_a_timed_run_on_ray_hands_out_single_items_and_other_runs_batches_of_one_database() -> None:
+    """The cluster's batches: one database each, at most 16 items (an idle actor steals whole batches), and
+    single items when the run times them, as the local pool and the published script's pool hand them."""
+    from rose_sql.config import Config
+    from rose_sql.distributed.cluster import batches_by_database
+    from rose_sql.items.load import Item
+
+    queue = [("s", Item(i, "ab"[i % 2], f"SELECT {i}", f"SELECT {i}")) for i in range(40)]
+    untimed = batches_by_database(queue, Config())
+    assert [(b.db_id, len(b.entries)) for b in untimed] == [("a", 16), ("a", 4), ("b", 16), ("b", 4)]
+    timed = batches_by_database(queue, Config(efficiency="time"))
+    assert len(timed) == 40 and {len(b.entries) for b in timed} == {1}
+    assert sorted(e[1].id for b in timed for e in b.entries) == list(range(40))

@@ -52,7 +52,7 @@ from rose_sql.judges.keys import RunKey, run_key
 from rose_sql.judges.llm import ChatReply, Ledger, Message, OpenAILLM, ReplySchema, Request
 from rose_sql.provenance import DatabaseId
 from rose_sql.run.evaluate import failed_record
-from rose_sql.run.runner import Evaluator, Flush, Stage1, Write, _batches
+from rose_sql.run.runner import BATCH, Evaluator, Flush, Stage1, Write, _batches, task_size
 from rose_sql.summary import Brief
 from rose_sql.verdicts import ReplyFormat
 
@@ -90,12 +90,15 @@ class Stats:
     """Batches an actor took from another's databases."""
 
 
-def batches_by_database(queue: list[tuple[str, Item]]) -> list[_Batch]:
-    """Batches of one database each, a question's items together (:func:`rose_sql.run.runner._batches`)."""
+def batches_by_database(queue: list[tuple[str, Item]], config: Config) -> list[_Batch]:
+    """Batches of one database each, a question's items together (:func:`rose_sql.run.runner._batches`), of
+    :func:`~rose_sql.run.runner.task_size` items but at most :data:`~rose_sql.run.runner.BATCH` (an idle
+    actor steals whole batches): single items when the run times them, as the published pool hands them."""
+    size = min(task_size(config), BATCH)
     by_db: dict[str, list[tuple[str, Item]]] = {}
     for entry in queue:
         by_db.setdefault(entry[1].db_id, []).append(entry)
-    return [_Batch(b, db) for db in sorted(by_db) for b in _batches(by_db[db])]
+    return [_Batch(b, db) for db in sorted(by_db) for b in _batches(by_db[db], size)]
 
 
 class Placement:
@@ -309,6 +312,7 @@ class RayBackend:
         databases: Sequence[DatabaseId] = (),
     ) -> None:
         ray = require_ray()
+        self._config = config
         self.stats = Stats()
         self.actors: list[Any] = []
         self._owner: Any = None
@@ -356,7 +360,7 @@ class RayBackend:
     async def evaluate(self, queue: list[tuple[str, Item]], db_root: Source, write: Write, flush: Flush) -> None:
         if db_root.folder_path is None:  # the actors check and place databases by their files
             raise UsageError(f"--ray evaluates folders of SQLite files; {db_root} is a URL: use --shard on each node")
-        placement = Placement(batches_by_database(queue), len(self.actors), self.stats)
+        placement = Placement(batches_by_database(queue, self._config), len(self.actors), self.stats)
         feeders = [a for a in range(len(self.actors)) for _ in range(DEPTH)]
         tasks = [asyncio.create_task(self._feed(a, placement, db_root, write, flush)) for a in feeders]
         try:
