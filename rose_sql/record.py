@@ -430,8 +430,9 @@ at any load: timing (``seconds`` at every level), cache flags (``cached``: which
 cache served; ``batch_id``: which Batch API batch answered), and this run's own counters of calls made
 and their cost (``llm_calls``, and the record's ``cost_usd``), an execution's ``rerun`` (a first run a
 wall clock stopped, before a second run alone with the guard doubled ended as recorded), and the published
-wall-time efficiency ratio (``efficiency.time_ratio``, ``time_kept``, and ``time_reason`` when its pass
-stopped: ``rose run --efficiency time``). Everything else is the same, for a given SQLite version."""
+wall-time efficiency ratios (``efficiency.time_ratio``, ``time_kept``, ``dev_time_ratio``, and
+``time_reason`` when its pass stopped: ``rose run --efficiency time``). Everything else is the same, for a
+given SQLite version."""
 
 
 def comparable(record: Record) -> dict[str, Any]:
@@ -519,7 +520,7 @@ RANGES: dict[str, str] = {
     **{f"votes[].{name}": _COUNT for name in ("votes", "passes", "invalid")},
     **{f"votes[].{name}": _SHARE for name in ("agreement", "stated", "confidence")},
     **{f"efficiency.{name}": _COUNT for name in ("gold_steps", "pred_steps", "time_kept")},
-    **{f"efficiency.{name}": _AT_LEAST_0 for name in ("steps_ratio", "time_ratio")},
+    **{f"efficiency.{name}": _AT_LEAST_0 for name in ("steps_ratio", "time_ratio", "dev_time_ratio")},
 }
 """The range of every number a record holds, by field (``[]``: each element of a list); null is allowed
 wherever the layout allows it (a score of null is an unscored item). A record outside them was not written by

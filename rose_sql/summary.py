@@ -68,6 +68,8 @@ class Brief(NamedTuple):
     """The item's published wall-time efficiency ratio, or why it has none; None: not asked."""
     counted_0: str | None = None
     """Why its official readings are 0 by the official rule alone (:func:`rose_sql.accounting.counted_0`)."""
+    dev_time: float | str | None = None
+    """The wall-time ratio VES takes: BIRD dev's where it was measured (SQLite), else ``time``."""
 
     @classmethod
     def of(cls, r: Record) -> Brief:
@@ -93,6 +95,7 @@ class Brief(NamedTuple):
             r.pred_sql is not None,
             *_efficiency_brief(r),
             counted_0(r),
+            _dev_time(r),
         )
 
 
@@ -112,6 +115,15 @@ def _efficiency_brief(r: Record) -> tuple[float | str, float | str | None]:
         untimed = "no_count" if e.time_reason is not None or r.dialect is None else "not_timed"
         time = e.time_ratio if e.time_ratio is not None else untimed
     return steps, time
+
+
+def _dev_time(r: Record) -> float | str | None:
+    """The item's ratio for VES on the time base: BIRD dev's (:attr:`Efficiency.dev_time_ratio
+    <rose_sql.readings.efficiency.Efficiency.dev_time_ratio>`) where measured, else the published one."""
+    e = r.efficiency
+    if e is not None and e.dev_time_ratio is not None:
+        return e.dev_time_ratio
+    return _efficiency_brief(r)[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +240,8 @@ class Summary:
     (``em``), over the items where it is defined; None where it is defined on no item."""
     efficiency: dict[str, dict[str, EfficiencyFigure]] | None = None
     """BIRD's efficiency readings (``rose run --efficiency``), per base (``steps``, ``time``) and per
-    difficulty label and ``all``: ``r_ves`` (mini-dev's R-VES) and ``ves`` (BIRD dev's VES) in percent over
+    difficulty label and ``all``: ``r_ves`` (mini-dev's R-VES) and ``ves`` (BIRD dev's VES; on the ``time``
+    base from BIRD dev's own timing on SQLite, to the statement's first row) in percent over
     ``n`` items (those with BIRD EX defined and a ratio: an incorrect prediction counts 0), of the
     group's ``of`` items, ``left_out`` by reason (the BIRD EX gap, ``not_sqlite`` for the step base off
     SQLite, ``not_timed`` for the time base on an engine that does not time, ``no_count``). None when not
@@ -451,18 +464,20 @@ def efficiency_table(briefs: Iterable[Brief]) -> dict[str, dict[str, EfficiencyF
         return None
     out: dict[str, dict[str, EfficiencyFigure]] = {}
     for base in bases:
-        groups: dict[str, list[float | str | None]] = {"all": []}
+        # VES on the time base takes BIRD dev's ratio (SQLite: to the first row), R-VES mini-dev's
+        groups: dict[str, list[tuple[float | str | None, float | str | None]]] = {"all": []}
         for b in briefs:
-            value = b.steps if base == "steps" else b.time
+            value = (b.steps, b.steps) if base == "steps" else (b.time, b.dev_time)
             groups["all"].append(value)
             if b.difficulty:
                 groups.setdefault(b.difficulty, []).append(value)
         table: dict[str, EfficiencyFigure] = {}
         for label in sorted(groups, key=_label_order):
-            values = groups[label]
+            values = [v for v, _ in groups[label]]
             ratios = [v for v in values if isinstance(v, float)]
+            dev = [d for v, d in groups[label] if isinstance(v, float) and isinstance(d, float)]
             left = Counter(v if isinstance(v, str) else "not_asked" for v in values if not isinstance(v, float))
-            rv, v = r_ves(ratios), ves(ratios)
+            rv, v = r_ves(ratios), ves(dev)
             table[label] = {
                 "r_ves": round(rv, 4) if rv is not None else None,
                 "ves": round(v, 4) if v is not None else None,

@@ -264,6 +264,34 @@ def test_off_sqlite_the_step_ratio_is_null_and_the_time_base_says_why(tmp_path: 
     }  # fmt: skip
 
 
+def test_on_sqlite_ves_takes_bird_devs_timing_to_the_first_row_and_r_ves_mini_devs(tmp_path: Path) -> None:
+    """BIRD dev's ``evaluation_ves.py`` times ``cursor.execute`` alone (the statement to its first row),
+    mini-dev's the fetch and the close too. The timed pass measures both in the same executions on SQLite,
+    the first a part of the whole; the record keeps both ratios, and the summary's VES takes BIRD dev's,
+    its R-VES mini-dev's. Off SQLite there is no BIRD dev script: VES takes the published ratio."""
+    db = Database.file(_db(tmp_path / "t.sqlite", 20_000))
+    scan, one = "SELECT id, v FROM t", "SELECT v FROM t WHERE id = 3"
+    with Executor(Config(), watch=Watch()) as ex:
+        done = ex.time_pass(db, (scan, one), 5)
+        eff = measure(ex, db, one, one, True, "time")
+        wrong = measure(ex, db, one, scan, False, "time")
+    assert len(done.firsts) == len(done.times) == 5
+    pairs = [(f, t) for fs, ts in zip(done.firsts, done.times, strict=True) for f, t in zip(fs, ts, strict=True)]
+    assert len(pairs) == 10 and all(0 < f <= t for f, t in pairs)
+    assert eff is not None and eff.time_ratio is not None and eff.dev_time_ratio is not None
+    assert eff.dev_time_ratio > 0 and eff.dev_time_ratio != eff.time_ratio  # two timings of the same runs
+    assert wrong == Efficiency(None, base="time", time_ratio=0.0, time_kept=0, dev_time_ratio=0.0)
+    sqlite_item = {"db_id": "t", "score": None, "readings": {"bird_ex": 1}, "difficulty": "simple"}
+    timed = {"steps_ratio": None, "base": "time", "time_ratio": 4.0, "time_kept": 99, "dev_time_ratio": 0.25}
+    record = make_record({"id": 1, **sqlite_item, "efficiency": timed})
+    assert record.efficiency is not None and record.efficiency.dev_time_ratio == 0.25
+    assert "dev_time_ratio" not in json.dumps(make_record({"id": 2, **sqlite_item}).to_dict())  # only when set
+    table = efficiency_table([Brief.of(record)])
+    assert table is not None
+    assert table["time"]["all"]["r_ves"] == pytest.approx(100 * math.sqrt(1.25))  # mini-dev: 4.0, bucket 1.25
+    assert table["time"]["all"]["ves"] == pytest.approx(100 * math.sqrt(0.25))  # BIRD dev: 0.25
+
+
 def test_resume_refuses_another_efficiency(tmp_path: Path) -> None:
     """The step ratio is a recorded reading: a resumed run never mixes records with and without it."""
     items, dbs = _items(tmp_path)

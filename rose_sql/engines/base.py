@@ -394,9 +394,13 @@ class Timing:
     """One timed execution, as BIRD's ``evaluation_ves.py`` times it."""
 
     seconds: float
-    """Running the statement, fetching its rows and closing its connection (the opening is not timed)."""
+    """Running the statement, fetching its rows and closing its connection (the opening is not timed):
+    mini-dev's ``evaluation_ves.py``."""
     failure: Execution | None = None
     """How it ended when it did not run to its end (its seconds then mean nothing)."""
+    first: float | None = None
+    """Of ``seconds``, those until the statement's first row was ready (``cursor.execute`` alone): what
+    BIRD dev's ``evaluation_ves.py`` times, on SQLite, its only engine; None on the other engines."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +415,9 @@ class Timed:
     """Where it stopped: the iteration (from 1) and the index of the statement (None: before any ran)."""
     status: Status | None = None
     """How the execution that stopped it ended (``timeout`` for the pass's own bound), when one did."""
+    firsts: tuple[tuple[float, ...], ...] = ()
+    """The same iterations' seconds to each statement's first row (:attr:`Timing.first`), where the engine
+    measures them (empty where it does not)."""
 
 
 class TimedEngine(Engine, Protocol):

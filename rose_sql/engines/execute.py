@@ -257,9 +257,11 @@ class Executor:
         deadline = time.monotonic() + budget
         past = f"the timed pass ran past its bound of {budget:g} s"
         times: list[tuple[float, ...]] = []
+        firsts: list[tuple[float, ...]] = []
         try:
             for i in range(1, iterations + 1):
                 row: list[float] = []
+                first: list[float] = []
                 for j, sql in enumerate(statements):
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -272,10 +274,14 @@ class Executor:
                         why = past if bound else failure.error or failure.status
                         return Timed(tuple(times), why, (i, j), "timeout" if bound else failure.status)
                     row.append(timing.seconds)
+                    if timing.first is not None:
+                        first.append(timing.first)
                 times.append(tuple(row))
+                firsts.append(tuple(first))
         finally:
             self.watch.disarm()
-        return Timed(tuple(times))
+        measured = all(len(f) == len(statements) for f in firsts)
+        return Timed(tuple(times), firsts=tuple(firsts) if measured else ())
 
     def _cached_result(self, dbk: DbKey, sql: str) -> ResultSet | None:
         """``sql``'s result on the database of ``dbk`` when the execution cache holds it (None otherwise)."""

@@ -11,9 +11,13 @@ counts 0, and every item is in the denominator:
 
 The published ratio is a mean of wall-time ratios over 100 iterations with the values beyond 3 sigma
 removed (:func:`clean_abnormal`): it depends on the machine and its load (and a server's), so it decides
-nothing here. It is measured on every engine that times an execution (:attr:`KindInfo.timed
-<rose_sql.engines.kinds.KindInfo.timed>`), SQLite and the servers alike, as mini-dev's script times it on
-SQLite, PostgreSQL and MySQL.
+nothing here. The two scripts time different things: mini-dev's runs each statement, fetches its rows and
+closes its connection (``time_ratio``, R-VES), BIRD dev's ``cursor.execute`` alone, the statement run to
+its first row (``dev_time_ratio``, VES; SQLite, the only engine BIRD dev's script reads). One pass times
+both, the second a part of the first, in the same executions (:attr:`Timing.first
+<rose_sql.engines.base.Timing.first>`); off SQLite VES takes mini-dev's ratio. The pass runs on every
+engine that times an execution (:attr:`KindInfo.timed <rose_sql.engines.kinds.KindInfo.timed>`), SQLite
+and the servers alike, as mini-dev's script times SQLite, PostgreSQL and MySQL.
 The deterministic ratio is the SQLite virtual machine's steps (the progress handler called on every
 instruction, grain 1, in a pass of its own), gold steps / predicted steps: the same on any machine. It is
 defined on SQLite only: elsewhere plan costs depend on sampled statistics.
@@ -79,9 +83,9 @@ if TYPE_CHECKING:
 
 TIME_ITERATIONS = 100
 """The published script's iterations per item (``evaluation_ves.py``: ``iterate_num=100``)."""
-TIME_FIELDS = ("time_ratio", "time_kept", "time_reason")
+TIME_FIELDS = ("time_ratio", "time_kept", "time_reason", "dev_time_ratio")
 """The wall-time fields of :class:`Efficiency`: machine- and load-dependent, in ``record.EXEMPT``."""
-REASONS = ("steps_reason", "time_reason", "steps_random")
+REASONS = ("steps_reason", "time_reason", "steps_random", "dev_time_ratio")
 """The fields of :class:`Efficiency` written only when set (a record without them is as it always was)."""
 NOT_THE_STATEMENT = frozenset({"unreadable", "guard"})
 """How a count may end that is not the statement's doing (the database, a guard that could not be
@@ -129,6 +133,12 @@ class Efficiency:
     """True when the gold or the prediction calls ``random()`` or ``randomblob()``: their steps were counted
     with both drawn from a fixed seed, so the count, and the ratio, is the same in every run (written only
     when set)."""
+    dev_time_ratio: float | None = None
+    """BIRD dev's published ratio, of the same timed iterations as ``time_ratio``: BIRD dev's
+    ``evaluation_ves.py`` times ``cursor.execute`` alone, the statement run to its first row (its rows not
+    fetched, its connection closed after the clock stops), where mini-dev's times the fetch and the close
+    too. 0 where ``time_ratio`` is 0. Measured on SQLite, BIRD dev's only engine (written only when set):
+    VES takes it there, and ``time_ratio`` elsewhere. Wall time: in ``record.EXEMPT``, decides nothing."""
 
 
 def reward(ratio: float) -> float:
@@ -192,7 +202,13 @@ def measure(
         return Efficiency(None, base=base)
     if not correct or pred is None:
         zero = 0.0 if timed else None
-        return Efficiency(0.0 if counted else None, base=base, time_ratio=zero, time_kept=0 if timed else None)
+        return Efficiency(
+            0.0 if counted else None,
+            base=base,
+            time_ratio=zero,
+            time_kept=0 if timed else None,
+            dev_time_ratio=zero if timed and db.info.python_sqlite3 else None,
+        )
     # the passes first (the engine's work), then what they give (no work of its own)
     counted_by = (executor.count_steps(db, gold), executor.count_steps(db, pred)) if counted else None
     timed_by = executor.time_pass(db, (pred, gold), TIME_ITERATIONS) if timed else None
@@ -207,14 +223,16 @@ def measure(
         counts = step_ratio(g, p, True)
         if failed and not any(c.status in NOT_THE_STATEMENT for _, c in failed):
             counts = 0.0  # the statement's own failure: the published script's reward 0
-    ratio, kept, time_reason = None, None, None
+    ratio, kept, time_reason, dev = None, None, None, None
     if timed_by is not None:
         ratios, time_reason, ours = pass_ratios(timed_by, TIME_ITERATIONS)
         if ratios is not None:
             ratio, kept = published_ratio(ratios), len(clean_abnormal(ratios))
+            dev = published_ratio(first_ratios(timed_by)) if timed_by.firsts else None
         elif ours:
             ratio, kept = 0.0, 0
-    return Efficiency(counts, g, p, base, ratio, kept, steps_reason, time_reason, random)
+            dev = 0.0 if db.info.python_sqlite3 else None
+    return Efficiency(counts, g, p, base, ratio, kept, steps_reason, time_reason, random, dev)
 
 
 def timed_ratios(
@@ -238,6 +256,12 @@ def pass_ratios(done: Timed, iterations: int) -> tuple[list[float] | None, str |
         where = f"iteration {iteration} of {iterations}, the {('prediction', 'gold')[index]}"
         return None, f"{where}: {done.error}", ours
     return [g / p if p > 0 else 0.0 for p, g in done.times], None, False
+
+
+def first_ratios(done: Timed) -> list[float]:
+    """BIRD dev's per-iteration ratios of a timed pass that ran to its end: gold / predicted seconds to
+    each statement's first row (:attr:`Timed.firsts <rose_sql.engines.base.Timed.firsts>`)."""
+    return [g / p if p > 0 else 0.0 for p, g in done.firsts]
 
 
 def step_ratio(gold_steps: int | None, pred_steps: int | None, correct: bool) -> float | None:
