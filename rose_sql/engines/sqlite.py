@@ -653,7 +653,8 @@ class SQLite(Pooled[_Conn]):
 
         The connection keeps SQLite's own temporary storage, as the published script's does: with
         ``temp_store = MEMORY`` SQLite sorts another way (a list of allocations instead of pages), and a
-        sort-heavy statement takes up to 15 % longer (mini-dev question 208: 2.06 against 1.80). Its
+        sort-heavy pair is timed otherwise (mini-dev question 208's ratio read 2.02 to 2.08 against the
+        published script's 1.78 to 1.81). Its
         temporary files are held to ``Limits.temp_bytes`` each (:func:`bounded_files
         <rose_sql.engines.workers.bounded_files>`): a write past it stops the statement as one past the
         memory limit (``timeout``, ``limit: memory``, proven by the bound's signal). Where no bound can be
