@@ -10,7 +10,7 @@ For every record whose BIRD EX is defined (its database exists, its gold ran), o
   runs and fetches the prediction then the gold, each on a fresh sandbox connection opened before the
   clock starts, as mini-dev's script does: :meth:`rose_sql.engines.execute.Executor.time_pass`), values
   beyond 3 sigma removed; an item whose pass stopped is left out. R-VES takes those ratios, VES those of
-  the same executions timed to their first row, as BIRD dev's script times ``cursor.execute`` alone.
+  a pass of its own timing each statement to its first row, as BIRD dev's script times ``cursor.execute``.
   Machine- and load-dependent: printed with the load average, never used to decide.
 
 Every statement runs in the sandbox's guarded worker process, as under ``rose run``.
@@ -37,7 +37,6 @@ from rose_sql.engines import Database
 from rose_sql.engines.execute import Executor
 from rose_sql.readings.efficiency import (
     by_difficulty,
-    first_ratios,
     pass_ratios,
     published_ratio,
     r_ves,
@@ -48,11 +47,11 @@ from rose_sql.readings.efficiency import (
 
 def _timed_ratios(ex: Executor, db: Database, gold: str, pred: str, iterations: int) -> tuple[float, float] | None:
     """mini-dev's and BIRD dev's published ratios of one pass (None: the pass stopped)."""
-    done = ex.time_pass(db, (pred, gold), iterations)
-    ratios, _, _ = pass_ratios(done, iterations)
-    if ratios is None:
+    ratios, _, _ = pass_ratios(ex.time_pass(db, (pred, gold), iterations), iterations)
+    firsts, _, _ = pass_ratios(ex.time_pass(db, (pred, gold), iterations, first_row=True), iterations)
+    if ratios is None or firsts is None:
         return None
-    return published_ratio(ratios), published_ratio(first_ratios(done) if done.firsts else ratios)
+    return published_ratio(ratios), published_ratio(firsts)
 
 
 def main() -> None:

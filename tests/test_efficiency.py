@@ -265,21 +265,28 @@ def test_off_sqlite_the_step_ratio_is_null_and_the_time_base_says_why(tmp_path: 
 
 
 def test_on_sqlite_ves_takes_bird_devs_timing_to_the_first_row_and_r_ves_mini_devs(tmp_path: Path) -> None:
-    """BIRD dev's ``evaluation_ves.py`` times ``cursor.execute`` alone (the statement to its first row),
-    mini-dev's the fetch and the close too. The timed pass measures both in the same executions on SQLite,
-    the first a part of the whole; the record keeps both ratios, and the summary's VES takes BIRD dev's,
-    its R-VES mini-dev's. Off SQLite there is no BIRD dev script: VES takes the published ratio."""
+    """BIRD dev's ``evaluation_ves.py`` times ``cursor.execute`` alone (the statement to its first row, its
+    rows never read), mini-dev's the fetch and the close too. On SQLite each has a pass of its own; the
+    record keeps both ratios, the summary's VES takes BIRD dev's, its R-VES mini-dev's. Off SQLite there is
+    no BIRD dev script: VES takes the published ratio."""
     db = Database.file(_db(tmp_path / "t.sqlite", 20_000))
     scan, one = "SELECT id, v FROM t", "SELECT v FROM t WHERE id = 3"
-    with Executor(Config(), watch=Watch()) as ex:
-        done = ex.time_pass(db, (scan, one), 5)
+    with Executor(Config(), watch=_Recording()) as ex:
+        done = ex.time_pass(db, (scan, one), 5, first_row=True)
         eff = measure(ex, db, one, one, True, "time")
         wrong = measure(ex, db, one, scan, False, "time")
-    assert len(done.firsts) == len(done.times) == 5
-    pairs = [(f, t) for fs, ts in zip(done.firsts, done.times, strict=True) for f, t in zip(fs, ts, strict=True)]
-    assert len(pairs) == 10 and all(0 < f <= t for f, t in pairs)
+        stopped = measure(ex, db, one, ENDLESS, True, "time")
+    assert len(done.times) == 5 and done.error is None
+    second_row_fails = "SELECT CASE WHEN id > 0 THEN abs(-9223372036854775807 - 1) ELSE id END FROM t ORDER BY id"
+    with Executor(Config(), watch=Watch()) as plain:  # the first-row pass never reads a second row
+        assert plain.time_pass(db, (second_row_fails,), 2, first_row=True).error is None
+        whole = plain.time_pass(db, (second_row_fails,), 2)
+    assert whole.at == (1, 0) and whole.error is not None and "integer overflow" in whole.error
+    assert len({key for key, _ in ex.watch.armed}) == 4  # the first-row pass is armed under a key of its own
     assert eff is not None and eff.time_ratio is not None and eff.dev_time_ratio is not None
-    assert eff.dev_time_ratio > 0 and eff.dev_time_ratio != eff.time_ratio  # two timings of the same runs
+    assert eff.dev_time_ratio > 0 and eff.dev_time_ratio != eff.time_ratio  # two passes, two ratios
+    assert stopped is not None and (stopped.time_ratio, stopped.dev_time_ratio) == (0.0, 0.0)  # not run again
+    assert stopped.time_reason is not None and "BIRD dev" not in stopped.time_reason
     assert wrong == Efficiency(None, base="time", time_ratio=0.0, time_kept=0, dev_time_ratio=0.0)
     sqlite_item = {"db_id": "t", "score": None, "readings": {"bird_ex": 1}, "difficulty": "simple"}
     timed = {"steps_ratio": None, "base": "time", "time_ratio": 4.0, "time_kept": 99, "dev_time_ratio": 0.25}

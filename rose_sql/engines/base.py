@@ -394,13 +394,11 @@ class Timing:
     """One timed execution, as BIRD's ``evaluation_ves.py`` times it."""
 
     seconds: float
-    """Running the statement, fetching its rows and closing its connection (the opening is not timed):
-    mini-dev's ``evaluation_ves.py``."""
+    """Running the statement, fetching its rows and closing its connection (the opening is not timed), as
+    mini-dev's ``evaluation_ves.py`` times it; or only running it to its first row, as BIRD dev's does
+    (:meth:`Scripted.timed_first`)."""
     failure: Execution | None = None
     """How it ended when it did not run to its end (its seconds then mean nothing)."""
-    first: float | None = None
-    """Of ``seconds``, those until the statement's first row was ready (``cursor.execute`` alone): what
-    BIRD dev's ``evaluation_ves.py`` times, on SQLite, its only engine; None on the other engines."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,9 +413,6 @@ class Timed:
     """Where it stopped: the iteration (from 1) and the index of the statement (None: before any ran)."""
     status: Status | None = None
     """How the execution that stopped it ended (``timeout`` for the pass's own bound), when one did."""
-    firsts: tuple[tuple[float, ...], ...] = ()
-    """The same iterations' seconds to each statement's first row (:attr:`Timing.first`), where the engine
-    measures them (empty where it does not)."""
 
 
 class TimedEngine(Engine, Protocol):
@@ -440,7 +435,8 @@ class Scripted(TimedEngine, Protocol):
     """What the official scripts do with a database besides running a statement, offered by the engines
     they read through Python's ``sqlite3`` (:attr:`KindInfo.python_sqlite3
     <rose_sql.engines.kinds.KindInfo.python_sqlite3>`): Spider's reading of the schema, and BIRD's
-    efficiency passes (the step count here; the timed pass, which every :class:`TimedEngine` offers).
+    efficiency passes (the step count and BIRD dev's timing here; mini-dev's timed pass, which every
+    :class:`TimedEngine` offers).
     Each is bounded as any statement is (a step budget, the wall clock of ``Limits.timeout_s``, a
     read-only connection), and :class:`rose_sql.engines.execute.Executor` runs it under the worker's
     wall-time guard."""
@@ -455,6 +451,12 @@ class Scripted(TimedEngine, Protocol):
         """The virtual-machine steps executing ``sql`` and stepping through every row take, counted one by
         one on a connection of its own (opened afresh, as the count includes reading the schema), within
         the step budget and the wall clock of one statement; no row is kept."""
+        ...
+
+    def timed_first(self, db: Database, sql: str, until: float) -> Timing:
+        """One execution of ``sql`` timed as BIRD dev's ``evaluation_ves.py`` times it: a connection opened
+        before the clock starts, ``cursor.execute`` alone timed (the statement run to its first row), its
+        rows never fetched, the connection closed after the clock stops. Bounded as :meth:`timed` is."""
         ...
 
 

@@ -230,11 +230,13 @@ class Executor:
             return self._confirmed_count(engine, db, sql, counted)
         return counted
 
-    def time_pass(self, db: Database, statements: Sequence[str], iterations: int) -> Timed:
+    def time_pass(self, db: Database, statements: Sequence[str], iterations: int, *, first_row: bool = False) -> Timed:
         """BIRD's timed pass (``evaluation_ves.py``): ``iterations`` times, each statement in turn, each
         execution timed on a connection of its own (:meth:`TimedEngine.timed
-        <rose_sql.engines.base.TimedEngine.timed>`: on every engine whose :attr:`KindInfo.timed
-        <rose_sql.engines.kinds.KindInfo.timed>` is set), in the worker.
+        <rose_sql.engines.base.TimedEngine.timed>`, as mini-dev's script times it: on every engine whose
+        :attr:`KindInfo.timed <rose_sql.engines.kinds.KindInfo.timed>` is set; with ``first_row``,
+        :meth:`Scripted.timed_first <rose_sql.engines.base.Scripted.timed_first>`, as BIRD dev's script
+        times it, on SQLite), in the worker.
 
         Each execution is bounded as any statement is (the step budget, the row and byte caps, the wall
         clock of ``--timeout``, the worker's guard armed for it), and the pass as a whole by
@@ -243,13 +245,13 @@ class Executor:
         end stops the pass: what ran is kept, with why and where it stopped. A pass whose worker the guard
         stopped is answered with why when its unit is sent again, never run twice."""
         if self.guarded:
-            return cast("Timed", self._in_worker("time_pass", db, tuple(statements), iterations))
-        engine = self._timing(db)
+            return cast("Timed", self._in_worker("time_pass", db, tuple(statements), iterations, first_row=first_row))
+        engine = self._scripted(db) if first_row else self._timing(db)
         try:
             dbk = engine.identity(db)
         except OSError as e:
             return Timed((), f"{UNREADABLE}: {e.strerror or e}", status="unreadable")
-        key = statement_key("time", dbk[0], *statements)
+        key = statement_key("time-first" if first_row else "time", dbk[0], *statements)
         if key in self.watch.poisoned:
             return Timed((), GUARD_STOPPED, status="guard")
         known = [known_batch(self._cached_result(dbk, sql), self.limits) for sql in statements]
@@ -257,31 +259,29 @@ class Executor:
         deadline = time.monotonic() + budget
         past = f"the timed pass ran past its bound of {budget:g} s"
         times: list[tuple[float, ...]] = []
-        firsts: list[tuple[float, ...]] = []
         try:
             for i in range(1, iterations + 1):
                 row: list[float] = []
-                first: list[float] = []
                 for j, sql in enumerate(statements):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return Timed(tuple(times), past, (i, j), "timeout")
                     self.watch.arm(key, min(engine.guard_s, left) + self.config.guard_margin_s)
-                    timing = engine.timed(db, sql, deadline, known[j])
+                    timing = (
+                        cast("Scripted", engine).timed_first(db, sql, deadline)
+                        if first_row
+                        else engine.timed(db, sql, deadline, known[j])
+                    )
                     failure = timing.failure
                     if failure is not None:
                         bound = failure.limit == "wall" and time.monotonic() >= deadline  # the pass's, not its own
                         why = past if bound else failure.error or failure.status
                         return Timed(tuple(times), why, (i, j), "timeout" if bound else failure.status)
                     row.append(timing.seconds)
-                    if timing.first is not None:
-                        first.append(timing.first)
                 times.append(tuple(row))
-                firsts.append(tuple(first))
         finally:
             self.watch.disarm()
-        measured = all(len(f) == len(statements) for f in firsts)
-        return Timed(tuple(times), firsts=tuple(firsts) if measured else ())
+        return Timed(tuple(times))
 
     def _cached_result(self, dbk: DbKey, sql: str) -> ResultSet | None:
         """``sql``'s result on the database of ``dbk`` when the execution cache holds it (None otherwise)."""

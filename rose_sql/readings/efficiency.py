@@ -13,9 +13,10 @@ The published ratio is a mean of wall-time ratios over 100 iterations with the v
 removed (:func:`clean_abnormal`): it depends on the machine and its load (and a server's), so it decides
 nothing here. The two scripts time different things: mini-dev's runs each statement, fetches its rows and
 closes its connection (``time_ratio``, R-VES), BIRD dev's ``cursor.execute`` alone, the statement run to
-its first row (``dev_time_ratio``, VES; SQLite, the only engine BIRD dev's script reads). One pass times
-both, the second a part of the first, in the same executions (:attr:`Timing.first
-<rose_sql.engines.base.Timing.first>`); off SQLite VES takes mini-dev's ratio. The pass runs on every
+its first row, its rows never read (``dev_time_ratio``, VES; SQLite, the only engine BIRD dev's script
+reads), each in a pass of its own (:meth:`Executor.time_pass
+<rose_sql.engines.execute.Executor.time_pass>`, ``first_row``): reading the rest of a result after the
+clock changes what the next execution takes. Off SQLite VES takes mini-dev's ratio. The pass runs on every
 engine that times an execution (:attr:`KindInfo.timed <rose_sql.engines.kinds.KindInfo.timed>`), SQLite
 and the servers alike, as mini-dev's script times SQLite, PostgreSQL and MySQL.
 The deterministic ratio is the SQLite virtual machine's steps (the progress handler called on every
@@ -134,11 +135,12 @@ class Efficiency:
     with both drawn from a fixed seed, so the count, and the ratio, is the same in every run (written only
     when set)."""
     dev_time_ratio: float | None = None
-    """BIRD dev's published ratio, of the same timed iterations as ``time_ratio``: BIRD dev's
-    ``evaluation_ves.py`` times ``cursor.execute`` alone, the statement run to its first row (its rows not
-    fetched, its connection closed after the clock stops), where mini-dev's times the fetch and the close
-    too. 0 where ``time_ratio`` is 0. Measured on SQLite, BIRD dev's only engine (written only when set):
-    VES takes it there, and ``time_ratio`` elsewhere. Wall time: in ``record.EXEMPT``, decides nothing."""
+    """BIRD dev's published ratio, of a timed pass of its own: BIRD dev's ``evaluation_ves.py`` times
+    ``cursor.execute`` alone, the statement run to its first row (its rows never fetched, its connection
+    closed after the clock stops), where mini-dev's times the fetch and the close too. 0 for an incorrect
+    prediction and for a pass a statement's own outcome stopped (``time_reason`` says where). Measured on
+    SQLite, BIRD dev's only engine (written only when set): VES takes it there, and ``time_ratio``
+    elsewhere. Wall time: in ``record.EXEMPT``, decides nothing."""
 
 
 def reward(ratio: float) -> float:
@@ -228,10 +230,17 @@ def measure(
         ratios, time_reason, ours = pass_ratios(timed_by, TIME_ITERATIONS)
         if ratios is not None:
             ratio, kept = published_ratio(ratios), len(clean_abnormal(ratios))
-            dev = published_ratio(first_ratios(timed_by)) if timed_by.firsts else None
         elif ours:
             ratio, kept = 0.0, 0
-            dev = 0.0 if db.info.python_sqlite3 else None
+        if db.info.python_sqlite3:  # BIRD dev's timing, in a pass of its own once mini-dev's ran through
+            dev = ratio
+            if ratios is not None:
+                firsts, dev_reason, ours = pass_ratios(
+                    executor.time_pass(db, (pred, gold), TIME_ITERATIONS, first_row=True), TIME_ITERATIONS
+                )
+                dev = published_ratio(firsts) if firsts is not None else 0.0 if ours else None
+                if dev_reason is not None:
+                    time_reason = f"BIRD dev's timed pass: {dev_reason}"
     return Efficiency(counts, g, p, base, ratio, kept, steps_reason, time_reason, random, dev)
 
 
@@ -256,12 +265,6 @@ def pass_ratios(done: Timed, iterations: int) -> tuple[list[float] | None, str |
         where = f"iteration {iteration} of {iterations}, the {('prediction', 'gold')[index]}"
         return None, f"{where}: {done.error}", ours
     return [g / p if p > 0 else 0.0 for p, g in done.times], None, False
-
-
-def first_ratios(done: Timed) -> list[float]:
-    """BIRD dev's per-iteration ratios of a timed pass that ran to its end: gold / predicted seconds to
-    each statement's first row (:attr:`Timed.firsts <rose_sql.engines.base.Timed.firsts>`)."""
-    return [g / p if p > 0 else 0.0 for p, g in done.firsts]
 
 
 def step_ratio(gold_steps: int | None, pred_steps: int | None, correct: bool) -> float | None:
