@@ -662,7 +662,8 @@ class SQLite(Pooled[_Conn]):
         """As :meth:`timed`, but only the statement's run to its first row timed (``cursor.execute``, as
         BIRD dev's ``evaluation_ves.py`` times it); its rows are never fetched, and the connection is closed
         after the clock stops. What follows the first row changes what the next execution takes: read to
-        its end after the clock, question 730 (GPT-4) read 0.69 where the published 1.02."""
+        its end after the clock, mini-dev question 730 (GPT-4) read 0.68 where the published timing reads
+        1.07 (``bench/bench_first_row.py``)."""
         return self._timed(db, sql, lambda c: self._first_row(c, sql, until), closed_timed=False)
 
     def _timed(self, db: Database, sql: str, run: Callable[[_Conn], object], closed_timed: bool = True) -> Timing:
