@@ -188,27 +188,29 @@ def _bird_dev(spec: dict[str, Any]) -> None:
     print(f"{spec['out']}: VES {evaluation_ves.compute_ves(results):.2f} over {len(items)} items")
 
 
-def ves(ratios: Any) -> float:
-    values = list(ratios)
-    return 100 * sum(math.sqrt(r) for r in values) / max(1, len(values))
+def _ours(records: Path, field: str, runs: list[dict[str, dict[str, float]]]) -> dict[str, float]:
+    """A run's ratios (``efficiency.<field>`` of its records) on the items the official runs timed."""
+    ours: dict[str, float] = {}
+    for line in records.read_text("utf-8").splitlines():
+        record = json.loads(line)
+        ratio = (record.get("efficiency") or {}).get(field)
+        if str(record["id"]) in runs[0] and ratio is not None:
+            ours[str(record["id"])] = ratio
+    return ours
 
 
 def compare_dev(records: Path, runs: list[dict[str, dict[str, float]]]) -> None:
     """BIRD dev's VES of the official runs beside a run's (its records' ``dev_time_ratio``)."""
-    ours: dict[str, float] = {}
-    for line in records.read_text("utf-8").splitlines():
-        record = json.loads(line)
-        ratio = (record.get("efficiency") or {}).get("dev_time_ratio")
-        if str(record["id"]) in runs[0] and ratio is not None:
-            ours[str(record["id"])] = ratio
+    ours = _ours(records, "dev_time_ratio", runs)
     ids = [i for i in runs[0] if i in ours]
-    figures = [round(ves(run[i]["ratio"] for i in ids), 2) for run in runs]
-    mine = round(ves(ours[i] for i in ids), 2)
+    figures = [round(r_ves(run[i]["ratio"] for i in ids), 2) for run in runs]
+    mine = round(r_ves(ours[i] for i in ids), 2)
     print(f"VES over {len(ids)} items: official runs {_listed(figures)}; ours {mine:.2f} ({_where(mine, figures)})")
     _bias(ours, runs, ids)
 
 
 def r_ves(rewards: Any) -> float:
+    """100 times the mean of the square roots: R-VES of rewards, and BIRD dev's VES of ratios."""
     values = list(rewards)
     return 100 * sum(math.sqrt(r) for r in values) / max(1, len(values))
 
@@ -221,12 +223,7 @@ def bucket(ratio: float) -> float:
 
 
 def compare(records: Path, runs: list[dict[str, dict[str, float]]]) -> None:
-    ours: dict[str, float] = {}
-    for line in records.read_text("utf-8").splitlines():
-        record = json.loads(line)
-        ratio = (record.get("efficiency") or {}).get("time_ratio")
-        if str(record["id"]) in runs[0] and ratio is not None:
-            ours[str(record["id"])] = ratio
+    ours = _ours(records, "time_ratio", runs)
     ids = [i for i in runs[0] if i in ours]
     # at the precision the official script prints (two decimals)
     figures = [round(r_ves(run[i]["reward"] for i in ids), 2) for run in runs]
