@@ -84,6 +84,9 @@ def main() -> None:
     ]
     if not records:
         sys.exit(f"{args.run}: no record with a dev_time_ratio (a rose run --efficiency time on SQLite)")
+    missing = sorted({str(p) for r in records if not (p := args.db_root / r.db_id / f"{r.db_id}.sqlite").is_file()})
+    if missing:
+        sys.exit(f"--db-root {args.db_root}: no {', '.join(missing)}")
     print(f"load average at start: {os.getloadavg()}", file=sys.stderr)
     engine = SQLite(Config().limits)
     gaps: dict[str, list[float]] = {"read after": [], "sandbox": [], "worker": []}
