@@ -288,6 +288,16 @@ def test_on_sqlite_ves_takes_bird_devs_timing_to_the_first_row_and_r_ves_mini_de
     assert stopped is not None and (stopped.time_ratio, stopped.dev_time_ratio) == (0.0, 0.0)  # not run again
     assert stopped.time_reason is not None and "BIRD dev" not in stopped.time_reason
     assert wrong == Efficiency(None, base="time", time_ratio=0.0, time_kept=0, dev_time_ratio=0.0)
+
+    class _Unreadable:  # mini-dev's pass ran; the database could not be read for BIRD dev's
+        def time_pass(self, db: Database, statements: Any, iterations: int, *, first_row: bool = False) -> Timed:
+            if first_row:
+                return Timed((), "unreadable: the file went away", status="unreadable")
+            return Timed(((1.0, 2.0),) * iterations)
+
+    lost = measure(_Unreadable(), db, one, one, True, "time")  # type: ignore[arg-type]
+    assert lost is not None and (lost.time_ratio, lost.dev_time_ratio) == (None, None)  # out of both figures
+    assert lost.time_reason == "BIRD dev's timed pass: unreadable: the file went away"
     sqlite_item = {"db_id": "t", "score": None, "readings": {"bird_ex": 1}, "difficulty": "simple"}
     timed = {"steps_ratio": None, "base": "time", "time_ratio": 4.0, "time_kept": 99, "dev_time_ratio": 0.25}
     record = make_record({"id": 1, **sqlite_item, "efficiency": timed})

@@ -241,6 +241,8 @@ def measure(
                 dev = published_ratio(firsts) if firsts is not None else 0.0 if ours else None
                 if dev_reason is not None:
                     time_reason = f"BIRD dev's timed pass: {dev_reason}"
+                if dev is None:  # the database, not the statement: out of both figures, which share their n
+                    ratio = kept = None
     return Efficiency(counts, g, p, base, ratio, kept, steps_reason, time_reason, random, dev)
 
 
