@@ -51,7 +51,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from sqlglot import exp
 
@@ -505,21 +505,15 @@ class SQLite(Pooled[_Conn]):
         handler; ``until`` the pass's bound), its rows read ``rows`` at a time and dropped, as the
         published script's ``fetchall()`` reads them in C (its result was read and compared before). Text
         that is not UTF-8 fails, as it fails there."""
-        c.limit(self.limits.max_steps, min(time.monotonic() + self.limits.timeout_s, until))
-        c.auth.begin()
+        cur = self._first_row(c, sql, until)
         size = rows or DRAIN_ROWS
         try:
-            cur = c.conn.execute(sql)
-            try:
-                while len(cur.fetchmany(size)) == size:
-                    pass
-            finally:
-                cur.close()
+            while len(cur.fetchmany(size)) == size:
+                pass
         except sqlite3.OperationalError as e:
-            stopped = _stopped(c, e)
-            if stopped is not None:
-                raise stopped from None
-            raise
+            _raise_stopped(c, e)
+        finally:
+            cur.close()
 
     def _count_rest(self, c: _Conn, cur: sqlite3.Cursor, counted: int, distinct: Distinct) -> tuple[int, bool]:
         """Step through the rows past the cap without keeping them, within a step budget of their own, their
@@ -702,10 +696,7 @@ class SQLite(Pooled[_Conn]):
         try:
             return c.conn.execute(sql)
         except sqlite3.OperationalError as e:
-            stopped = _stopped(c, e)
-            if stopped is not None:
-                raise stopped from None
-            raise
+            _raise_stopped(c, e)
 
     # ------------------------------------------------------------------ the catalogue
 
@@ -760,11 +751,11 @@ class SQLite(Pooled[_Conn]):
             conn.close()
 
 
-def _stopped(c: _Conn, e: sqlite3.OperationalError) -> _Stopped | None:
-    """How the progress handler stopped the statement that raised ``e`` (None: it did not)."""
+def _raise_stopped(c: _Conn, e: sqlite3.OperationalError) -> NoReturn:
+    """Raise ``e`` as how the progress handler stopped its statement (:class:`_Stopped`), or as it is."""
     if str(e) == "interrupted" and c.stopped in ("steps", "wall"):
-        return _Stopped(Classified("steps" if c.stopped == "steps" else "wall", "interrupted"))
-    return None
+        raise _Stopped(Classified("steps" if c.stopped == "steps" else "wall", "interrupted")) from None
+    raise e
 
 
 def _past_temp(limits: Limits) -> str:
